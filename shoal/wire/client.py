@@ -1,0 +1,159 @@
+"""RpcClient: one authenticated DEALER connection to a server, with a timeout on every request."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from shoal.wire.endpoint import connect_endpoint, is_ipv6
+from shoal.wire.errors import AuthRejectedError, PeerTimeoutError, ProtocolError, RemoteError
+from shoal.wire.message import Message, decode, encode
+from shoal.wire.secret import USERNAME, JobSecret
+
+log = logging.getLogger(__name__)
+
+_rids = itertools.count(1)
+
+
+class RpcClient:
+    """Sends requests to one server and waits for their replies.
+
+    Not thread-safe: use one client per thread. Several clients can be awaited together
+    with `wait_all`, which is how a worker talks to every parameter server at once.
+    """
+
+    def __init__(self, address: str, secret: JobSecret, peer_name: str, timeout_s: float = 30.0):
+        self.address = address
+        self.peer_name = peer_name
+        self.timeout_s = timeout_s
+        self._secret = secret
+        self._sock: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
+        self._pending: dict[int, str] = {}
+        self._replies: dict[int, Message] = {}
+        self._auth_refused = False
+
+    def connect(self) -> None:
+        """Open the connection (zmq connects in the background; requests queue until it is up)."""
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.plain_username = USERNAME
+        sock.plain_password = self._secret.token()
+        if is_ipv6(self.address):
+            sock.setsockopt(zmq.IPV6, 1)
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        sock.connect(connect_endpoint(self.address))
+        self._sock = sock
+
+    def send(self, op: str, fields: dict[str, Any] | None = None,
+             tensors: Mapping[str, np.ndarray] | None = None) -> int:
+        """Queue a request; returns its id for `wait`. Does not block on the network."""
+        if self._sock is None:
+            self.connect()
+        rid = next(_rids)
+        frames = encode(dict(fields or {}, op=op, rid=rid), tensors)
+        self._sock.send_multipart(frames, copy=False)
+        self._pending[rid] = op
+        return rid
+
+    def wait(self, rid: int, timeout_s: float | None = None) -> Message:
+        """Block until the reply to `rid` arrives. Raises PeerTimeoutError, AuthRejectedError
+        or RemoteError (the server's own error message)."""
+        return wait_all([(self, rid)], timeout_s if timeout_s is not None else self.timeout_s)[0]
+
+    def call(self, op: str, fields: dict[str, Any] | None = None,
+             tensors: Mapping[str, np.ndarray] | None = None, timeout_s: float | None = None) -> Message:
+        """send + wait. Blocks up to the timeout."""
+        return self.wait(self.send(op, fields, tensors), timeout_s)
+
+    def _drain(self) -> None:
+        """Read everything that has arrived, keeping replies that someone waits for."""
+        while self._monitor is not None and self._monitor.poll(0):
+            event = recv_monitor_message(self._monitor)
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self._auth_refused = True
+        while self._sock.poll(0):
+            frames = self._sock.recv_multipart(copy=False)
+            try:
+                message = decode(frames)
+            except ProtocolError as e:
+                log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
+                continue
+            if message.rid in self._pending:
+                self._replies[message.rid] = message
+
+    def _take(self, rid: int) -> Message | None:
+        message = self._replies.pop(rid, None)
+        if message is None:
+            return None
+        op = self._pending.pop(rid)
+        if not message.header.get("ok"):
+            error = message.header.get("error")
+            raise RemoteError(f"{self.peer_name} at {self.address} refused {op!r}: "
+                              f"{error if isinstance(error, str) else 'no reason given'}")
+        return message
+
+    def _fail(self, rid: int, timeout_s: float) -> None:
+        op = self._pending.get(rid, "?")
+        refused = self._auth_refused
+        self.reset()
+        if refused:
+            raise AuthRejectedError(
+                f"{self.peer_name} at {self.address} rejected this task's job secret; give every task of the job "
+                "the same SHOAL_JOB_SECRET (or SHOAL_JOB_SECRET_FILE)")
+        raise PeerTimeoutError(
+            f"{self.peer_name} at {self.address} did not answer {op!r} within {timeout_s:.1f}s; check that the "
+            "task is running and reachable, or raise the request timeout")
+
+    def reset(self) -> None:
+        """Drop the connection and anything queued on it (a late reply or a queued request
+        must never be delivered after we gave up on it). The next send reconnects."""
+        self.close()
+        self._pending.clear()
+        self._replies.clear()
+        self._auth_refused = False
+
+    def close(self) -> None:
+        """Close the connection. Idempotent."""
+        if self._sock is not None:
+            self._sock.disable_monitor()
+            self._sock.close(linger=0)
+            self._sock = None
+        if self._monitor is not None:
+            self._monitor.close(linger=0)
+            self._monitor = None
+
+
+def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float) -> list[Message]:
+    """Block until every (client, rid) has its reply, or raise for the first that cannot.
+
+    Auth refusal is reported as soon as it is seen; a silent peer after `timeout_s`.
+    """
+    deadline = time.monotonic() + timeout_s
+    results: list[Message | None] = [None] * len(pending)
+    poller = zmq.Poller()
+    for client, _ in {id(c): (c, r) for c, r in pending}.values():
+        poller.register(client._sock, zmq.POLLIN)
+        poller.register(client._monitor, zmq.POLLIN)
+    while True:
+        for i, (client, rid) in enumerate(pending):
+            if results[i] is None:
+                client._drain()
+                results[i] = client._take(rid)
+                if results[i] is None and client._auth_refused:
+                    client._fail(rid, timeout_s)
+        if all(r is not None for r in results):
+            return results  # type: ignore[return-value]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            for i, (client, rid) in enumerate(pending):
+                if results[i] is None:
+                    client._fail(rid, timeout_s)
+        poller.poll(max(1, int(remaining * 1000)))

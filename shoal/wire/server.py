@@ -1,0 +1,152 @@
+"""RpcServer: a ROUTER socket that authenticates peers and hands each request to a handler."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import zmq
+import zmq.auth.thread
+
+from shoal.errors import ShoalError
+from shoal.wire.endpoint import bind_endpoint, is_ipv6
+from shoal.wire.errors import BindError, ProtocolError
+from shoal.wire.message import Message, decode, encode
+from shoal.wire.secret import USERNAME, JobSecret
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One decoded request and the peer it came from. Reply to it with `RpcServer.reply`."""
+
+    peer: bytes
+    message: Message
+
+    @property
+    def op(self) -> str:
+        return self.message.header["op"]
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return self.message.header
+
+    @property
+    def tensors(self) -> dict[str, np.ndarray]:
+        return self.message.tensors
+
+
+Handler = Callable[[Request], None]
+
+
+class RpcServer:
+    """Serves requests on one address; only peers holding the job secret get through.
+
+    A peer with the wrong secret is refused during the zmq handshake (ZAP, PLAIN mechanism)
+    and never reaches the handler; a peer that sends a malformed message gets an error reply.
+    Either way the server keeps serving everyone else.
+
+    Not thread-safe: `start`, `serve_once`, `reply` and `close` must be called from one
+    thread (the serving thread). The handler runs on that thread and must reply to each
+    request, now or later (deferred replies are how synchronous training waits).
+    """
+
+    def __init__(self, address: str, secret: JobSecret, handler: Handler, name: str = "server"):
+        self.address = address
+        self.name = name
+        self._secret = secret
+        self._handler = handler
+        self._ctx: zmq.Context | None = None
+        self._auth: zmq.auth.thread.ThreadAuthenticator | None = None
+        self._sock: zmq.Socket | None = None
+
+    def start(self) -> None:
+        """Bind and start authenticating. Raises BindError if the address cannot be used."""
+        self._ctx = zmq.Context()
+        self._auth = zmq.auth.thread.ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
+        self._auth.start()
+        self._auth.configure_plain(domain="shoal", passwords={USERNAME.decode(): self._secret.token().decode()})
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.plain_server = True
+        sock.zap_domain = b"shoal"
+        if is_ipv6(self.address):
+            sock.setsockopt(zmq.IPV6, 1)
+        endpoint = bind_endpoint(self.address)
+        try:
+            sock.bind(endpoint)
+        except zmq.ZMQError as e:
+            sock.close()
+            self.close()
+            if e.errno == errno.EADDRINUSE:
+                raise BindError(f"port of {self.name} ({self.address}) is in use; stop the process holding it "
+                                "or give this task another port in the cluster spec") from e
+            raise BindError(f"{self.name} cannot listen on {self.address} ({endpoint}): {e}; "
+                            "use an address of this machine") from e
+        self._sock = sock
+        log.debug("%s listening on %s", self.name, endpoint)
+
+    def serve_once(self, timeout_ms: int) -> bool:
+        """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
+        if not self._sock.poll(timeout_ms):
+            return False
+        frames = self._sock.recv_multipart(copy=False)
+        peer = frames[0].bytes
+        try:
+            message = decode(frames[1:])
+            if not isinstance(message.header.get("op"), str):
+                raise ProtocolError(f"request header field 'op' must be a string, got {message.header.get('op')!r:.80}")
+        except ProtocolError as e:
+            log.warning("%s refused a malformed message from a peer: %s", self.name, e)
+            self._send(peer, {"rid": _rid_of(frames), "ok": False, "error": f"malformed message: {e}"}, None, False)
+            return True
+        request = Request(peer, message)
+        try:
+            self._handler(request)
+        except ShoalError as e:
+            self.reply_error(request, str(e))
+        except Exception as e:  # a bug in a handler must not take the server down
+            log.exception("%s failed handling %r", self.name, request.op)
+            self.reply_error(request, f"internal error in {self.name} handling {request.op!r}: {e!r}")
+        return True
+
+    def reply(self, request: Request, fields: dict[str, Any] | None = None,
+              tensors: Mapping[str, np.ndarray] | None = None, track: bool = False) -> zmq.MessageTracker | None:
+        """Send a successful reply. With `track`, returns a tracker that is done once zmq no
+        longer reads the tensors' memory (wait on it before modifying them in place)."""
+        header = dict(fields or {}, rid=request.message.rid, ok=True)
+        return self._send(request.peer, header, tensors, track)
+
+    def reply_error(self, request: Request, error: str) -> None:
+        self._send(request.peer, {"rid": request.message.rid, "ok": False, "error": error}, None, False)
+
+    def _send(self, peer: bytes, header: dict, tensors, track: bool):
+        frames = encode(header, tensors)
+        return self._sock.send_multipart([peer, *frames], copy=False, track=track)
+
+    def close(self) -> None:
+        """Stop listening. Idempotent."""
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+
+def _rid_of(frames) -> int:
+    """Best-effort request id of a malformed message, so its sender can match the error."""
+    try:
+        import msgpack
+        header = msgpack.unpackb(frames[1].bytes, raw=False)
+        rid = header.get("rid") if isinstance(header, dict) else None
+        return rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else 0
+    except Exception:
+        return 0
