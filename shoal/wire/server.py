@@ -125,8 +125,19 @@ class RpcServer:
         self._send(request.peer, {"rid": request.message.rid, "ok": False, "error": error}, None, False)
 
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
-        frames = encode(header, tensors)
-        return self._sock.send_multipart([peer, *frames], copy=False, track=track)
+        frames = [peer, *encode(header, tensors)]
+        if not track:
+            self._sock.send_multipart(frames, copy=False)
+            return None
+        # send_multipart would return only the last frame's tracker; watch every zero-copy frame.
+        trackers = []
+        for i, frame in enumerate(frames):
+            flags = zmq.SNDMORE if i < len(frames) - 1 else 0
+            if isinstance(frame, memoryview) and frame.nbytes >= zmq.COPY_THRESHOLD:
+                trackers.append(self._sock.send(frame, flags, copy=False, track=True))
+            else:
+                self._sock.send(frame, flags, copy=False)
+        return zmq.MessageTracker(*trackers) if trackers else None
 
     def close(self) -> None:
         """Stop listening. Idempotent."""

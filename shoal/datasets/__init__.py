@@ -1,0 +1,1 @@
+"""Small datasets that ship inside installed packages (no downloads at run time)."""

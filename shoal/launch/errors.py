@@ -1,0 +1,43 @@
+"""Errors raised by `shoal.launch`. Only `shoal.cli` turns them into exit codes."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from shoal.errors import ShoalError
+
+
+class LaunchError(ShoalError):
+    """Base class of the launcher's errors: a job could not be specified, planned or run."""
+
+
+class SpecError(LaunchError):
+    """A job spec (YAML file or flags) is invalid.
+
+    `source` is the file (or "flags"), `line` the 1-based line of the bad field when known,
+    `field` the dotted path of the field ("roles.worker.count"). The message starts with
+    "FILE:LINE: field: ..." so editors can jump to it.
+    """
+
+    def __init__(
+        self, message: str, *, source: str = "", line: Optional[int] = None, field: str = ""
+    ) -> None:
+        self.source = source
+        self.line = line
+        self.field = field
+        self.detail = message
+        where = source + (f":{line}" if source and line else "")
+        prefix = ": ".join(part for part in (where, field) if part)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class PlanError(LaunchError):
+    """A valid spec cannot be planned here (no free port, GPUs asked for but absent, ...)."""
+
+
+class JobNotFound(LaunchError):
+    """No recorded job matches the id or name the user gave."""
+
+
+class StartError(LaunchError):
+    """A task's process could not be started (program not found, not executable, ...)."""

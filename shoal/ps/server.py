@@ -1,0 +1,95 @@
+"""shoal.Server: a parameter-server task that serves until the job is over, then returns."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Mapping
+
+from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+from shoal.ps.errors import PsError
+from shoal.ps.service import PsService
+from shoal.wire import JobSecret, RpcServer
+
+log = logging.getLogger(__name__)
+
+
+class Server:
+    """Hosts this ps task's share of the variables and serves pulls and pushes.
+
+    Unlike TensorFlow's `server.join()`, `join()` returns when the job is over: when every
+    training replica (the chief and the workers) said it is done, or one ended the job.
+
+    `start()` binds (raising BindError at once if the port is taken) and serves on a
+    background thread; `join()` blocks; `stop()` is idempotent and safe in `finally`.
+    """
+
+    def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str = "ps", task_index: int = 0,
+                 *, secret: JobSecret | None = None):
+        spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.from_dict(dict(cluster))
+        self.config = ClusterConfig(spec, TaskId(job_name, task_index))
+        if job_name != "ps":
+            raise PsError(f"shoal.Server runs ps tasks, not {job_name!r}; workers train with shoal.TrainingSession")
+        self._secret = secret
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rpc: RpcServer | None = None
+        self.reason: str | None = None
+        self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over)
+
+    @classmethod
+    def for_task(cls, config: ClusterConfig, *, secret: JobSecret | None = None) -> "Server":
+        return cls(config.cluster, config.task.job, config.task.index, secret=secret)
+
+    @property
+    def address(self) -> str:
+        return self.config.cluster.task_address("ps", self.config.task.index)
+
+    def start(self) -> "Server":
+        """Bind and begin serving in the background. Returns self. Does not block."""
+        if self._thread is not None:
+            return self
+        secret = self._secret or JobSecret.from_environ(os.environ)
+        self._rpc = RpcServer(self.address, secret, self.service.handle, str(self.config.task))
+        self.service.rpc = self._rpc
+        self._rpc.start()
+        log.info("%s serving at %s (job secret from %s)", self.config.task, self.address, secret.source)
+        self._thread = threading.Thread(target=self._serve, name=f"shoal-{self.config.task}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _serve(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                self._rpc.serve_once(100)
+        finally:
+            self._rpc.close()
+
+    def _job_over(self, reason: str) -> None:
+        if not self._stopped.is_set():
+            self.reason = reason
+            log.info("%s stopping: %s", self.config.task, reason)
+            self._stopped.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Start if needed, then block until the job is over (or `timeout` seconds passed).
+        Returns True when the server has stopped. Ctrl-C stops the server and re-raises."""
+        self.start()
+        try:
+            while self._thread.is_alive():
+                self._thread.join(0.2 if timeout is None else min(0.2, timeout))
+                if timeout is not None:
+                    timeout -= 0.2
+                    if timeout <= 0:
+                        break
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop serving and release the port. Idempotent; blocks until the serving thread ended."""
+        self._job_over(self.reason or "stopped")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)

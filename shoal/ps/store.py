@@ -1,0 +1,100 @@
+"""The variable shards one parameter server holds, with their update-rule state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import zmq
+
+from shoal.ps.errors import PsError
+from shoal.ps.optimizers import State, UpdateRule
+
+
+@dataclass
+class Shard:
+    """One variable shard: its value, its optimizer slots, and replies still reading it."""
+
+    value: np.ndarray
+    state: State
+    senders: list[zmq.MessageTracker] = field(default_factory=list)
+
+    def writable_value(self) -> np.ndarray:
+        """The value, safe to change in place.
+
+        Replies send `value` without copying; if one is still in flight we move to a fresh
+        copy instead of waiting (copy-on-write), so a slow reader never stalls the server and
+        never sees a half-updated tensor.
+        """
+        if self.senders:
+            if any(not t.done for t in self.senders):
+                self.value = self.value.copy()
+            self.senders.clear()
+        return self.value
+
+
+class ShardStore:
+    """name -> Shard. Not thread-safe: used only by its server's serving thread."""
+
+    def __init__(self, task_name: str):
+        self.task_name = task_name
+        self.rule: UpdateRule | None = None
+        self._shards: dict[str, Shard] = {}
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.value.nbytes for s in self._shards.values())
+
+    def create(self, values: Mapping[str, np.ndarray], rule: UpdateRule) -> int:
+        """Create the shards that do not exist yet; existing ones keep their values (so the
+        chief's initialization happens once even if it runs twice). Returns how many were new."""
+        if self.rule is not None and self.rule != rule:
+            raise PsError(f"{self.task_name} already trains with {self.rule.to_config()}, "
+                          f"not {rule.to_config()}; start every worker with the same optimizer")
+        created = 0
+        for name, value in values.items():
+            existing = self._shards.get(name)
+            if existing is not None:
+                self.check(name, value.shape, value.dtype)
+                continue
+            param = np.array(value, copy=True)
+            self._shards[name] = Shard(param, rule.init_state(param))
+            created += 1
+        self.rule = rule
+        return created
+
+    def check(self, name: str, shape, dtype) -> Shard:
+        """The shard `name`, after checking a worker's idea of its shape and dtype."""
+        shard = self._shards.get(name)
+        if shard is None:
+            raise PsError(f"{self.task_name} holds no variable {name!r}; every task must build the same "
+                          "model with the same number of ps tasks and placement")
+        if tuple(shape) != shard.value.shape or np.dtype(dtype) != shard.value.dtype:
+            raise PsError(f"variable {name!r} on {self.task_name} is {shard.value.dtype}{list(shard.value.shape)}, "
+                          f"but a worker sent {np.dtype(dtype)}{list(shape)}; every task must build the same model")
+        return shard
+
+    def apply(self, grads: Mapping[str, np.ndarray]) -> None:
+        """Apply one (already averaged) gradient per shard with the update rule."""
+        for name, grad in grads.items():
+            shard = self.check(name, grad.shape, grad.dtype)
+            self.rule.apply(shard.writable_value(), grad, shard.state)
+
+    def values(self, names) -> dict[str, np.ndarray]:
+        return {name: self.check_name(name).value for name in names}
+
+    def check_name(self, name: str) -> Shard:
+        shard = self._shards.get(name)
+        if shard is None:
+            raise PsError(f"{self.task_name} holds no variable {name!r}; has the chief initialized the model?")
+        return shard
+
+    def track(self, names, tracker: zmq.MessageTracker | None) -> None:
+        """Remember that a reply is still sending these shards' values."""
+        if tracker is not None:
+            for name in names:
+                self._shards[name].senders.append(tracker)

@@ -1,0 +1,62 @@
+"""Synchronous aggregation: average `replicas` fresh gradients per step, drop stale ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping
+
+import numpy as np
+
+
+class PushOutcome(Enum):
+    """What happened to one worker's push in synchronous mode."""
+
+    ACCUMULATED = "accumulated"   # counted for the current step; its reply waits for the step to finish
+    APPLIED = "applied"           # it completed the step: the average was applied
+    STALE = "stale"               # computed at an old step: dropped (backup workers cause this)
+    DUPLICATE = "duplicate"       # this task already contributed to the current step: dropped
+
+
+@dataclass
+class SyncAggregator:
+    """Sums the gradients of distinct tasks for the current step until `replicas` arrived.
+
+    Not thread-safe (one serving thread per ps).
+    """
+
+    replicas: int
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        self._sums: dict[str, np.ndarray] = {}
+        self._contributors: set[str] = set()
+
+    def add(self, task: str, step: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
+        """Count a push. When it completes the step, the averaged gradients wait in `take()`."""
+        if step < self.step:
+            return PushOutcome.STALE
+        if task in self._contributors:
+            return PushOutcome.DUPLICATE
+        for name, grad in grads.items():
+            total = self._sums.get(name)
+            if total is None:
+                self._sums[name] = np.array(grad, copy=True)
+            else:
+                total += grad
+        self._contributors.add(task)
+        return PushOutcome.APPLIED if len(self._contributors) >= self.replicas else PushOutcome.ACCUMULATED
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The averaged gradients of the completed step; advances the step."""
+        averaged = self._sums
+        for total in averaged.values():
+            total /= self.replicas
+        self._sums = {}
+        self._contributors = set()
+        self.step += 1
+        return averaged
+
+    @property
+    def waiting_for(self) -> int:
+        return self.replicas - len(self._contributors)

@@ -1,0 +1,9 @@
+"""Worker side: placement, the push/pull session, chief duties, data sharding, model adapters."""
+
+from shoal.train.data import ShardedBatches
+from shoal.train.errors import TrainError
+from shoal.train.placement import Placement, PlacementStrategy, place_variables
+from shoal.train.session import StepResult, SyncOptions, TrainingSession
+
+__all__ = ["Placement", "PlacementStrategy", "ShardedBatches", "StepResult", "SyncOptions", "TrainError",
+           "TrainingSession", "place_variables"]

@@ -1,0 +1,97 @@
+"""Where each variable lives: which ps task holds which rows of it.
+
+Every task computes the placement itself from the same variables, ps count and options, so
+no metadata service is needed; the ps checks names, shapes and dtypes on every request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping
+
+import numpy as np
+
+from shoal.train.errors import TrainError
+
+DEFAULT_MIN_SHARD_BYTES = 256 << 10
+
+
+class PlacementStrategy(Enum):
+    ROUND_ROBIN = "round_robin"   # shards go to ps 0, 1, 2, ... in the order variables are given
+    GREEDY = "greedy"             # largest shard first, to the ps holding the fewest bytes (TF's greedy balancer)
+
+
+@dataclass(frozen=True)
+class ShardPlacement:
+    """Rows [start, stop) of `variable` (all of it for a scalar), held by ps task `ps`."""
+
+    variable: str
+    name: str
+    ps: int
+    start: int
+    stop: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    shards: tuple[ShardPlacement, ...]
+    num_ps: int
+
+    def on_ps(self, ps: int) -> list[ShardPlacement]:
+        return [s for s in self.shards if s.ps == ps]
+
+    def split(self, arrays: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """Per ps task, shard name -> view of its rows (no copy). Arrays must be C-contiguous."""
+        out: list[dict[str, np.ndarray]] = [{} for _ in range(self.num_ps)]
+        for s in self.shards:
+            array = arrays[s.variable]
+            out[s.ps][s.name] = array if array.ndim == 0 or (s.start == 0 and s.stop == len(array)) \
+                else array[s.start:s.stop]
+        return out
+
+
+def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
+                    strategy: PlacementStrategy = PlacementStrategy.GREEDY,
+                    min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES) -> Placement:
+    """Partition variables larger than 2 x `min_shard_bytes` along their first axis into at
+    most `num_ps` shards of at least `min_shard_bytes`, and assign shards to ps tasks."""
+    if num_ps < 1:
+        raise TrainError("the cluster has no ps tasks; add at least one to cluster.ps (or --ps_hosts)")
+    if not variables:
+        raise TrainError("no variables to place; give the session the model's initial values")
+    pieces: list[tuple[str, str, int, int, int]] = []
+    for name, value in variables.items():
+        rows = value.shape[0] if value.ndim else 1
+        parts = 1
+        if value.ndim and value.nbytes >= 2 * min_shard_bytes:
+            parts = max(1, min(num_ps, value.nbytes // min_shard_bytes, rows))
+        bounds = np.linspace(0, rows, parts + 1).round().astype(int)
+        row_bytes = value.nbytes // rows if rows else 0
+        for i in range(parts):
+            shard_name = name if parts == 1 else f"{name}/part_{i}"
+            pieces.append((name, shard_name, int(bounds[i]), int(bounds[i + 1]),
+                           (int(bounds[i + 1]) - int(bounds[i])) * row_bytes if value.ndim else value.nbytes))
+    if strategy is PlacementStrategy.ROUND_ROBIN:
+        assigned = [(p, i % num_ps) for i, p in enumerate(pieces)]
+    else:
+        assigned = _greedy(pieces, num_ps)
+    order = {p[1]: i for i, p in enumerate(pieces)}
+    shards = tuple(sorted((ShardPlacement(v, n, ps, a, b, nb) for (v, n, a, b, nb), ps in assigned),
+                          key=lambda s: order[s.name]))
+    return Placement(shards, num_ps)
+
+
+def _greedy(pieces, num_ps):
+    load = [0] * num_ps
+    holders: dict[str, set[int]] = {}
+    assigned = []
+    for piece in sorted(pieces, key=lambda p: -p[4]):
+        taken = holders.setdefault(piece[0], set())
+        candidates = [i for i in range(num_ps) if i not in taken] or list(range(num_ps))
+        ps = min(candidates, key=lambda i: (load[i], i))
+        load[ps] += piece[4]
+        taken.add(ps)
+        assigned.append((piece, ps))
+    return assigned
