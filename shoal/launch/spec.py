@@ -185,13 +185,14 @@ class JobSpec(_Frozen):
         return self.role(job).count
 
 
-def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = ()) -> JobSpec:
+def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = (),
+              source: Optional[str] = None) -> JobSpec:
     """Read, template and validate the YAML spec at `path`; SpecError on any problem.
 
-    `overrides` are "name=value" strings that replace declared parameters. Blocks on
-    reading the file; thread-safe.
+    `overrides` are "name=value" strings that replace declared parameters; `source`
+    names the file in errors (default: `path`). Blocks on reading the file; thread-safe.
     """
-    source = str(path)
+    source = source or str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
@@ -205,7 +206,7 @@ def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = ()) -> JobSpe
         problem = getattr(e, "problem", None) or str(e)
         raise SpecError(
             f"invalid YAML: {problem}; a value starting with {{{{ must be quoted, e.g."
-            ' count: "{{ workers }}"' if "{" in text else f"invalid YAML: {problem}",
+            ' count: "{{ workers }}"' if "{{" in text else f"invalid YAML: {problem}",
             source=source, line=mark.line + 1 if mark else None,
         ) from e
     return spec_from_dict(data, source=source, lines=lines, overrides=overrides)
@@ -225,6 +226,7 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
         raise SpecError("parameters must be a mapping of name: value", source=source,
                         line=lines.get(("parameters",)), field="parameters")
     params = parse_overrides(overrides, params)
+    _check_role_names(data.get("roles"), source, lines)
     rendered = {
         key: value if key == "parameters" else render_tree(value, params, (key,), lines, source)
         for key, value in data.items()
@@ -247,6 +249,8 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
             msg = "is missing; add it"
         elif item["type"] == "extra_forbidden":
             msg = "is not a known field; check its spelling (see docs/launcher.md)"
+        elif "input" in item:
+            msg += f" (got {item['input']!r})"
         field = dotted(loc) or "(top level)"
         if first is None:
             first = (line, field, msg)
@@ -257,6 +261,19 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
     if len(messages) > 1:
         msg += "".join(f"\n  also {m}" for m in messages[1:])
     return SpecError(msg, source=source, line=line, field=field)
+
+
+def _check_role_names(roles: Any, source: str, lines: dict) -> None:
+    if not isinstance(roles, dict):
+        return
+    for name in roles:
+        if name not in JOBS:
+            close = difflib.get_close_matches(str(name), JOBS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(
+                f"{name!r} is not a role{hint}; roles are {', '.join(JOBS)}",
+                source=source, line=lines.get(("roles", name)), field=f"roles.{name}",
+            )
 
 
 def _is_union_tag(part: Any) -> bool:

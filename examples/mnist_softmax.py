@@ -1,0 +1,93 @@
+"""Distributed MNIST softmax regression: the seed program of distributed TensorFlow, on Shoal.
+
+Run the same program on every task; its role comes from the classic flags or TF_CONFIG:
+
+    python examples/mnist_softmax.py --ps_hosts=localhost:2222,localhost:2223 \
+        --worker_hosts=localhost:2224,localhost:2225 --job_name=worker --task_index=1
+
+Softmax regression 784 -> 10, batch 100, SGD with learning rate 0.5. `--sync` aggregates the
+gradients of every worker per step. Each worker ends with `accuracy: <test accuracy>`;
+parameter servers exit 0 by themselves when the workers are done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+
+import shoal
+from shoal.datasets.mnist import load_mnist
+
+
+def softmax_loss_and_grad(params, x, y):
+    """Mean cross-entropy of softmax(x W + b) and its gradients."""
+    logits = x @ params["W"] + params["b"]
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    rows = np.arange(len(y))
+    loss = float(-np.log(probs[rows, y] + 1e-12).mean())
+    probs[rows, y] -= 1.0
+    probs /= len(y)
+    return loss, {"W": x.T @ probs, "b": probs.sum(axis=0)}
+
+
+def accuracy(params, x, y) -> float:
+    return float(((x @ params["W"] + params["b"]).argmax(axis=1) == y).mean())
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    shoal.add_cluster_flags(parser)
+    parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
+    parser.add_argument("--replicas_to_aggregate", type=int, default=None,
+                        help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
+    parser.add_argument("--steps", type=int, default=1000, help="global steps to train (default: 1000)")
+    parser.add_argument("--model_dir", default=os.environ.get("OUTPUT_DIR"),
+                        help="model directory shared by the job (default: $OUTPUT_DIR)")
+    parser.add_argument("--learning_rate", type=float, default=0.5)
+    parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--log_every", type=int, default=100, help="print progress every N local steps")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    config = shoal.resolve_cluster_config(args, os.environ)
+    if config.task.job == "ps":
+        server = shoal.Server.for_task(config)
+        server.join()
+        print(f"{config.task} done: {server.reason}")
+        return 0
+    if config.task.job == "evaluator":
+        print("this example has no evaluator; nothing to do")
+        return 0
+
+    data = load_mnist()
+    variables = {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
+    sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
+    batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
+    with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate), sync=sync,
+                               max_steps=args.steps) as session:
+        local_steps, started = 0, time.monotonic()
+        while not session.should_stop():
+            idx = np.sort(next(batches))
+            loss, result = session.run_step(softmax_loss_and_grad, data.train_x[idx], data.train_y[idx])
+            local_steps += 1
+            if local_steps % args.log_every == 0:
+                rate = local_steps * args.batch_size / (time.monotonic() - started)
+                print(f"{config.task} step={result.global_step} loss={loss:.4f} examples/s={rate:.0f}", flush=True)
+        session.pull()
+        acc = accuracy(session.params, data.test_x, data.test_y)
+    print(f"accuracy: {acc:.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""`shoal logs JOB [--task worker.1] [-f]`: print (or follow) a job's task logs."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from shoal.cli.environment import Environment
+from shoal.cli.exit_codes import ExitCode
+from shoal.launch.control import reconcile
+from shoal.launch.states import JobState
+
+_POLL = 0.2
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("logs", help="print a job's logs")
+    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    parser.add_argument("--task", help="only this task, e.g. worker.1")
+    parser.add_argument("-f", "--follow", action="store_true",
+                        help="keep printing new lines until the job is over")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, env: Environment) -> int:
+    with env.store() as store:
+        job = store.find(args.job)
+        tasks = [job.task(args.task)] if args.task else list(job.tasks)
+        prefix = (lambda t: b"") if args.task else (lambda t: t.label.encode() + b" | ")
+        offsets = {t.name: 0 for t in tasks}
+        while True:
+            for task in tasks:
+                offsets[task.name] = _copy(Path(task.log_path), offsets[task.name],
+                                           prefix(task), env)
+            if not args.follow:
+                break
+            job = reconcile(store, store.find(job.id))
+            if JobState(job.state).is_terminal:
+                for task in tasks:  # the last lines written before the job ended
+                    _copy(Path(task.log_path), offsets[task.name], prefix(task), env,
+                          final=True)
+                break
+            time.sleep(_POLL)
+    return int(ExitCode.OK)
+
+
+def _copy(path: Path, offset: int, prefix: bytes, env: Environment, final: bool = False) -> int:
+    """Print the whole lines of `path` after `offset`; returns the new offset."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return offset
+    end = len(data) if final else data.rfind(b"\n") + 1
+    if end <= 0:
+        return offset
+    lines = data[:end].split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    env.stdout.flush()
+    env.stdout_bytes.write(b"".join(prefix + line + b"\n" for line in lines))
+    env.stdout_bytes.flush()
+    return offset + end

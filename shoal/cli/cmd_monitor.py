@@ -1,0 +1,60 @@
+"""`shoal monitor JOB [--once] [--interval S]`: CPU, memory and GPU use per task."""
+
+from __future__ import annotations
+
+import argparse
+
+from shoal.cli.cmd_status import table
+from shoal.cli.environment import Environment
+from shoal.cli.exit_codes import ExitCode
+from shoal.launch.control import reconcile
+from shoal.launch.monitor import TaskSample, sample_job
+from shoal.launch.states import JobState
+
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("monitor", help="show CPU, memory and GPU use per task")
+    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    parser.add_argument("--once", action="store_true", help="print one sample and exit")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between samples")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, env: Environment) -> int:
+    with env.store() as store:
+        while True:
+            job = reconcile(store, store.find(args.job))
+            samples = sample_job(store, job, interval=min(args.interval, 0.5)
+                                 if args.once else args.interval)
+            text = f"job {job.id}  {job.state}\n{samples_table(samples)}"
+            if args.once or JobState(job.state).is_terminal:
+                env.say(text)
+                return int(ExitCode.OK)
+            env.say((_CLEAR_SCREEN if env.is_tty else "") + text)
+
+
+def samples_table(samples: list[TaskSample]) -> str:
+    rows = [("TASK", "STATE", "PID", "CPU%", "MEM%", "MEM USED/TOTAL", "GPU%", "GPU MEM")]
+    for s in samples:
+        rows.append((
+            s.name, s.state, str(s.pid or ""), _num(s.cpu_percent), _num(s.mem_percent),
+            f"{_size(s.mem_used)}/{_size(s.mem_total)}" if s.mem_used is not None else "-",
+            _num(s.gpu_percent), _size(s.gpu_mem_used),
+        ))
+    return table(rows)
+
+
+def _num(value: "float | None") -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _size(value: "int | None") -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024  # type: ignore[assignment]
+    return str(value)

@@ -1,0 +1,61 @@
+"""`shoal run --ps 2 --workers 2 [--chief] -- python train.py ...`: a job from flags."""
+
+from __future__ import annotations
+
+import argparse
+
+from shoal.cli.environment import Environment
+from shoal.cli.launching import add_launch_flags, launch
+from shoal.launch.errors import SpecError
+from shoal.launch.spec import spec_from_dict
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "run", help="run a command as a ps/worker job, no spec file needed",
+        description="Run COMMAND as every task of a job given by flags, e.g."
+        " shoal run --ps 2 --workers 2 -- python train.py --lr 0.1")
+    parser.add_argument("--name", default="job", help="job name (default: job)")
+    parser.add_argument("--ps", type=int, default=0, metavar="N", help="parameter servers")
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help="workers")
+    parser.add_argument("--chief", action="store_true", help="add a chief task")
+    parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")
+    parser.add_argument("--restart", choices=("never", "on-failure"), default="never",
+                        help="restart policy (default never)")
+    parser.add_argument("--max-restarts", type=int, default=3, metavar="N")
+    parser.add_argument("--backoff", default="1s", help="wait before the first restart")
+    parser.add_argument("--deadline", default=None, help="stop the job after e.g. 10m")
+    parser.add_argument("--grace", default="5s", help="TERM-to-KILL grace period")
+    parser.add_argument("--output-dir", default=None, help="model dir (default: job folder)")
+    parser.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="extra environment variable for every task (repeatable)")
+    add_launch_flags(parser)
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, env: Environment) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise SpecError("no command given; write it after --, e.g. shoal run --workers 2"
+                        " -- python train.py", source="flags", field="run")
+    extra = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SpecError(f"{item!r} is not NAME=VALUE", source="flags", field="--env")
+        extra[name] = value
+    roles: dict = {"worker": {"count": args.workers}}
+    if args.ps:
+        roles["ps"] = {"count": args.ps}
+    if args.chief:
+        roles["chief"] = {"count": 1}
+    if args.evaluator:
+        roles["evaluator"] = {"count": 1}
+    data = {
+        "name": args.name, "run": cmd, "roles": roles, "env": extra,
+        "restart": {"policy": args.restart, "max_restarts": args.max_restarts,
+                    "backoff": args.backoff},
+        "deadline": args.deadline, "grace_period": args.grace, "output_dir": args.output_dir,
+    }
+    return launch(spec_from_dict(data, source="flags"), args, env)

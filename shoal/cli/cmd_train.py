@@ -1,0 +1,25 @@
+"""`shoal train SPEC.yaml [-p name=value]... [--dry-run]`: run the job a YAML spec describes."""
+
+from __future__ import annotations
+
+import argparse
+
+from shoal.cli.environment import Environment
+from shoal.cli.launching import add_launch_flags, launch
+from shoal.launch.spec import load_spec
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("train", help="run the job described by a YAML spec",
+                            description="Run the job described by a YAML spec, in the"
+                            " foreground, until it SUCCEEDS, FAILS or is KILLED.")
+    parser.add_argument("spec", help="the job spec (YAML); see docs/launcher.md")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a parameter declared under parameters: (repeatable)")
+    add_launch_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, env: Environment) -> int:
+    spec = load_spec(env.cwd / args.spec, tuple(args.param), source=args.spec)
+    return launch(spec, args, env)

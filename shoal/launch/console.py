@@ -1,0 +1,132 @@
+"""Observers of a running job: `ConsoleObserver` prints state changes and progress,
+`RecordsObserver` writes them to the JobStore, `Observers` fans out to several.
+
+Called from the supervisor's thread (state changes) and from log-reader threads
+(progress); each keeps its own lock where it has state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional
+
+from shoal.launch.logmux import LogMux
+from shoal.launch.plan import JobPlan, TaskPlan
+from shoal.launch.records import JobStore
+from shoal.launch.states import JobState, TaskState
+
+_PLAIN_PROGRESS_EVERY = 10.0
+_RECORD_PROGRESS_EVERY = 1.0
+
+
+class ConsoleObserver:
+    """Prints "shoal | mnist.worker.1: STARTING -> RUNNING (pid 42)" lines and keeps a
+    progress line: live at the bottom of a terminal, else a plain line every 10 s."""
+
+    def __init__(self, plan: JobPlan, mux: LogMux, *, live: bool) -> None:
+        self._plan = plan
+        self._mux = mux
+        self._live = live
+        self._lock = threading.Lock()
+        self._states: dict[str, TaskState] = {t.name: TaskState.PENDING for t in plan.tasks}
+        self._step: Optional[tuple[int, float, str]] = None
+        self._started = time.monotonic()
+        self._last_plain = 0.0
+
+    def job_changed(self, state: JobState, reason: str) -> None:
+        if state.is_terminal:
+            self._mux.clear_status()
+        why = f" ({reason})" if reason else ""
+        self._mux.note(f"shoal | job {self._plan.job_id}: {state.value}{why}")
+
+    def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
+                     pid: Optional[int], restarts: int) -> None:
+        with self._lock:
+            self._states[task.name] = new
+        why = f" ({detail})" if detail else ""
+        self._mux.note(f"shoal | {task.label}: {old.value} -> {new.value}{why}")
+        self._draw()
+
+    def progress(self, name: str, step: int, loss: float) -> None:
+        with self._lock:
+            if self._step is None or step >= self._step[0]:
+                self._step = (step, loss, name)
+        now = time.monotonic()
+        if self._live:
+            self._draw()
+        elif now - self._last_plain >= _PLAIN_PROGRESS_EVERY:
+            self._last_plain = now
+            self._mux.note(f"shoal | {self._status_text()}")
+
+    def _draw(self) -> None:
+        if self._live:
+            self._mux.set_status(self._status_text())
+
+    def _status_text(self) -> str:
+        with self._lock:
+            running = sum(s is TaskState.RUNNING for s in self._states.values())
+            step = self._step
+        elapsed = int(time.monotonic() - self._started)
+        text = f"[{self._plan.name} {elapsed // 60}:{elapsed % 60:02d}] {running}/"
+        text += f"{len(self._states)} running"
+        if step is not None:
+            text += f" | step {step[0]} loss {step[1]:.4g} ({step[2]})"
+        return text
+
+
+class RecordsObserver:
+    """Writes state changes, every started process and (at most once a second) the
+    progress to the JobStore."""
+
+    def __init__(self, plan: JobPlan, store: JobStore) -> None:
+        self._job_id = plan.job_id
+        self._store = store
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def job_changed(self, state: JobState, reason: str) -> None:
+        self._store.set_job_state(self._job_id, state.value, reason, ended=state.is_terminal)
+
+    def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
+                     pid: Optional[int], restarts: int) -> None:
+        if pid is not None:
+            self._store.add_process(self._job_id, task.name, pid, process_started(pid))
+        self._store.set_task(self._job_id, task.name, new.value, detail, restarts, pid)
+
+    def progress(self, name: str, step: int, loss: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < _RECORD_PROGRESS_EVERY:
+                return
+            self._last = now
+        self._store.set_progress(self._job_id, step, loss)
+
+
+class Observers:
+    """Forwards every call to each observer in turn."""
+
+    def __init__(self, *observers: object) -> None:
+        self._observers = observers
+
+    def job_changed(self, *args: object) -> None:
+        for o in self._observers:
+            o.job_changed(*args)  # type: ignore[attr-defined]
+
+    def task_changed(self, *args: object) -> None:
+        for o in self._observers:
+            o.task_changed(*args)  # type: ignore[attr-defined]
+
+    def progress(self, *args: object) -> None:
+        for o in self._observers:
+            o.progress(*args)  # type: ignore[attr-defined]
+
+
+def process_started(pid: int) -> Optional[float]:
+    """The create time of process `pid` (psutil's), None if it is gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

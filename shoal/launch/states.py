@@ -1,0 +1,62 @@
+"""Task and job states, with their legal transitions written down.
+
+Task:  PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | KILLED
+       RUNNING -> RESTARTING -> STARTING   (restart policy, same identity)
+       STARTING -> FAILED (could not exec);  PENDING | RESTARTING -> KILLED (job stopped)
+Job:   PENDING -> RUNNING -> SUCCEEDED | FAILED | KILLED;  PENDING -> FAILED | KILLED
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class TaskState(str, Enum):
+    """Where one task is in its life; `is_terminal` states never change again."""
+
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED)
+
+
+class JobState(str, Enum):
+    """Where a whole job is; `is_terminal` states never change again."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED)
+
+
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.PENDING: frozenset({TaskState.STARTING, TaskState.KILLED}),
+    TaskState.STARTING: frozenset({TaskState.RUNNING, TaskState.FAILED, TaskState.KILLED}),
+    TaskState.RUNNING: frozenset(
+        {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING}
+    ),
+    TaskState.RESTARTING: frozenset({TaskState.STARTING, TaskState.KILLED}),
+    TaskState.SUCCEEDED: frozenset(),
+    TaskState.FAILED: frozenset(),
+    TaskState.KILLED: frozenset(),
+}
+
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.FAILED, JobState.KILLED}),
+    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.KILLED: frozenset(),
+}

@@ -1,0 +1,121 @@
+"""Real multi-process clusters on 127.0.0.1 for tests: every wait bounded, every process killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class Task:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def wait_for_output(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{self.name} never printed {text!r}; output:\n{self.output()[-3000:]}")
+            time.sleep(0.05)
+
+
+@dataclass
+class LocalCluster:
+    """A cluster spec on free loopback ports, plus the processes started for it."""
+
+    workdir: Path
+    num_ps: int
+    num_workers: int
+    chief: bool = False
+    secret: str = field(default_factory=lambda: secrets.token_hex(16))
+    tasks: list[Task] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ports = free_ports(self.num_ps + self.num_workers + int(self.chief))
+        addr = [f"127.0.0.1:{p}" for p in ports]
+        self.spec = {"ps": addr[:self.num_ps], "worker": addr[self.num_ps:self.num_ps + self.num_workers]}
+        if self.chief:
+            self.spec["chief"] = addr[-1:]
+
+    def env(self, job: str, index: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+        env.update(TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}}),
+                   SHOAL_JOB_SECRET=self.secret, PYTHONUNBUFFERED="1", SHOAL_HOME=str(self.workdir / "home"))
+        return env
+
+    def start(self, job: str, index: int, argv: list[str]) -> Task:
+        """Start `python argv...` as task job:index, in its own process group. Does not block."""
+        log = self.workdir / f"{job}{index}.{len(self.tasks)}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=self.env(job, index), stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        task = Task(f"{job}:{index}", proc, log)
+        self.tasks.append(task)
+        return task
+
+    def start_all(self, argv: list[str]) -> None:
+        """Start the same program on every task, ps first (between-graph replication)."""
+        for i in range(self.num_ps):
+            self.start("ps", i, argv)
+        if self.chief:
+            self.start("chief", 0, argv)
+        for i in range(self.num_workers):
+            self.start("worker", i, argv)
+
+    def wait_all(self, timeout: float) -> dict[str, int]:
+        """Exit codes by task name; raises with every log if anything is still running."""
+        deadline = time.monotonic() + timeout
+        codes = {}
+        for t in self.tasks:
+            try:
+                codes[t.name] = t.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"{t.name} still running after {timeout}s\n{self.dump()}") from None
+        return codes
+
+    def dump(self) -> str:
+        return "\n".join(f"--- {t.name} (rc={t.proc.poll()})\n{t.output()[-2000:]}" for t in self.tasks)
+
+    def kill_all(self) -> list[str]:
+        """Kill every task's process group; returns the names of tasks that were still alive."""
+        alive = []
+        for t in self.tasks:
+            if t.proc.poll() is None:
+                alive.append(t.name)
+            try:
+                os.killpg(t.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                t.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        return alive

@@ -1,0 +1,86 @@
+"""A tiny deterministic training program for cluster tests: softmax regression on sklearn's
+digits in float64. Every task runs it; the role comes from TF_CONFIG. Workers save their final
+parameters to OUT/<task>.npz. The batch of replica r at global step t is `batch_for(r, t)`, so
+a test can rebuild the joined batch of every synchronous step."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import shoal
+
+BATCH = 16
+
+
+def load_digits_data():
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    return d.data.astype(np.float64) / 16.0, d.target.astype(np.int64)
+
+
+def initial_variables():
+    rng = np.random.default_rng(0)
+    return {"W": rng.normal(0, 0.1, (64, 10)), "b": np.zeros(10)}
+
+
+def batch_for(replica: int, step: int, n: int) -> np.ndarray:
+    return np.random.default_rng([replica, step]).choice(n, BATCH, replace=False)
+
+
+def loss_and_grad(params, x, y):
+    z = x @ params["W"] + params["b"]
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    rows = np.arange(len(y))
+    loss = -np.log(p[rows, y]).mean()
+    p[rows, y] -= 1
+    p /= len(y)
+    return loss, {"W": x.T @ p, "b": p.sum(axis=0)}
+
+
+OPTIMIZERS = {"sgd": lambda: shoal.SGD(0.5), "adam": lambda: shoal.Adam(0.05),
+              "momentum": lambda: shoal.Momentum(0.1, 0.9), "adagrad": lambda: shoal.Adagrad(0.5)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--sync", action="store_true")
+    parser.add_argument("--replicas_to_aggregate", type=int)
+    parser.add_argument("--min_shard_bytes", type=int, default=1024)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--step_sleep", type=float, default=0.0, help="seconds of extra 'compute' per step")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
+    config = shoal.resolve_cluster_config(None, os.environ)
+    if config.task.job == "ps":
+        shoal.Server.for_task(config).join()
+        return 0
+    x, y = load_digits_data()
+    sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
+    dropped = 0
+    with shoal.TrainingSession(config, initial_variables(), OPTIMIZERS[args.optimizer](), sync=sync,
+                               max_steps=args.steps, min_shard_bytes=args.min_shard_bytes,
+                               request_timeout_s=30) as session:
+        while not session.should_stop():
+            idx = batch_for(config.replica_index, session.global_step, len(y))
+            _, result = session.run_step(loss_and_grad, x[idx], y[idx])
+            dropped += not result.applied
+            time.sleep(args.step_sleep)
+        session.pull()
+        np.savez(args.out / f"{config.task.job}{config.task.index}.npz", dropped=dropped, **session.params)
+    print("finished", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
