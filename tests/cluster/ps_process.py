@@ -1,0 +1,39 @@
+"""Helpers for tests that talk to a real ps process from the test process itself."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+from shoal.wire import JobSecret, RpcClient
+from tests.cluster.harness import LocalCluster
+
+PS_ONLY = ["-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ)).join()"]
+
+
+def start_ps(cluster: LocalCluster, index: int = 0):
+    return cluster.start("ps", index, PS_ONLY)
+
+
+def config_for(cluster: LocalCluster, job: str, index: int) -> ClusterConfig:
+    return ClusterConfig(ClusterSpec.from_dict(cluster.spec), TaskId(job, index))
+
+
+def secret_of(cluster: LocalCluster) -> JobSecret:
+    return JobSecret(cluster.secret.encode(), "test")
+
+
+def status(cluster: LocalCluster, index: int = 0, timeout_s: float = 10) -> dict:
+    client = RpcClient(cluster.spec["ps"][index], secret_of(cluster), f"ps:{index}", timeout_s)
+    try:
+        return client.call("status").header
+    finally:
+        client.close()
+
+
+def variables() -> dict[str, np.ndarray]:
+    return {"w": np.arange(6, dtype=np.float32).reshape(3, 2), "b": np.zeros(2, np.float32)}
+
+
+def grads(scale: float = 1.0) -> dict[str, np.ndarray]:
+    return {k: np.full_like(v, scale) for k, v in variables().items()}
