@@ -50,7 +50,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=1000, help="global steps to train (default: 1000)")
     parser.add_argument("--model_dir", default=os.environ.get("OUTPUT_DIR"),
                         help="model directory shared by the job (default: $OUTPUT_DIR)")
-    parser.add_argument("--learning_rate", type=float, default=0.5)
+    parser.add_argument("--learning_rate", type=float, default=None, help="default: 0.5 (softmax), 0.1 (MLP)")
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--log_every", type=int, default=100, help="print progress every N local steps")
     return parser.parse_args(argv)
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     variables = {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
     sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
-    with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate), sync=sync,
+    with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate or 0.5), sync=sync,
                                max_steps=args.steps) as session:
         local_steps, started = 0, time.monotonic()
         while not session.should_stop():

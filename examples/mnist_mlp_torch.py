@@ -1,0 +1,76 @@
+"""Distributed MNIST with a PyTorch MLP (784-256-10) on Shoal's parameter servers.
+
+The same flags and TF_CONFIG as examples/mnist_softmax.py. The module's parameters become ps
+variables (the big first layer is partitioned over the ps tasks); each step copies the current
+values into the module, runs forward/backward, and pushes the gradients. Workers use CUDA when
+present. Parameter servers never import torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+
+import shoal
+from mnist_softmax import parse_args  # same flags as the seed program
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    config = shoal.resolve_cluster_config(args, os.environ)
+    if config.task.job == "ps":
+        server = shoal.Server.for_task(config)
+        server.join()
+        print(f"{config.task} done: {server.reason}")
+        return 0
+    if config.task.job == "evaluator":
+        print("this example has no evaluator; nothing to do")
+        return 0
+
+    import torch
+    from torch import nn
+
+    from shoal.datasets.mnist import load_mnist
+    from shoal.train.torch_model import assign_module, module_gradients, module_variables
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+    loss_fn = nn.CrossEntropyLoss()
+    data = load_mnist()
+    sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
+    batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
+    with shoal.TrainingSession(config, module_variables(model), shoal.SGD(args.learning_rate or 0.1), sync=sync,
+                               max_steps=args.steps) as session:
+        local_steps, started = 0, time.monotonic()
+        while not session.should_stop():
+            idx = np.sort(next(batches))
+            x = torch.from_numpy(np.ascontiguousarray(data.train_x[idx])).to(device)
+            y = torch.from_numpy(np.ascontiguousarray(data.train_y[idx])).to(device)
+            assign_module(model, session.params)
+            model.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            result = session.push(module_gradients(model))
+            local_steps += 1
+            if local_steps % args.log_every == 0:
+                rate = local_steps * args.batch_size / (time.monotonic() - started)
+                print(f"{config.task} step={result.global_step} loss={loss.item():.4f} examples/s={rate:.0f}",
+                      flush=True)
+        session.pull()
+        assign_module(model, session.params)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(np.ascontiguousarray(data.test_x)).to(device))
+        acc = (logits.argmax(dim=1).cpu().numpy() == data.test_y).mean()
+    print(f"accuracy: {acc:.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

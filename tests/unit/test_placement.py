@@ -1,0 +1,50 @@
+import numpy as np
+import pytest
+
+from shoal.train import PlacementStrategy, TrainError, place_variables
+
+
+def test_large_variable_is_partitioned_into_row_ranges_on_distinct_ps():
+    variables = {"emb": np.zeros((1000, 256), np.float32), "b": np.zeros(10, np.float32)}  # emb: 1 MB
+    placement = place_variables(variables, num_ps=3, min_shard_bytes=256 << 10)
+    parts = [s for s in placement.shards if s.variable == "emb"]
+    assert [s.name for s in parts] == ["emb/part_0", "emb/part_1", "emb/part_2"]
+    assert parts[0].start == 0 and parts[-1].stop == 1000
+    assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))
+    assert len({s.ps for s in parts}) == 3
+
+
+def test_partition_respects_minimum_shard_size():
+    placement = place_variables({"w": np.zeros((100, 1024), np.float32)}, num_ps=8, min_shard_bytes=100 << 10)
+    assert len(placement.shards) == 4  # 400 KiB / 100 KiB, not 8
+
+
+def test_small_variables_are_not_partitioned():
+    placement = place_variables({"w": np.zeros((784, 10), np.float32)}, num_ps=4)
+    assert [s.name for s in placement.shards] == ["w"]
+
+
+def test_greedy_balances_bytes_across_ps():
+    variables = {"a": np.zeros(1000), "b": np.zeros(600), "c": np.zeros(500), "d": np.zeros(100)}
+    placement = place_variables(variables, num_ps=2, strategy=PlacementStrategy.GREEDY, min_shard_bytes=1 << 30)
+    load = [sum(s.nbytes for s in placement.on_ps(i)) for i in range(2)]
+    assert load == [8800, 8800]
+
+
+def test_round_robin_assigns_in_declaration_order():
+    variables = {name: np.zeros(3) for name in "abcde"}
+    placement = place_variables(variables, num_ps=2, strategy=PlacementStrategy.ROUND_ROBIN)
+    assert [s.ps for s in placement.shards] == [0, 1, 0, 1, 0]
+
+
+def test_split_gives_views_that_cover_each_variable():
+    w = np.arange(40.0).reshape(20, 2)
+    placement = place_variables({"w": w}, num_ps=2, min_shard_bytes=64)
+    per_ps = placement.split({"w": w})
+    np.testing.assert_array_equal(np.concatenate([per_ps[0]["w/part_0"], per_ps[1]["w/part_1"]]), w)
+    assert np.shares_memory(per_ps[0]["w/part_0"], w)
+
+
+def test_no_ps_is_a_clear_error():
+    with pytest.raises(TrainError, match="no ps tasks"):
+        place_variables({"w": np.zeros(3)}, num_ps=0)

@@ -1,0 +1,61 @@
+import msgpack
+import numpy as np
+import pytest
+
+from shoal.wire import ProtocolError, decode, encode
+from shoal.wire.message import CHUNK_BYTES
+
+
+def roundtrip(header, tensors):
+    frames = encode(header, tensors)
+    return decode([bytes(f) for f in frames])
+
+
+def test_tensors_roundtrip_exactly_for_every_dtype():
+    tensors = {dt: (np.arange(24) % 7).astype(dt).reshape(2, 3, 4) for dt in
+               ("float16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool")}
+    tensors["scalar"] = np.float64(2.5) * np.ones(())
+    message = roundtrip({"op": "x", "rid": 1}, tensors)
+    assert message.header["op"] == "x" and message.rid == 1
+    for name, array in tensors.items():
+        assert message.tensors[name].dtype == array.dtype
+        np.testing.assert_array_equal(message.tensors[name], array)
+
+
+def test_large_tensor_is_chunked_and_reassembled():
+    big = np.random.default_rng(0).random(CHUNK_BYTES // 8 * 2 + 5)  # just over two chunks
+    frames = encode({"rid": 2}, {"big": big})
+    assert len(frames) == 1 + 3
+    np.testing.assert_array_equal(decode([bytes(f) for f in frames]).tensors["big"], big)
+
+
+def test_encode_refuses_object_arrays_naming_the_tensor():
+    with pytest.raises(ProtocolError, match="'bad' has dtype object"):
+        encode({"rid": 1}, {"bad": np.array([object()])})
+
+
+@pytest.mark.parametrize("header, match", [
+    ({"v": 1, "rid": 1, "t": [["x", "float32", [2], 1]]}, "1 tensor frames but 0 arrived"),
+    ({"v": 2, "rid": 1, "t": []}, "version 2 is not supported"),
+    ({"v": 1, "rid": -1, "t": []}, "'rid' must be a non-negative int"),
+    ({"v": 1, "rid": 1, "t": [["x", "complex64", [2], 1]]}, "unknown dtype"),
+    ({"v": 1, "rid": 1, "t": [["x", "float32", [-2], 1]]}, "bad shape"),
+    ({"v": 1, "rid": 1, "t": [["x", "float32", [2], 0]]}, "bad chunk count"),
+    ({"v": 1, "rid": 1, "t": [["x", "float32", [2], 1], ["x", "float32", [2], 1]]}, "duplicate tensor name"),
+    ({"v": 1, "rid": 1, "t": "nope"}, "'t' must be a list"),
+])
+def test_decode_rejects_bad_headers(header, match):
+    with pytest.raises(ProtocolError, match=match):
+        decode([msgpack.packb(header)])
+
+
+def test_decode_rejects_wrong_byte_count():
+    frames = [msgpack.packb({"v": 1, "rid": 1, "t": [["x", "float32", [4], 1]]}), b"\0" * 15]
+    with pytest.raises(ProtocolError, match="needs 16 bytes, got 15"):
+        decode(frames)
+
+
+@pytest.mark.parametrize("raw", [b"", b"\xc1", b"\x93\x01\x02\x03", b"\xa5hello"])
+def test_decode_rejects_garbage(raw):
+    with pytest.raises(ProtocolError):
+        decode([raw])
