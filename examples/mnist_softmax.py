@@ -18,9 +18,14 @@ import os
 import sys
 import time
 
-import numpy as np
+# One BLAS thread per task: several tasks share the machine's cores, and idle BLAS threads that
+# spin waiting for work slow every task down (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-import shoal
+import numpy as np  # noqa: E402  (after the thread settings, which numpy reads at import)
+
+import shoal  # noqa: E402
 from shoal.datasets.mnist import load_mnist
 
 
