@@ -21,20 +21,14 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402  (after the thread settings, which numpy reads at import)
 
 import shoal  # noqa: E402
-from mnist_softmax import parse_args  # same flags as the seed program
+from mnist_softmax import is_training_task, parse_args  # same flags and roles as the seed program
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     config = shoal.resolve_cluster_config(args, os.environ)
-    if config.task.job == "ps":
-        server = shoal.Server.for_task(config)
-        server.join()
-        print(f"{config.task} done: {server.reason}")
-        return 0
-    if config.task.job == "evaluator":
-        print("this example has no evaluator; nothing to do")
+    if not is_training_task(config):
         return 0
 
     import torch

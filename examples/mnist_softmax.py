@@ -61,17 +61,24 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
-    config = shoal.resolve_cluster_config(args, os.environ)
+def is_training_task(config: shoal.ClusterConfig) -> bool:
+    """Run the task's role if it does not train: a ps serves until the job is over (blocks)."""
     if config.task.job == "ps":
         server = shoal.Server.for_task(config)
         server.join()
         print(f"{config.task} done: {server.reason}")
-        return 0
+        return False
     if config.task.job == "evaluator":
         print("this example has no evaluator; nothing to do")
+        return False
+    return True
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    config = shoal.resolve_cluster_config(args, os.environ)
+    if not is_training_task(config):
         return 0
 
     data = load_mnist()
