@@ -59,7 +59,7 @@ def job_table(job: JobRecord) -> str:
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
+    """Left-aligned columns separated by two spaces; the first row is the header."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
-    )
+    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)

@@ -7,7 +7,7 @@ import importlib.util
 import subprocess
 
 from shoal.cli.environment import Environment
-from shoal.cli.exit_codes import MissingTool
+from shoal.cli.errors import MissingTool
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from shoal.cli.errors import MissingTool
 from shoal.cluster import ClusterError
 from shoal.errors import ShoalError
 from shoal.launch.errors import JobNotFound, PlanError, SpecError, StartError
@@ -39,7 +40,3 @@ def exit_code_for(error: ShoalError) -> ExitCode:
     if isinstance(error, MissingTool):
         return ExitCode.MISSING_TOOL
     return ExitCode.ERROR
-
-
-class MissingTool(ShoalError):
-    """An optional program the command needs (TensorBoard) is not installed."""

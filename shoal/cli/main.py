@@ -31,8 +31,8 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse has printed the usage error
-        return int(e.code or 0) and ExitCode.USAGE
+    except SystemExit as e:  # argparse printed --help (code 0) or a usage error
+        return int(ExitCode.OK) if not e.code else int(ExitCode.USAGE)
     try:
         return int(args.handler(args, env))
     except ShoalError as e:

@@ -76,16 +76,20 @@ class ConsoleObserver:
 
 
 class RecordsObserver:
-    """Writes state changes, every started process and (at most once a second) the
-    progress to the JobStore."""
+    """Writes state changes, every started process and the progress (the highest step
+    seen; at most once a second, and once more when the job ends) to the JobStore."""
 
     def __init__(self, plan: JobPlan, store: JobStore) -> None:
         self._job_id = plan.job_id
         self._store = store
         self._last = 0.0
+        self._pending: Optional[tuple[int, float]] = None
+        self._best = -1
         self._lock = threading.Lock()
 
     def job_changed(self, state: JobState, reason: str) -> None:
+        if state.is_terminal:
+            self._flush_progress()
         self._store.set_job_state(self._job_id, state.value, reason, ended=state.is_terminal)
 
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
@@ -97,10 +101,20 @@ class RecordsObserver:
     def progress(self, name: str, step: int, loss: float) -> None:
         now = time.monotonic()
         with self._lock:
+            if step < self._best:
+                return
+            self._best = step
+            self._pending = (step, loss)
             if now - self._last < _RECORD_PROGRESS_EVERY:
                 return
             self._last = now
-        self._store.set_progress(self._job_id, step, loss)
+        self._flush_progress()
+
+    def _flush_progress(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self._store.set_progress(self._job_id, *pending)
 
 
 class Observers:

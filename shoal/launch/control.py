@@ -21,8 +21,8 @@ LAUNCHER_DIED = "the launcher died; its watchdog stopped the tasks"
 
 
 def _same_process(pid: Optional[int], started: Optional[float]) -> Optional[psutil.Process]:
-    if not pid:
-        return None
+    if not pid or not started:
+        return None  # without a create time we cannot tell it from a reused pid
     try:
         proc = psutil.Process(pid)
         if started and abs(proc.create_time() - started) > 0.05:
@@ -67,11 +67,13 @@ def kill_job(store: JobStore, ref: str, timeout: float = 20.0) -> JobRecord:
         if launcher is not None:
             try:
                 launcher.send_signal(signal.SIGTERM)
-                launcher.wait(timeout)
-            except psutil.TimeoutExpired:
-                launcher.kill()
             except psutil.Error:
                 pass
+            if not _wait_stopped(store, job.id, launcher, timeout):
+                try:
+                    launcher.kill()
+                except psutil.Error:
+                    pass
     for proc in live_processes(store, job):
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -85,6 +87,23 @@ def kill_job(store: JobStore, ref: str, timeout: float = 20.0) -> JobRecord:
         _mark_killed(store, job, "killed by shoal kill")
         job = store.find(job.id)
     return job
+
+
+def _wait_stopped(store: JobStore, job_id: str, launcher: psutil.Process,
+                  timeout: float) -> bool:
+    """Wait until the job is recorded as over or its launcher is gone (a zombie counts:
+    the launcher may not be our child, so we cannot reap it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if JobState(store.find(job_id).state).is_terminal:
+            return True
+        try:
+            if launcher.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _mark_killed(store: JobStore, job: JobRecord, reason: str) -> None:

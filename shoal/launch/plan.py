@@ -106,12 +106,13 @@ def make_plan(
 ) -> JobPlan:
     """Plan `spec` as job `job_id` on `host`; PlanError if it cannot run here.
 
-    Tasks are ordered ps, chief, worker, evaluator (servers first). `gpu_count` is how
-    many GPUs the host has; tasks asking for GPUs get distinct ones, in task order.
+    `workdir` (absolute) is where shoal was started; a relative spec.workdir or
+    output_dir is taken from there. Tasks are ordered ps, chief, worker, evaluator.
+    `gpu_count` is how many GPUs the host has; tasks asking for GPUs get distinct ones,
+    in task order.
     """
     job_dir = (shoal_home / "jobs" / job_id).resolve()
-    workdir = Path(spec.workdir) if spec.workdir else workdir
-    workdir = (workdir if workdir.is_absolute() else Path.cwd() / workdir).resolve()
+    workdir = (workdir / spec.workdir if spec.workdir else workdir).resolve()
     if spec.output_dir:
         out = Path(spec.output_dir).expanduser()
         model_dir = out if out.is_absolute() else workdir / out
@@ -120,7 +121,7 @@ def make_plan(
     order = ("ps", "chief", "worker", "evaluator")
     ids = [TaskId(job, i) for job in order for i in range(spec.count(job))]
     ports = free_ports(len(ids) + 1, host)
-    addresses = {task: f"{host}:{port}" for task, port in zip(ids, ports)}
+    addresses = {task: f"{host}:{port}" for task, port in zip(ids, ports[:-1], strict=True)}
     cluster = ClusterSpec.from_dict(
         {job: [addresses[t] for t in ids if t.job == job] for job in order if spec.count(job)}
     )

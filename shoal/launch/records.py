@@ -110,6 +110,7 @@ class JobStore:
         self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False,
                                    isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per write
         self._db.executescript(_SCHEMA)
         return self
 

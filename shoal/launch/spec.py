@@ -93,7 +93,7 @@ class RoleSpec(_Frozen):
     cpus: Optional[float] = Field(None, gt=0)
     memory: Optional[int] = None
     gpus: int = Field(0, ge=0)
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
     run: Optional[Union[str, list[str]]] = None
 
     @field_validator("memory", mode="before")
@@ -127,12 +127,12 @@ class JobSpec(_Frozen):
 
     name: str = Field(pattern=f"^{_NAME_RE}$")
     run: Union[str, list[str]]
-    parameters: dict[str, Union[bool, int, float, str]] = {}
+    parameters: dict[str, Union[bool, int, float, str]] = Field(default_factory=dict)
     roles: dict[str, RoleSpec]
-    env: dict[str, str] = {}
+    env: dict[str, str] = Field(default_factory=dict)
     output_dir: Optional[str] = None
     workdir: Optional[str] = None
-    restart: RestartSpec = RestartSpec()
+    restart: RestartSpec = Field(default_factory=RestartSpec)
     deadline: Optional[float] = None
     grace_period: float = 5.0
 

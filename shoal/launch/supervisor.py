@@ -162,20 +162,22 @@ class Supervisor:
             return
         slot.proc = proc
         self._reaper.add(proc.pgid)
+        # Observers hear of RUNNING before the watcher exists, so the process cannot have
+        # been reaped yet and its pid still names it (records read its create time).
+        self._move(slot, TaskState.RUNNING, f"pid {proc.pid}", pid=proc.pid)
         reader = self._mux.attach(slot.plan.label, slot.plan.name, proc.stdout,
                                   slot.plan.log_path)
         threading.Thread(
             target=self._watch, args=(slot.plan.name, slot.attempt, proc, reader),
             name=f"watch-{slot.plan.name}", daemon=True,
         ).start()
-        self._move(slot, TaskState.RUNNING, f"pid {proc.pid}", pid=proc.pid)
 
     def _watch(self, name: str, attempt: int, proc: LocalProcess,
                reader: threading.Thread) -> None:
         code = proc.wait_exit()
         proc.stop_group(self._plan.grace_period)
+        self._reaper.remove(proc.pgid)  # before reaping: after it the pgid may be reused
         proc.reap()
-        self._reaper.remove(proc.pgid)
         reader.join(timeout=2.0)
         self._events.put((name, attempt, code))
 

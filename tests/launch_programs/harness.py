@@ -72,7 +72,10 @@ def recorded_pids(home: Path) -> list[int]:
     if not db.exists():
         return []
     with sqlite3.connect(str(db), timeout=10) as conn:
-        return [row[0] for row in conn.execute("SELECT pid FROM processes")]
+        try:
+            return [row[0] for row in conn.execute("SELECT pid FROM processes")]
+        except sqlite3.OperationalError:  # the launcher has not created the tables yet
+            return []
 
 
 def grandchild_pids(home: Path) -> list[int]:
@@ -112,9 +115,9 @@ def cleanup(home: Path, *procs: subprocess.Popen) -> None:
         if proc.stdout:
             proc.stdout.close()
     for pid in alive(recorded_pids(home)) + alive(grandchild_pids(home)):
-        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        for kill in (os.killpg, os.kill):  # its group if it leads one, else itself
             try:
-                kill()
+                kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 

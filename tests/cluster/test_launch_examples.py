@@ -1,0 +1,70 @@
+"""The shipped job specs run unchanged under `shoal train`: the seed MNIST job on Shoal's
+runtime, and plain TensorFlow programs (TF2 ParameterServerStrategy, TF1 seed style) —
+those are skipped only where tensorflow is not importable (CI installs tensorflow-cpu)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
+from harness import alive, cleanup, recorded_pids, run_shoal, status  # noqa: E402
+
+needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                              reason="tensorflow is not installed (pip install tensorflow-cpu)")
+
+
+@pytest.mark.timeout(120)
+def test_mnist_yaml_trains_two_workers_and_ps_exit_by_themselves(tmp_path):
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "train", "examples/mnist.yaml", "-p", "steps=200", timeout=110)
+        text = out.stdout.decode()
+        assert out.returncode == 0, text
+        for index in (0, 1):
+            prefix = f"mnist.worker.{index} | "
+            lines = [line for line in text.splitlines() if line.startswith(prefix)]
+            assert lines[-1].startswith(f"mnist.worker.{index} | accuracy: 0.")
+        [job] = status(home)
+        assert job["state"] == "SUCCEEDED" and job["step"] is not None
+        assert alive(recorded_pids(home)) == []
+    finally:
+        cleanup(home)
+
+
+@needs_tf
+@pytest.mark.timeout(180)
+def test_tf2_parameter_server_strategy_runs_and_teardown_stops_servers(tmp_path):
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "train", "examples/tf/ps_strategy.yaml", timeout=170)
+        text = out.stdout.decode()
+        assert out.returncode == 0, text
+        assert "tf2-ps.chief.0 | step=20 loss=" in text
+        [job] = status(home)
+        states = {t["name"]: t["state"] for t in job["tasks"]}
+        assert states == {"chief.0": "SUCCEEDED", "worker.0": "KILLED", "worker.1": "KILLED",
+                          "ps.0": "KILLED"}
+        assert float((Path(job["model_dir"]) / "result.txt").read_text()) < 0.1
+        assert alive(recorded_pids(home)) == []
+    finally:
+        cleanup(home)
+
+
+@needs_tf
+@pytest.mark.timeout(180)
+def test_tf1_seed_program_runs_and_ps_is_stopped(tmp_path):
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "train", "examples/tf/seed_tf1.yaml", "-p", "steps=30",
+                        timeout=170)
+        text = out.stdout.decode()
+        assert out.returncode == 0, text
+        assert "tf1-seed.worker.0 | worker:0 done" in text
+        [job] = status(home)
+        assert job["state"] == "SUCCEEDED"
+        assert {t["name"]: t["state"] for t in job["tasks"]}["ps.0"] == "KILLED"
+        assert alive(recorded_pids(home)) == []
+    finally:
+        cleanup(home)

@@ -1,0 +1,119 @@
+"""The CLI in-process (injected Environment): exit codes for errors, dry run, status."""
+
+import io
+import json
+from pathlib import Path
+
+from shoal.cli.environment import Environment
+from shoal.cli.exit_codes import ExitCode
+from shoal.cli.main import main
+
+
+class Captured:
+    def __init__(self, tmp_path: Path):
+        self.out = io.StringIO()
+        self.err = io.StringIO()
+        self.env = Environment(environ={"SHOAL_HOME": str(tmp_path / "home")},
+                               stdout=self.out, stderr=self.err, stdout_bytes=io.BytesIO(),
+                               cwd=tmp_path)
+
+    def __call__(self, *argv):
+        return main(list(argv), self.env)
+
+
+def write(tmp_path, text):
+    (tmp_path / "job.yaml").write_text(text)
+    return "job.yaml"
+
+
+GOOD = "name: j\nparameters: {steps: 5}\nrun: python t.py --steps {{ steps }}\n" \
+       "roles:\n  worker: {count: 2}\n  ps: {count: 1}\n"
+
+
+def test_spec_errors_exit_with_spec_error_code_and_name_the_file(tmp_path):
+    bad = {
+        "bad yaml": "name: j\nroles: [\n",
+        "unknown role": GOOD.replace("ps:", "boss:"),
+        "negative count": GOOD.replace("count: 2", "count: -2"),
+        "missing command": GOOD.replace("run: python t.py --steps {{ steps }}\n", ""),
+        "unknown parameter": GOOD.replace("{{ steps }}", "{{ step }}"),
+    }
+    for case, text in bad.items():
+        shoal = Captured(tmp_path)
+        assert shoal("train", write(tmp_path, text)) == ExitCode.SPEC_ERROR, case
+        assert shoal.err.getvalue().startswith("shoal train: error: job.yaml:"), case
+
+
+def test_unknown_parameter_override_exits_with_spec_error(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("train", write(tmp_path, GOOD), "-p", "nope=1") == ExitCode.SPEC_ERROR
+    assert "unknown parameter 'nope'" in shoal.err.getvalue()
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("train", write(tmp_path, GOOD), "--param", "steps=7", "--dry-run") == 0
+    text = shoal.out.getvalue()
+    assert text.count("cd ") == 3 and "t.py --steps 7" in text and "SHOAL_TASK=worker:1" in text
+    assert not (tmp_path / "home" / "jobs.db").exists()
+
+
+def test_run_flags_dry_run_builds_the_cluster(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--ps", "2", "--workers", "2", "--chief", "--dry-run", "--",
+                 "python", "train.py", "--lr", "0.1") == 0
+    text = shoal.out.getvalue()
+    assert text.count("# job.") == 5 and "train.py --lr 0.1" in text
+
+
+def test_run_without_command_is_a_spec_error(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--workers", "1") == ExitCode.SPEC_ERROR
+
+
+def test_run_negative_count_is_a_spec_error(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--ps", "-1", "--", "true") == ExitCode.SPEC_ERROR
+    assert "roles.ps.count" in shoal.err.getvalue()
+
+
+def test_status_json_is_an_empty_list_without_jobs(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("status", "--json") == 0
+    assert json.loads(shoal.out.getvalue()) == []
+
+
+def test_unknown_job_exits_with_not_found(tmp_path):
+    shoal = Captured(tmp_path)
+    for command in ("logs", "kill", "monitor", "tensorboard"):
+        assert shoal(command, "nope") == ExitCode.JOB_NOT_FOUND, command
+
+
+def test_usage_error_exits_2(tmp_path):
+    assert Captured(tmp_path)("frobnicate") == ExitCode.USAGE
+
+
+def test_tensorboard_without_tensorboard_says_how_to_install_it(tmp_path, monkeypatch):
+    from shoal.cli import cmd_tensorboard
+    from shoal.launch.plan import make_plan
+    from shoal.launch.spec import spec_from_dict
+
+    shoal = Captured(tmp_path)
+    spec = spec_from_dict({"name": "tb", "run": "true", "roles": {"worker": {}}})
+    plan = make_plan(spec, job_id="tb-1", shoal_home=tmp_path / "home", workdir=tmp_path,
+                     python="/py")
+    with shoal.env.store() as store:
+        store.create_job(plan, 1, 0.0)
+    monkeypatch.setattr(cmd_tensorboard.importlib.util, "find_spec", lambda name: None)
+    assert shoal("tensorboard", "tb") == ExitCode.MISSING_TOOL
+    assert "pip install tensorboard" in shoal.err.getvalue()
+
+
+def test_mnist_example_spec_plans_two_ps_and_two_workers(tmp_path):
+    shoal = Captured(Path(__file__).resolve().parents[2])
+    shoal.env.environ["SHOAL_HOME"] = str(tmp_path)  # type: ignore[index]
+    assert shoal("train", "examples/mnist.yaml", "-p", "steps=300", "--dry-run") == 0
+    text = shoal.out.getvalue()
+    assert [line.split()[1] for line in text.splitlines() if line.startswith("# ")] == [
+        "mnist.ps.0", "mnist.ps.1", "mnist.worker.0", "mnist.worker.1"]
+    assert text.count("examples/mnist_softmax.py --steps 300") == 4

@@ -1,0 +1,51 @@
+"""JobStore: jobs newest first, lookup by id, prefix or name; states and processes."""
+
+from pathlib import Path
+
+import pytest
+
+from shoal.launch.errors import JobNotFound
+from shoal.launch.plan import make_plan
+from shoal.launch.records import JobStore
+from shoal.launch.spec import spec_from_dict
+from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState
+
+
+def plan(job_id, name="m"):
+    spec = spec_from_dict({"name": name, "run": "true", "roles": {"worker": {"count": 2}}})
+    return make_plan(spec, job_id=job_id, shoal_home=Path("/h"), workdir=Path("/w"), python="/py")
+
+
+def test_jobs_are_listed_newest_first_and_found_by_id_prefix_or_name(tmp_path):
+    with JobStore(tmp_path / "jobs.db") as store:
+        store.create_job(plan("m-1"), 1, 0.0)
+        store.create_job(plan("m-2"), 1, 0.0)
+        store.create_job(plan("x-1", "x"), 1, 0.0)
+        assert [j.id for j in store.list_jobs()] == ["x-1", "m-2", "m-1"]
+        assert store.find("m-1").id == "m-1" and store.find("x").id == "x-1"
+        with pytest.raises(JobNotFound, match="ambiguous"):
+            store.find("m-")
+        with pytest.raises(JobNotFound, match="no job 'zzz'"):
+            store.find("zzz")
+
+
+def test_states_processes_and_progress_are_recorded(tmp_path):
+    with JobStore(tmp_path / "jobs.db") as store:
+        store.create_job(plan("m-1"), 1, 0.0)
+        store.set_task("m-1", "worker.1", "RUNNING", "pid 42", 0, 42)
+        store.add_process("m-1", "worker.1", 42, 1.5)
+        store.set_progress("m-1", 100, 0.25)
+        store.set_job_state("m-1", "SUCCEEDED", "done", exit_code=0, ended=True)
+        job = store.find("m-1")
+        assert job.state == "SUCCEEDED" and job.exit_code == 0 and job.ended is not None
+        assert (job.step, job.loss) == (100, 0.25)
+        assert job.task("worker.1").pid == 42 and job.task("worker.0").state == "PENDING"
+        assert [(p.name, p.pid) for p in store.processes("m-1")] == [("worker.1", 42)]
+        assert job.as_json()["tasks"][1]["name"] == "worker.1"
+
+
+def test_terminal_states_have_no_transitions():
+    for state in TaskState:
+        assert (not TASK_TRANSITIONS[state]) == state.is_terminal
+    for state in JobState:
+        assert (not JOB_TRANSITIONS[state]) == state.is_terminal
