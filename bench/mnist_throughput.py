@@ -223,10 +223,11 @@ def _measure(example: str, mode: str, steps: int, tasks: list[Task], codes: dict
     examples = in_window * BATCH
     window = end - start
     others = _at(machine_cpu, end) - _at(machine_cpu, start) - ours
+    by_job = {job: sum(v for k, v in cpu.items() if k.startswith(job)) for job in ("worker", "ps")}
     run.update({
         "cpu_us_per_example": round(ours / examples * 1e6, 2) if examples else None,
-        "cpu_us_per_example_by_job": {job: round(sum(v for k, v in cpu.items() if k.startswith(job)) / examples * 1e6, 2)
-                                      for job in ("worker", "ps")} if examples else None,
+        "cpu_us_per_example_by_job": {job: round(v / examples * 1e6, 2) for job, v in by_job.items()}
+        if examples else None,
         "cpu_bound_examples_per_s": round((os.cpu_count() or 1) * examples / ours) if ours > 0 else None,
         "cpu_share_ours": round(ours / (window * (os.cpu_count() or 1)), 2) if window > 0 else None,
         "cpu_share_others": round(max(0.0, others) / (window * (os.cpu_count() or 1)), 2) if window > 0 else None,
@@ -291,7 +292,8 @@ def _table(summary: list[dict]) -> str:
         rows.append(f"{s['example']:8} {s['mode']:5} {s['examples_per_s']:>10} {vs_tf1} "
                     f"{s['examples_per_s_self_reported']:>8} {s['first_step_s']:>10.2f} {s['peak_rss_mb_ps']:>9.0f} "
                     f"{s['peak_rss_mb_worker']:>9.0f} {s['peak_private_mb_worker']:>10.0f} {s['accuracy_min']:>6.3f} "
-                    f"{s['cpu_us_per_example']:>9.1f} {s['cpu_us_per_example_worker']:>5.1f}/{s['cpu_us_per_example_ps']:<5.1f} "
+                    f"{s['cpu_us_per_example']:>9.1f} "
+                    f"{s['cpu_us_per_example_worker']:>5.1f}/{s['cpu_us_per_example_ps']:<5.1f} "
                     f"{s['cpu_bound_examples_per_s']:>11} {s['cpu_share_others']:>6.2f}  {goals}")
     return "\n".join(rows)
 

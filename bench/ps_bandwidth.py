@@ -38,14 +38,16 @@ import resource
 import secrets
 import socket
 import struct
+import subprocess
 import sys
 import time
 from typing import Callable
 
 import numpy as np
 
+import shoal
 from bench import free_ports, kill_group, machine, median, spawn
-from shoal.wire import CHUNK_BYTES
+from shoal.wire import CHUNK_BYTES, RpcClient
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 128 * MiB]
@@ -174,20 +176,17 @@ class ShoalSide:
     """
 
     def __init__(self, sizes: list[int]):
-        import shoal
-        self.shoal = shoal
         self.values = {"tiny": np.zeros(1, np.float32), **{f"v{n}": np.zeros(n // 4, np.float32) for n in sizes}}
         ports = free_ports(1 + len(self.values))
         self.spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
         self.secret_text = secrets.token_hex(16)
         self.secret = shoal.JobSecret(self.secret_text.encode(), "bench")
-        self.proc = None
-        self.client = None
-        self.sessions: dict = {}
+        self.proc: subprocess.Popen | None = None
+        self.client: RpcClient | None = None
+        self.sessions: dict[str, shoal.TrainingSession] = {}
 
     def start(self) -> None:
         """Start the ps, create and initialize every variable on it, open the sessions. Blocks."""
-        from shoal.wire import RpcClient
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
         env.update(TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": 0}}),
                    SHOAL_JOB_SECRET=self.secret_text, PYTHONUNBUFFERED="1")
@@ -195,15 +194,15 @@ class ShoalSide:
                                  "shoal.resolve_cluster_config(None, os.environ)).join()"], env=env)
         self.client = RpcClient(self.spec["ps"][0], self.secret, "ps:0", timeout_s=120)
         self.client.call("status", timeout_s=30)  # waits for the ps to come up
-        rule = self.shoal.SGD(0.0).to_config()
+        rule = shoal.SGD(0.0).to_config()
         for name, value in self.values.items():
             self.client.call("init", {"rule": rule}, {name: value})
         self.client.call("ready")
-        spec = self.shoal.ClusterSpec.from_dict(self.spec)
+        spec = shoal.ClusterSpec.from_dict(self.spec)
         for i, (name, value) in enumerate(self.values.items()):
-            config = self.shoal.ClusterConfig(spec, self.shoal.TaskId("worker", i))
-            self.sessions[name] = self.shoal.TrainingSession(config, {name: value}, self.shoal.SGD(0.0),
-                                                             secret=self.secret, request_timeout_s=120).start()
+            config = shoal.ClusterConfig(spec, shoal.TaskId("worker", i))
+            self.sessions[name] = shoal.TrainingSession(config, {name: value}, shoal.SGD(0.0), secret=self.secret,
+                                                        request_timeout_s=120).start()
 
     def push(self, name: str, grad: np.ndarray) -> None:
         self.sessions[name].push({name: grad})
@@ -227,7 +226,7 @@ class ShoalSide:
         if self.proc is not None:
             try:
                 code = self.proc.wait(timeout=10)
-            except Exception:
+            except subprocess.TimeoutExpired:
                 code = None
             finally:
                 kill_group(self.proc)

@@ -7,19 +7,36 @@
         with shoal.TrainingSession(config, variables, shoal.SGD(0.5)) as session:
             ...
 
-Importing `shoal` does not import PyTorch (see `shoal.train.torch_model`), so ps tasks stay small.
+The names below load on first use, so `import shoal.cli` (the launcher) does not pull in the
+runtime, and importing `shoal` never imports PyTorch (see `shoal.train.torch_model`).
 """
 
-from shoal.cluster import ClusterConfig, ClusterError, ClusterSpec, TaskId, add_cluster_flags, resolve_cluster_config
-from shoal.errors import ShoalError
-from shoal.ps import SGD, Adagrad, Adam, Momentum, PsError, Server, UpdateRule
-from shoal.train import (PlacementStrategy, ShardedBatches, StepResult, SyncOptions, TrainError, TrainingSession)
-from shoal.train.local import LocalCluster, create_local_server
-from shoal.wire import JobSecret
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = ["SGD", "Adagrad", "Adam", "ClusterConfig", "ClusterError", "ClusterSpec", "JobSecret", "LocalCluster",
-           "Momentum", "PlacementStrategy", "PsError", "Server", "ShardedBatches", "ShoalError", "StepResult",
-           "SyncOptions", "TaskId", "TrainError", "TrainingSession", "UpdateRule", "add_cluster_flags",
-           "create_local_server", "resolve_cluster_config"]
+_EXPORTS = {
+    "shoal.cluster": ("ClusterConfig", "ClusterError", "ClusterSpec", "TaskId", "add_cluster_flags",
+                      "resolve_cluster_config"),
+    "shoal.errors": ("ShoalError",),
+    "shoal.ps": ("SGD", "Adagrad", "Adam", "Momentum", "PsError", "Server", "UpdateRule"),
+    "shoal.train": ("PlacementStrategy", "ShardedBatches", "StepResult", "SyncOptions", "TrainError",
+                    "TrainingSession"),
+    "shoal.train.local": ("LocalCluster", "create_local_server"),
+    "shoal.wire": ("JobSecret",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shoal' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

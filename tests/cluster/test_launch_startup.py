@@ -4,11 +4,8 @@ slow every `shoal` command and blur the dependency direction cli -> launch -> cl
 import subprocess
 import sys
 
-import pytest
 
 
-@pytest.mark.xfail(strict=False, reason="shoal/__init__.py imports the runtime eagerly;"
-                   " make its re-exports lazy (PEP 562 __getattr__), then drop this marker")
 def test_importing_the_cli_does_not_load_the_runtime():
     code = ("import sys, shoal.cli.main; "
             "print(sorted(m for m in sys.modules if m.startswith(('shoal.ps', 'shoal.train',"
