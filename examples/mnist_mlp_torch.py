@@ -21,7 +21,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402  (after the thread settings, which numpy reads at import)
 
 import shoal  # noqa: E402
-from mnist_softmax import is_training_task, parse_args  # same flags and roles as the seed program
+from mnist_softmax import is_training_task, parse_args, session_options  # same flags and roles as the seed
 
 
 def main(argv=None) -> int:
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
     with shoal.TrainingSession(config, module_variables(model), shoal.SGD(args.learning_rate or 0.1), sync=sync,
-                               max_steps=args.steps) as session:
+                               **session_options(args)) as session:
         local_steps, started = 0, time.monotonic()
         while not session.should_stop():
             idx = np.sort(next(batches))
@@ -62,11 +62,15 @@ def main(argv=None) -> int:
                 rate = local_steps * args.batch_size / (time.monotonic() - started)
                 print(f"{config.task} step={result.global_step} loss={loss.item():.4f} examples/s={rate:.0f}",
                       flush=True)
+                if session.summaries is not None:
+                    session.summaries.scalar("loss", loss.item(), result.global_step)
         session.pull()
         assign_module(model, session.params)
-    with torch.no_grad():
-        logits = model(torch.from_numpy(np.ascontiguousarray(data.test_x)).to(device))
-        acc = (logits.argmax(dim=1).cpu().numpy() == data.test_y).mean()
+        with torch.no_grad():
+            logits = model(torch.from_numpy(np.ascontiguousarray(data.test_x)).to(device))
+            acc = float((logits.argmax(dim=1).cpu().numpy() == data.test_y).mean())
+        if session.summaries is not None:
+            session.summaries.scalar("accuracy", acc, session.global_step)
     print(f"accuracy: {acc:.4f}", flush=True)
     return 0
 

@@ -8,6 +8,12 @@ Run the same program on every task; its role comes from the classic flags or TF_
 Softmax regression 784 -> 10, batch 100, SGD with learning rate 0.5. `--sync` aggregates the
 gradients of every worker per step. Each worker ends with `accuracy: <test accuracy>`;
 parameter servers exit 0 by themselves when the workers are done.
+
+With `--model_dir DIR` (default: $OUTPUT_DIR) the chief saves checkpoints there every
+`--checkpoint_every_steps` steps and at the end, a run started again carries on from the newest
+one (`restored checkpoint step=N`), a ps task that dies and is started again gets its variables
+back, and every task writes TensorBoard summaries (`tensorboard --logdir DIR`). The final model
+is DIR/export/model.safetensors.
 """
 
 from __future__ import annotations
@@ -58,7 +64,22 @@ def parse_args(argv=None):
     parser.add_argument("--learning_rate", type=float, default=None, help="default: 0.5 (softmax), 0.1 (MLP)")
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--log_every", type=int, default=100, help="print progress every N local steps")
+    parser.add_argument("--checkpoint_every_steps", type=int, default=100,
+                        help="with --model_dir: save a checkpoint every N global steps (0: only at the end)")
+    parser.add_argument("--checkpoint_every_secs", type=float, default=600)
+    parser.add_argument("--keep_checkpoints", type=int, default=5)
+    parser.add_argument("--ps_recovery_timeout", type=float, default=120,
+                        help="seconds to wait for a lost ps task to come back before failing")
     return parser.parse_args(argv)
+
+
+def session_options(args) -> dict:
+    """TrainingSession keyword arguments from the flags both examples share."""
+    return dict(max_steps=args.steps, model_dir=args.model_dir or None, summary_every_steps=args.log_every,
+                checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps or None,
+                                                    every_s=args.checkpoint_every_secs or None,
+                                                    keep=args.keep_checkpoints),
+                ps_recovery_timeout_s=args.ps_recovery_timeout)
 
 
 def is_training_task(config: shoal.ClusterConfig) -> bool:
@@ -86,7 +107,7 @@ def main(argv=None) -> int:
     sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
     with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate or 0.5), sync=sync,
-                               max_steps=args.steps) as session:
+                               **session_options(args)) as session:
         local_steps, started = 0, time.monotonic()
         while not session.should_stop():
             idx = np.sort(next(batches))
@@ -95,8 +116,15 @@ def main(argv=None) -> int:
             if local_steps % args.log_every == 0:
                 rate = local_steps * args.batch_size / (time.monotonic() - started)
                 print(f"{config.task} step={result.global_step} loss={loss:.4f} examples/s={rate:.0f}", flush=True)
+                if session.summaries is not None:
+                    session.summaries.scalar("loss", loss, result.global_step)
+                    if config.is_chief:
+                        session.summaries.scalar("accuracy", accuracy(session.params, data.test_x, data.test_y),
+                                                 result.global_step)
         session.pull()
         acc = accuracy(session.params, data.test_x, data.test_y)
+        if session.summaries is not None:
+            session.summaries.scalar("accuracy", acc, session.global_step)
     print(f"accuracy: {acc:.4f}", flush=True)
     return 0
 

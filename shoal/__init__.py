@@ -20,7 +20,7 @@ _EXPORTS = {
                       "resolve_cluster_config"),
     "shoal.errors": ("ShoalError",),
     "shoal.ps": ("SGD", "Adagrad", "Adam", "Momentum", "PsError", "Server", "UpdateRule"),
-    "shoal.train": ("PlacementStrategy", "ShardedBatches", "StepResult", "SyncOptions", "TrainError",
+    "shoal.train": ("CheckpointOptions", "PlacementStrategy", "ShardedBatches", "StepResult", "SyncOptions", "TrainError",
                     "TrainingSession"),
     "shoal.train.local": ("LocalCluster", "create_local_server"),
     "shoal.wire": ("JobSecret",),

@@ -2,8 +2,10 @@
 
 Ops (request field -> reply field; tensors travel as frames):
 
-    status                       -> ready, step, mode, shards, bytes, created, done
-    init   rule, sync_replicas   (tensors: initial values) -> created
+    status                       -> ready, step, mode, shards, bytes, created, done, incarnation
+    init   rule, sync_replicas, step, done
+           (tensors: initial values, and "<shard>@<slot>" optimizer state from a checkpoint) -> created
+    snapshot                     -> step, mode, rule (tensors: copies of values and "<shard>@<slot>")
     ready                        -> ready
     pull   names, min_step       -> step (tensors: values); waits until step >= min_step
     push   task, step, pull      (tensors: gradients) -> step, outcome (tensors: new values)
@@ -14,6 +16,7 @@ Ops (request field -> reply field; tensors travel as frames):
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -52,6 +55,7 @@ class PsService:
         self._created = 0
         self._done: set[str] = set()
         self._waiting: list[_Waiting] = []
+        self.incarnation = secrets.token_hex(8)  # tells workers this process is new after a restart
 
     @property
     def step(self) -> int:
@@ -66,14 +70,15 @@ class PsService:
     def handle(self, request: Request) -> None:
         op = getattr(self, f"_op_{request.op}", None)
         if op is None:
-            raise PsError(f"unknown op {request.op!r:.50}; this ps speaks status, init, ready, pull, push, done, "
-                          "shutdown (is the peer a Shoal worker of the same version?)")
+            raise PsError(f"unknown op {request.op!r:.50}; this ps speaks status, init, snapshot, ready, pull, push, "
+                          "done, shutdown (is the peer a Shoal worker of the same version?)")
         op(request)
 
     def _op_status(self, request: Request) -> None:
         self.rpc.reply(request, {"ready": self._ready, "step": self.step, "mode": self.mode,
                                  "shards": len(self.store), "bytes": self.store.nbytes,
-                                 "created": self._created, "done": sorted(self._done)})
+                                 "created": self._created, "done": sorted(self._done),
+                                 "incarnation": self.incarnation})
 
     def _op_init(self, request: Request) -> None:
         rule = rule_from_config(request.header.get("rule"))
@@ -82,12 +87,30 @@ class PsService:
         if self.store.rule is not None and wanted != self.mode:
             raise PsError(f"{self.task_name} already runs {self.mode} training, a worker asked for {wanted}; "
                           "start every worker with the same --sync setting")
-        self._created += self.store.create(request.tensors, rule)
+        values, slots = _split_slots(request.tensors)
+        first = self.store.rule is None
+        self._created += self.store.create(values, rule, slots)
         if replicas and self._sync is None:
             self._sync = SyncAggregator(replicas)
+        step = _optional_int(request.header, "step", minimum=0)
+        if first and step:  # restored from a checkpoint, or rebuilt after this ps restarted
+            if self._sync is not None:
+                self._sync.step = step
+            else:
+                self._async_step = step
+        done = request.header.get("done") or []
+        if not isinstance(done, list) or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in done):
+            raise PsError(f"field 'done' must list task names, got {done!r:.100}")
+        self._done.update(done)
         log.info("%s holds %d shards (%.1f MB), %s, %s", self.task_name, len(self.store),
                  self.store.nbytes / 1e6, rule.to_config(), self.mode)
         self.rpc.reply(request, {"created": self._created})
+
+    def _op_snapshot(self, request: Request) -> None:
+        if self.store.rule is None:
+            raise PsError(f"{self.task_name} has no variables to snapshot yet (not initialized)")
+        self.rpc.reply(request, {"step": self.step, "mode": self.mode, "rule": self.store.rule.to_config()},
+                       self.store.snapshot())
 
     def _op_ready(self, request: Request) -> None:
         if self.store.rule is None:
@@ -161,6 +184,18 @@ class PsService:
         values = self.store.values(w.names)
         tracker = self.rpc.reply(w.request, fields, values, track=True)
         self.store.track(w.names, tracker)
+
+
+def _split_slots(tensors: dict) -> tuple[dict, dict]:
+    """Tensors named "<shard>@<slot>" are optimizer state; the rest are shard values."""
+    values, slots = {}, {}
+    for name, value in tensors.items():
+        shard, sep, slot = name.rpartition("@")
+        if sep:
+            slots.setdefault(shard, {})[slot] = value
+        else:
+            values[name] = value
+    return values, slots
 
 
 def _optional_int(header: dict, key: str, minimum: int) -> int | None:

@@ -49,12 +49,18 @@ class ShardStore:
     def nbytes(self) -> int:
         return sum(s.value.nbytes for s in self._shards.values())
 
-    def create(self, values: Mapping[str, np.ndarray], rule: UpdateRule) -> int:
+    def create(self, values: Mapping[str, np.ndarray], rule: UpdateRule,
+               slots: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> int:
         """Create the shards that do not exist yet; existing ones keep their values (so the
-        chief's initialization happens once even if it runs twice). Returns how many were new."""
+        chief's initialization happens once even if it runs twice). `slots` (shard -> slot ->
+        value, from a checkpoint) replace the rule's fresh state. Returns how many were new."""
         if self.rule is not None and self.rule != rule:
             raise PsError(f"{self.task_name} already trains with {self.rule.to_config()}, "
                           f"not {rule.to_config()}; start every worker with the same optimizer")
+        slots = slots or {}
+        unknown = slots.keys() - values.keys()
+        if unknown:
+            raise PsError(f"optimizer state sent for {sorted(unknown)[:5]} without their values")
         created = 0
         for name, value in values.items():
             existing = self._shards.get(name)
@@ -62,10 +68,26 @@ class ShardStore:
                 self.check(name, value.shape, value.dtype)
                 continue
             param = np.array(value, copy=True)
-            self._shards[name] = Shard(param, rule.init_state(param))
+            state = rule.init_state(param)
+            for slot, saved in slots.get(name, {}).items():
+                fresh = state.get(slot)
+                if fresh is None or fresh.shape != saved.shape or fresh.dtype != saved.dtype:
+                    raise PsError(f"optimizer state {name}@{slot} {saved.dtype}{list(saved.shape)} does not fit "
+                                  f"{rule.name} (slots: {', '.join(f'{k} {v.dtype}{list(v.shape)}' for k, v in state.items()) or 'none'})")
+                state[slot] = np.array(saved, copy=True)
+            self._shards[name] = Shard(param, state)
             created += 1
         self.rule = rule
         return created
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Copies of every shard's value and slots ("<shard>@<slot>"), consistent with each other."""
+        out = {}
+        for name, shard in self._shards.items():
+            out[name] = shard.value.copy()
+            for slot, value in shard.state.items():
+                out[f"{name}@{slot}"] = value.copy()
+        return out
 
     def check(self, name: str, shape, dtype) -> Shard:
         """The shard `name`, after checking a worker's idea of its shape and dtype."""

@@ -3,7 +3,7 @@
 from shoal.train.data import ShardedBatches
 from shoal.train.errors import TrainError
 from shoal.train.placement import Placement, PlacementStrategy, place_variables
-from shoal.train.session import StepResult, SyncOptions, TrainingSession
+from shoal.train.session import CheckpointOptions, StepResult, SyncOptions, TrainingSession
 
-__all__ = ["Placement", "PlacementStrategy", "ShardedBatches", "StepResult", "SyncOptions", "TrainError",
+__all__ = ["CheckpointOptions", "Placement", "PlacementStrategy", "ShardedBatches", "StepResult", "SyncOptions", "TrainError",
            "TrainingSession", "place_variables"]

@@ -6,15 +6,20 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from shoal.cluster import ClusterConfig
 from shoal.ps.optimizers import UpdateRule
+from shoal.train.checkpoint import SLOT_SEPARATOR, checkpoint_root, export_model, load_latest_checkpoint, save_checkpoint
 from shoal.train.errors import TrainError
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
-from shoal.wire import JobSecret, Message, PeerTimeoutError, RpcClient, WireError, wait_all
+from shoal.train.snapshot import check_fits, gather, scatter
+from shoal.train.summaries import TaskSummaries
+from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, WireError,
+                        wait_all)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,19 @@ class SyncOptions:
 
 
 @dataclass(frozen=True)
+class CheckpointOptions:
+    """When the chief saves a checkpoint into the model directory: every `every_steps` global
+    steps and/or every `every_s` seconds (None turns either off), and always when the session
+    ends without an error. The newest `keep` are kept. `export` also writes the final variables
+    to `<model_dir>/export/model.safetensors`, loadable without Shoal."""
+
+    every_steps: int | None = None
+    every_s: float | None = 600.0
+    keep: int = 5
+    export: bool = True
+
+
+@dataclass(frozen=True)
 class StepResult:
     global_step: int
     applied: bool  # False when the ps dropped this gradient as stale (sync mode, backup workers)
@@ -37,23 +55,35 @@ class StepResult:
 class TrainingSession:
     """Pulls parameters from and pushes gradients to the ps tasks of a cluster.
 
-    The chief initializes the variables on the ps exactly once; other workers wait for it
-    (bounded by `init_timeout_s`, logging while they wait). Every request is bounded by
-    `request_timeout_s`: a dead ps is a clear error, never a hang.
+    The chief initializes the variables on the ps exactly once (from the newest checkpoint in
+    `model_dir` when there is one); other workers wait for it (bounded by `init_timeout_s`,
+    logging while they wait). Every request is bounded by `request_timeout_s`: a dead ps is a
+    clear error, never a hang.
+
+    With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
+    writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the
+    chief rebuilds its shards from the newest checkpoint and every worker resends what it lost;
+    workers wait up to `ps_recovery_timeout_s` for that, then fail with a clear error.
 
     `params` holds this worker's current copy of every variable (writable numpy arrays, updated
-    in place by `push` and `pull`). Calls block; not thread-safe. Use as a context manager, or
-    call `start()` then `close()` (idempotent; tells the ps this worker is done).
+    in place by `push` and `pull`). Calls block; not thread-safe. Use as a context manager
+    (which also saves the final checkpoint when the block ends without an error), or call
+    `start()` then `close()` (idempotent; tells the ps this worker is done).
     """
 
     def __init__(self, config: ClusterConfig, variables: Mapping[str, Any], optimizer: UpdateRule, *,
                  sync: bool | SyncOptions = False, max_steps: int | None = None, secret: JobSecret | None = None,
                  placement: PlacementStrategy = PlacementStrategy.GREEDY,
                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
-                 request_timeout_s: float = 60.0, init_timeout_s: float = 120.0):
+                 model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
+                 summary_every_steps: int = 100,
+                 request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
+        bad = [name for name in variables if SLOT_SEPARATOR in name]
+        if bad:
+            raise TrainError(f"variable names may not contain {SLOT_SEPARATOR!r} (it marks optimizer state): {bad[:5]}")
         self.config = config
         self.task = str(config.task)
         self.params = {name: np.array(value, copy=True, order="C") for name, value in variables.items()}
@@ -65,13 +95,23 @@ class TrainingSession:
                              f"replicas ({config.num_replicas}: chief + workers)")
         self.max_steps = max_steps
         self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes)
+        self.model_dir = Path(model_dir) if model_dir else None
+        self.checkpoints = checkpoints
+        self.summaries: TaskSummaries | None = None
+        if self.model_dir is not None:
+            logdir = self.model_dir if config.is_chief else self.model_dir / f"{config.task.job}_{config.task.index}"
+            self.summaries = TaskSummaries(logdir, every_steps=summary_every_steps, is_chief=config.is_chief)
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
+        self.ps_recovery_timeout_s = ps_recovery_timeout_s
         self._secret = secret
         self._clients: list[RpcClient] = []
+        self._incarnations: list[str | None] = [None] * config.num_ps
         self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
         self._targets = {s.name: self._target(s) for s in self.placement.shards}
         self._step = 0
+        self._saved_step = -1
+        self._saved_at = time.monotonic()
         self._closed = False
 
     def _target(self, s):
@@ -83,8 +123,12 @@ class TrainingSession:
     def __enter__(self) -> "TrainingSession":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            if exc_type is None and self.config.is_chief and self.model_dir is not None:
+                self.save_checkpoint(export=self.checkpoints.export)
+        finally:
+            self.close()
 
     def start(self) -> "TrainingSession":
         """Connect, initialize (chief) or wait for initialization (others), pull. Blocks."""
@@ -97,9 +141,15 @@ class TrainingSession:
             if self.config.is_chief:
                 self._initialize()
             else:
-                statuses = self._wait_for_chief(deadline)
-        self._check_mode(self._status_all(self.request_timeout_s))
+                self._wait_for_chief(deadline)
+        statuses = self._status_all(self.request_timeout_s)
+        self._check_mode(statuses)
+        self._incarnations = [s.get("incarnation") for s in statuses]
         self.pull()
+        self._saved_step = self._step
+        self._saved_at = time.monotonic()
+        if self.summaries is not None:
+            self.summaries.open()
         log.info("%s starts at global step %d (%s)", self.task, self.global_step,
                  f"sync, {self.replicas} of {self.config.num_replicas} replicas per step" if self.sync else "async")
         return self
@@ -109,6 +159,8 @@ class TrainingSession:
         if self._closed:
             return
         self._closed = True
+        if self.summaries is not None:
+            self.summaries.close()
         try:
             if self._clients:
                 wait_all([(c, c.send("done", {"task": self.task})) for c in self._clients], 5.0)
@@ -137,25 +189,28 @@ class TrainingSession:
         """Send one gradient per variable; on return `params` holds the updated values.
 
         Async: the ps applies it at once. Sync: returns once the step's aggregate is applied
-        (or at once, with applied=False, if the gradient was stale). Blocks.
+        (or at once, with applied=False, if the gradient was stale). The chief also saves a
+        checkpoint here when one is due. Blocks.
         """
         if grads.keys() != self.params.keys():
             missing, extra = self.params.keys() - grads.keys(), grads.keys() - self.params.keys()
             raise TrainError(f"gradients must match the variables: missing {sorted(missing)}, unknown {sorted(extra)}")
-        arrays = {name: np.ascontiguousarray(g, dtype=self.params[name].dtype) for name, g in grads.items()}
+        arrays = {name: np.require(g, dtype=self.params[name].dtype, requirements="C") for name, g in grads.items()}
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
         per_ps = self.placement.split(arrays)
         fields = {"task": self.task, "step": self._step}
-        replies = self._call_all([(c, c.send("push", fields, per_ps[i])) for i, c in enumerate(self._clients)])
+        replies = self._request_all([(i, "push", fields, per_ps[i]) for i in range(len(self._clients))])
         self._assign(replies)
         steps = [r.header["step"] for r in replies]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
         else:
             self._step = max(steps) if self.sync else steps[0]
-        return StepResult(self._step, all(r.header.get("outcome") == "applied" for r in replies))
+        result = StepResult(self._step, all(r.header.get("outcome") == "applied" for r in replies))
+        self._after_step()
+        return result
 
     def run_step(self, loss_and_grad: Callable[..., tuple[float, Mapping[str, np.ndarray]]], *batch) -> tuple[float, StepResult]:
         """Compute `loss, grads = loss_and_grad(params, *batch)` and push the gradients. Blocks."""
@@ -168,8 +223,8 @@ class TrainingSession:
         In sync mode, if the ps tasks answer from different steps (one just finished a step),
         pulls again at the newest, so every worker starts a step from the same parameters.
         """
-        replies = self._call_all([(c, c.send("pull", {"names": self._names_on[i], "min_step": min_step}))
-                                  for i, c in enumerate(self._clients)])
+        replies = self._request_all([(i, "pull", {"names": self._names_on[i], "min_step": min_step}, None)
+                                     for i in range(len(self._clients))])
         self._assign(replies)
         steps = [r.header["step"] for r in replies]
         if self.sync and len(set(steps)) > 1:
@@ -177,15 +232,146 @@ class TrainingSession:
         self._step = max(steps) if self.sync else steps[0]
         return self._step
 
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save_checkpoint(self, export: bool = False) -> Path:
+        """Snapshot every ps (values, optimizer state, step) and write a checkpoint to the
+        model directory (chief only). Returns its path. Blocks; other workers keep training."""
+        if self.model_dir is None:
+            raise TrainError(f"{self.task}: no model_dir to save a checkpoint to; pass model_dir (--model_dir)")
+        started = time.monotonic()
+        replies = self._request_all([(i, "snapshot", {}, None) for i in range(len(self._clients))])
+        variables, slots = gather(self.placement, [r.tensors for r in replies])
+        step = max(r.header["step"] for r in replies)
+        layout = {}
+        for s in self.placement.shards:
+            layout.setdefault(s.variable, []).append({"name": s.name, "ps": s.ps, "start": s.start, "stop": s.stop})
+        path = checkpoint_root(self.model_dir) / f"ckpt-{step:010d}"
+        if step != self._saved_step or not path.is_dir():
+            path = save_checkpoint(self.model_dir, step, variables, slots, optimizer=replies[0].header["rule"],
+                                   mode=replies[0].header["mode"], layout=layout, keep=self.checkpoints.keep)
+            log.info("%s saved checkpoint step=%d to %s (%.2fs)", self.task, step, path, time.monotonic() - started)
+        self._saved_step, self._saved_at = step, time.monotonic()
+        if export:
+            exported = export_model(self.model_dir / "export" / "model.safetensors", variables, step=step)
+            log.info("%s exported the model to %s", self.task, exported)
+        return path
+
+    def _after_step(self) -> None:
+        if self.summaries is not None:
+            self.summaries.step_done(self._step, getattr(self.optimizer, "learning_rate", None))
+        if self.config.is_chief and self.model_dir is not None and self._checkpoint_due():
+            self.save_checkpoint()
+
+    def _checkpoint_due(self) -> bool:
+        every_steps, every_s = self.checkpoints.every_steps, self.checkpoints.every_s
+        if every_steps and self._step // every_steps > self._saved_step // every_steps:
+            return True
+        return bool(every_s) and time.monotonic() - self._saved_at >= every_s
+
+    def _restore_source(self, what: str) -> tuple[dict[str, np.ndarray], dict, int | None]:
+        """Values, optimizer slots and step to (re)create shards from: the newest valid
+        checkpoint in model_dir, else this task's own variables (and fresh slots, step None)."""
+        checkpoint = load_latest_checkpoint(self.model_dir) if self.model_dir is not None else None
+        if checkpoint is None:
+            return self.params, {}, None
+        check_fits(self.params, checkpoint.variables, str(checkpoint.path))
+        slots = checkpoint.slots
+        if checkpoint.optimizer.get("name") != self.optimizer.name:
+            log.warning("the checkpoint was trained with %s, this job uses %s: the optimizer state starts fresh",
+                        checkpoint.optimizer.get("name"), self.optimizer.name)
+            slots = {}
+        log.info("restored checkpoint step=%d from %s (%s)", checkpoint.step, checkpoint.path, what)
+        return checkpoint.variables, slots, checkpoint.step
+
     # -- internals -------------------------------------------------------------------------
 
-    def _call_all(self, pending) -> list[Message]:
+    def _request_all(self, requests: list[tuple[int, str, dict, Mapping[str, np.ndarray] | None]]) -> list[Message]:
+        """Send (ps, op, fields, tensors) requests and wait for every reply. If a ps is lost (or
+        restarted) meanwhile, recover it and resend what went to it. Blocks."""
+        rids = [self._clients[ps].send(op, fields, tensors) for ps, op, fields, tensors in requests]
+        deadline = None
+        while True:
+            try:
+                return wait_all([(self._clients[r[0]], rid) for r, rid in zip(requests, rids)], self.request_timeout_s)
+            except PeerTimeoutError as e:
+                hint = (f" In sync mode a step waits for {self.replicas} replicas: if a worker is down, use backup "
+                        "workers (replicas_to_aggregate < replicas)." if self.sync else "")
+                raise TrainError(f"{self.task}: {e}.{hint}") from e
+            except (PeerLostError, RemoteError) as e:
+                lost = self._ps_index(e.peer_name)
+                if lost is None or self._incarnations[lost] is None or (
+                        isinstance(e, RemoteError) and not self._restarted(lost)):
+                    raise
+                deadline = deadline or time.monotonic() + self.ps_recovery_timeout_s
+                self._recover_ps(lost, deadline, e)
+                for k, (ps, op, fields, tensors) in enumerate(requests):
+                    if ps == lost:
+                        rids[k] = self._clients[ps].send(op, fields, tensors)
+
+    def _ps_index(self, peer_name: str) -> int | None:
+        for i, c in enumerate(self._clients):
+            if c.peer_name == peer_name:
+                return i
+        return None
+
+    def _restarted(self, ps: int) -> bool:
+        """Whether ps `ps` answers as a different process than the one this worker started with."""
         try:
-            return wait_all(pending, self.request_timeout_s)
-        except PeerTimeoutError as e:
-            hint = (f" In sync mode a step waits for {self.replicas} replicas: if a worker is down, use backup "
-                    "workers (replicas_to_aggregate < replicas)." if self.sync else "")
-            raise TrainError(f"{self.task}: {e}.{hint}") from e
+            status = self._clients[ps].call("status", timeout_s=2.0).header
+        except WireError:
+            return True
+        return status.get("incarnation") != self._incarnations[ps]
+
+    def _recover_ps(self, ps: int, deadline: float, cause: Exception) -> None:
+        """Wait for a lost ps to answer again; the chief rebuilds its shards, others wait until
+        it is ready. Raises TrainError at `deadline`. Blocks."""
+        address = self.config.ps_addresses[ps]
+        log.warning("%s lost ps:%d at %s (%s); waiting up to %.0fs for it to come back", self.task, ps, address,
+                    cause, max(0.0, deadline - time.monotonic()))
+        while True:
+            try:
+                status = self._clients[ps].call("status", timeout_s=2.0).header
+            except WireError:
+                status = None
+            if status is not None and status["ready"]:
+                self._incarnations[ps] = status.get("incarnation")
+                log.info("%s: ps:%d is back at step %d", self.task, ps, status["step"])
+                return
+            if status is not None and self.config.is_chief:
+                self._rebuild_ps(ps)
+                continue
+            if time.monotonic() >= deadline:
+                waiting_for = (f"ps:{ps} at {address} did not come back" if status is None else
+                               f"ps:{ps} came back but the chief ({self.config.chief_task}) did not restore it")
+                raise TrainError(f"{self.task}: {waiting_for} within {self.ps_recovery_timeout_s:.0f}s; restart the "
+                                 "ps task (the launcher does with restart: {policy: on-failure}) or raise "
+                                 "ps_recovery_timeout_s") from cause
+            time.sleep(0.2)
+
+    def _rebuild_ps(self, ps: int) -> None:
+        """Chief: recreate a restarted ps's shards from the newest checkpoint (else from this
+        task's current copy), at the step the other ps tasks are at."""
+        others = []
+        for i, c in enumerate(self._clients):
+            if i != ps:
+                try:
+                    others.append(c.call("status", timeout_s=2.0).header)
+                except WireError:
+                    pass
+        values, slots, saved_step = self._restore_source(f"for ps:{ps}, which restarted")
+        if saved_step is None:
+            log.warning("%s: no checkpoint in model_dir; rebuilding ps:%d from this task's copy of its variables "
+                        "(its optimizer state starts fresh)", self.task, ps)
+        step = max([s["step"] for s in others] + [saved_step or 0, self._step])
+        done = sorted({t for s in others for t in s.get("done", [])})
+        tensors = scatter(self.placement, values, slots, only_ps=ps)[ps]
+        fields = {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None, "step": step,
+                  "done": done}
+        client = self._clients[ps]
+        client.call("init", fields, tensors, timeout_s=self.request_timeout_s)
+        client.call("ready", timeout_s=self.request_timeout_s)
+        log.info("%s rebuilt ps:%d at step %d", self.task, ps, step)
 
     def _assign(self, replies: list[Message]) -> None:
         for reply in replies:
@@ -204,7 +390,7 @@ class TrainingSession:
         while True:
             try:
                 return self._status_all(min(2.0, max(0.1, deadline - time.monotonic())))
-            except PeerTimeoutError as e:
+            except (PeerTimeoutError, PeerLostError) as e:
                 now = time.monotonic()
                 if now >= deadline:
                     raise TrainError(f"{self.task}: parameter servers did not come up within "
@@ -213,6 +399,7 @@ class TrainingSession:
                     log.info("%s waiting for parameter servers (%s) (%.0fs of %.0fs)", self.task,
                              ", ".join(self.config.ps_addresses), now - started, self.init_timeout_s)
                     last_log = now
+                time.sleep(0.05)
 
     def _wait_for_chief(self, deadline: float) -> list[dict]:
         chief = self.config.chief_task
@@ -233,11 +420,12 @@ class TrainingSession:
             time.sleep(0.2)
 
     def _initialize(self) -> None:
-        values = self.placement.split(self.params)
-        fields = {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None}
-        replies = self._call_all([(c, c.send("init", fields, values[i])) for i, c in enumerate(self._clients)])
+        values, slots, step = self._restore_source("initializing the job")
+        fields = {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None, "step": step or 0}
+        tensors = scatter(self.placement, values, slots)
+        replies = self._request_all([(i, "init", fields, tensors[i]) for i in range(len(self._clients))])
         created = sum(r.header["created"] for r in replies)
-        self._call_all([(c, c.send("ready")) for c in self._clients])
+        self._request_all([(i, "ready", {}, None) for i in range(len(self._clients))])
         log.info("%s initialized %d variables (%d shards) on %d ps", self.task, len(self.params), created,
                  len(self._clients))
 

@@ -4,12 +4,12 @@ Moves bytes and named arrays; knows nothing about variables or training.
 """
 
 from shoal.wire.client import RpcClient, wait_all
-from shoal.wire.errors import (AuthRejectedError, BindError, PeerTimeoutError, ProtocolError, RemoteError,
-                               SecretError, WireError)
+from shoal.wire.errors import (AuthRejectedError, BindError, PeerLostError, PeerTimeoutError, ProtocolError,
+                               RemoteError, SecretError, WireError)
 from shoal.wire.message import CHUNK_BYTES, PROTOCOL_VERSION, Message, decode, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.server import Request, RpcServer
 
 __all__ = ["AuthRejectedError", "BindError", "CHUNK_BYTES", "JobSecret", "Message", "PROTOCOL_VERSION",
-           "PeerTimeoutError", "ProtocolError", "RemoteError", "Request", "RpcClient", "RpcServer", "SecretError",
-           "WireError", "decode", "encode", "wait_all"]
+           "PeerLostError", "PeerTimeoutError", "ProtocolError", "RemoteError", "Request", "RpcClient", "RpcServer",
+           "SecretError", "WireError", "decode", "encode", "wait_all"]

@@ -12,13 +12,18 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from shoal.wire.endpoint import connect_endpoint, is_ipv6
-from shoal.wire.errors import AuthRejectedError, PeerTimeoutError, ProtocolError, RemoteError
+from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
 from shoal.wire.message import Message, decode, encode
 from shoal.wire.secret import USERNAME, JobSecret
 
 log = logging.getLogger(__name__)
 
 _rids = itertools.count(1)
+
+# zmq pings the peer every HEARTBEAT_IVL and drops the connection if nothing comes back within
+# HEARTBEAT_TIMEOUT, so a peer whose machine vanished (no FIN, no RST) is noticed as lost.
+HEARTBEAT_IVL_MS = 2000
+HEARTBEAT_TIMEOUT_MS = 10000
 
 
 class RpcClient:
@@ -38,6 +43,7 @@ class RpcClient:
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._auth_refused = False
+        self._lost = False
 
     def connect(self) -> None:
         """Open the connection (zmq connects in the background; requests queue until it is up)."""
@@ -46,9 +52,11 @@ class RpcClient:
         sock.setsockopt(zmq.LINGER, 0)
         sock.plain_username = USERNAME
         sock.plain_password = self._secret.token()
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         if is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_DISCONNECTED)
         sock.connect(connect_endpoint(self.address))
         self._sock = sock
 
@@ -79,6 +87,8 @@ class RpcClient:
             event = recv_monitor_message(self._monitor)
             if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self._auth_refused = True
+            elif event["event"] == zmq.EVENT_DISCONNECTED and self._pending:
+                self._lost = True
         while self._sock.poll(0):
             frames = self._sock.recv_multipart(copy=False)
             try:
@@ -89,21 +99,25 @@ class RpcClient:
             if message.rid in self._pending:
                 self._replies[message.rid] = message
 
-    def _take(self, rid: int) -> Message | None:
-        message = self._replies.pop(rid, None)
-        if message is None:
-            return None
+    def _has(self, rid: int) -> bool:
+        return rid in self._replies
+
+    def _take(self, rid: int) -> Message:
+        message = self._replies.pop(rid)
         op = self._pending.pop(rid)
         if not message.header.get("ok"):
             error = message.header.get("error")
             raise RemoteError(f"{self.peer_name} at {self.address} refused {op!r}: "
-                              f"{error if isinstance(error, str) else 'no reason given'}")
+                              f"{error if isinstance(error, str) else 'no reason given'}", self.peer_name)
         return message
 
     def _fail(self, rid: int, timeout_s: float) -> None:
         op = self._pending.get(rid, "?")
-        refused = self._auth_refused
+        refused, lost = self._auth_refused, self._lost
         self.reset()
+        if lost and not refused:
+            raise PeerLostError(f"lost the connection to {self.peer_name} at {self.address} while it handled "
+                                f"{op!r} (did the task die?)", self.peer_name)
         if refused:
             raise AuthRejectedError(
                 f"{self.peer_name} at {self.address} rejected this task's job secret; give every task of the job "
@@ -119,6 +133,7 @@ class RpcClient:
         self._pending.clear()
         self._replies.clear()
         self._auth_refused = False
+        self._lost = False
 
     def close(self) -> None:
         """Close the connection. Idempotent."""
@@ -134,26 +149,29 @@ class RpcClient:
 def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float) -> list[Message]:
     """Block until every (client, rid) has its reply, or raise for the first that cannot.
 
-    Auth refusal is reported as soon as it is seen; a silent peer after `timeout_s`.
+    Auth refusal and a lost connection (PeerLostError) are reported as soon as they are seen,
+    a silent peer after `timeout_s`. Only the failing client is reset: replies for the other
+    clients' requests stay buffered, so the caller can wait for them again.
     """
     deadline = time.monotonic() + timeout_s
-    results: list[Message | None] = [None] * len(pending)
+    clients = {id(c): c for c, _ in pending}.values()
     poller = zmq.Poller()
-    for client, _ in {id(c): (c, r) for c, r in pending}.values():
+    for client in clients:
+        if client._sock is None:
+            client.connect()
         poller.register(client._sock, zmq.POLLIN)
         poller.register(client._monitor, zmq.POLLIN)
     while True:
-        for i, (client, rid) in enumerate(pending):
-            if results[i] is None:
-                client._drain()
-                results[i] = client._take(rid)
-                if results[i] is None and client._auth_refused:
-                    client._fail(rid, timeout_s)
-        if all(r is not None for r in results):
-            return results  # type: ignore[return-value]
+        for client in clients:
+            client._drain()
+        missing = [(client, rid) for client, rid in pending if not client._has(rid)]
+        if not missing:
+            return [client._take(rid) for client, rid in pending]
+        for client, rid in missing:
+            if client._auth_refused or client._lost:
+                client._fail(rid, timeout_s)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            for i, (client, rid) in enumerate(pending):
-                if results[i] is None:
-                    client._fail(rid, timeout_s)
+            client, rid = missing[0]
+            client._fail(rid, timeout_s)
         poller.poll(max(1, int(remaining * 1000)))

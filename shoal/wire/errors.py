@@ -15,12 +15,25 @@ class PeerTimeoutError(WireError):
     """A peer did not answer a request within its timeout (it may be dead or unreachable)."""
 
 
+class PeerLostError(WireError):
+    """The connection to a peer broke while a request was in flight (the peer process died or
+    its machine went away). The request may or may not have been handled; `peer_name` says who."""
+
+    def __init__(self, message: str, peer_name: str):
+        super().__init__(message)
+        self.peer_name = peer_name
+
+
 class AuthRejectedError(WireError):
     """A peer refused this task's credentials: the two tasks hold different job secrets."""
 
 
 class RemoteError(WireError):
     """A peer answered a request with an error; the message is the peer's explanation."""
+
+    def __init__(self, message: str, peer_name: str = ""):
+        super().__init__(message)
+        self.peer_name = peer_name
 
 
 class BindError(WireError):

@@ -73,7 +73,7 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
         if dtype is None:
             raise ProtocolError(f"tensor {name!r} has dtype {array.dtype}, which Shoal does not send; "
                                 f"convert it to one of {', '.join(DTYPES)}")
-        array = np.ascontiguousarray(array)
+        array = np.require(array, requirements="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
         view = memoryview(array).cast("B") if array.ndim else memoryview(array.reshape(1)).cast("B")
         nchunks = max(1, math.ceil(array.nbytes / CHUNK_BYTES))
         for i in range(nchunks):
