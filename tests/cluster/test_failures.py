@@ -71,16 +71,34 @@ def test_unknown_variable_is_refused_with_a_clear_error(make_cluster):
     worker.close()
 
 
-def test_request_to_killed_ps_fails_within_its_timeout(make_cluster):
+def test_request_to_killed_ps_fails_after_the_recovery_timeout(make_cluster):
+    cluster = make_cluster(num_ps=2, num_workers=1)
+    ps = [start_ps(cluster, i) for i in range(2)]
+    worker = shoal.TrainingSession(config_for(cluster, "worker", 0), variables(), shoal.SGD(0.1),
+                                   secret=secret_of(cluster), request_timeout_s=2, min_shard_bytes=8,
+                                   ps_recovery_timeout_s=2).start()
+    worker.push(grads())
+    os.killpg(ps[1].proc.pid, signal.SIGKILL)
+    ps[1].wait(timeout=10)
+    started = time.monotonic()
+    with pytest.raises(shoal.TrainError, match=r"ps:1 at 127\.0\.0\.1:\d+ did not come back within 2s"):
+        worker.push(grads())
+    assert time.monotonic() - started < 6
+    worker.close()
+
+
+def test_hung_ps_fails_the_request_within_its_timeout(make_cluster):
     cluster = make_cluster(num_ps=2, num_workers=1)
     ps = [start_ps(cluster, i) for i in range(2)]
     worker = shoal.TrainingSession(config_for(cluster, "worker", 0), variables(), shoal.SGD(0.1),
                                    secret=secret_of(cluster), request_timeout_s=2, min_shard_bytes=8).start()
     worker.push(grads())
-    os.killpg(ps[1].proc.pid, signal.SIGKILL)
-    ps[1].wait(timeout=10)
-    started = time.monotonic()
-    with pytest.raises(shoal.TrainError, match=r"ps:1 at 127\.0\.0\.1:\d+ did not answer 'push' within 2\.0s"):
-        worker.push(grads())
-    assert time.monotonic() - started < 4
+    os.killpg(ps[1].proc.pid, signal.SIGSTOP)  # alive but silent: the connection stays up
+    try:
+        started = time.monotonic()
+        with pytest.raises(shoal.TrainError, match=r"ps:1 at 127\.0\.0\.1:\d+ did not answer 'push' within 2\.0s"):
+            worker.push(grads())
+        assert time.monotonic() - started < 4
+    finally:
+        os.killpg(ps[1].proc.pid, signal.SIGKILL)
     worker.close()

@@ -19,3 +19,34 @@ def test_mnist_softmax_reaches_90_percent_and_ps_exit_zero(make_cluster, mode):
         assert match, worker.output()[-2000:]
         assert float(match.group(1)) >= 0.90
     assert cluster.kill_all() == []
+
+
+def _accuracy(task) -> float:
+    return float(re.search(r"^accuracy: (\d\.\d+)$", task.output(), re.M).group(1))
+
+
+def test_mnist_run_again_with_the_same_model_dir_resumes_and_writes_summaries(make_cluster, tmp_path):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from safetensors.numpy import load_file
+
+    model_dir = tmp_path / "model"
+    for steps in (300, 600):
+        cluster = make_cluster(num_ps=2, num_workers=2)
+        cluster.start_all(["examples/mnist_softmax.py", "--model_dir", str(model_dir), "--steps", str(steps)])
+        codes = cluster.wait_all(timeout=180)
+        assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief = cluster.tasks[2]
+    restored = re.search(r"restored checkpoint step=(\d+)", chief.output())
+    assert restored and 300 <= int(restored.group(1)) < 600, chief.output()[-3000:]
+    assert all(_accuracy(w) >= 0.90 for w in cluster.tasks[2:])
+
+    def scalar_tags(logdir):
+        acc = event_accumulator.EventAccumulator(str(logdir))
+        acc.Reload()
+        return set(acc.Tags()["scalars"])
+
+    assert {"loss", "accuracy", "learning_rate", "global_step/sec", "step_time_ms"} <= scalar_tags(model_dir)
+    assert "step_time_ms" in scalar_tags(model_dir / "worker_1")
+    exported = load_file(model_dir / "export" / "model.safetensors")
+    assert exported["W"].shape == (784, 10) and exported["b"].shape == (10,)
+    assert abs(exported["W"]).max() > 0

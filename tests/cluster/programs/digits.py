@@ -59,6 +59,9 @@ def main() -> int:
     parser.add_argument("--min_shard_bytes", type=int, default=1024)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--step_sleep", type=float, default=0.0, help="seconds of extra 'compute' per step")
+    parser.add_argument("--model_dir", type=Path)
+    parser.add_argument("--checkpoint_every_steps", type=int)
+    parser.add_argument("--ps_recovery_timeout", type=float, default=120)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
     config = shoal.resolve_cluster_config(None, os.environ)
@@ -70,7 +73,9 @@ def main() -> int:
     dropped = 0
     with shoal.TrainingSession(config, initial_variables(), OPTIMIZERS[args.optimizer](), sync=sync,
                                max_steps=args.steps, min_shard_bytes=args.min_shard_bytes,
-                               request_timeout_s=30) as session:
+                               request_timeout_s=30, model_dir=args.model_dir,
+                               checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps),
+                               ps_recovery_timeout_s=args.ps_recovery_timeout) as session:
         while not session.should_stop():
             idx = batch_for(config.replica_index, session.global_step, len(y))
             _, result = session.run_step(loss_and_grad, x[idx], y[idx])

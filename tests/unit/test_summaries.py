@@ -1,0 +1,48 @@
+"""TensorBoard event files written with tensorboardX, read back with TensorBoard's own reader."""
+
+import subprocess
+import sys
+
+import pytest
+
+from shoal.train.summaries import TaskSummaries
+
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+
+
+def _scalars(logdir):
+    acc = event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_chief_writes_step_rate_learning_rate_and_its_own_scalars(tmp_path):
+    s = TaskSummaries(tmp_path, every_steps=2, is_chief=True).open()
+    for step in range(1, 6):
+        s.step_done(step, learning_rate=0.5)
+    s.scalar("loss", 0.25, 5)
+    s.close()
+    scalars = _scalars(tmp_path)
+    assert {"step_time_ms", "global_step/sec", "learning_rate", "loss"} <= scalars.keys()
+    assert [step for step, _ in scalars["step_time_ms"]] == [3, 5]
+    assert scalars["learning_rate"][0][1] == pytest.approx(0.5)
+    assert scalars["loss"] == [(5, pytest.approx(0.25))]
+    assert all(value > 0 for _, value in scalars["global_step/sec"])
+
+
+def test_other_workers_write_only_their_step_times(tmp_path):
+    s = TaskSummaries(tmp_path, every_steps=1, is_chief=False).open()
+    for step in range(1, 4):
+        s.step_done(step, learning_rate=0.5)
+    s.close()
+    assert set(_scalars(tmp_path)) == {"step_time_ms"}
+
+
+def test_opening_summaries_does_not_import_torch(tmp_path):
+    pytest.importorskip("torch")  # only meaningful where torch is installed (tensorboardX would import it)
+    code = ("import sys; from shoal.train.summaries import TaskSummaries; "
+            f"TaskSummaries({str(tmp_path)!r}, is_chief=True).open().close(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
