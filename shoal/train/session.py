@@ -13,13 +13,13 @@ import numpy as np
 
 from shoal.cluster import ClusterConfig
 from shoal.ps.optimizers import UpdateRule
-from shoal.train.checkpoint import SLOT_SEPARATOR, checkpoint_root, export_model, load_latest_checkpoint, save_checkpoint
+from shoal.train.checkpoint import SLOT_SEPARATOR
+from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
-from shoal.train.snapshot import check_fits, gather, scatter
+from shoal.train.recovery import WaitsForTasks
 from shoal.train.summaries import TaskSummaries
-from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, WireError,
-                        wait_all)
+from shoal.wire import JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, WireError, wait_all
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class StepResult:
     applied: bool  # False when the ps dropped this gradient as stale (sync mode, backup workers)
 
 
-class TrainingSession:
+class TrainingSession(ChiefDuties, WaitsForTasks):
     """Pulls parameters from and pushes gradients to the ps tasks of a cluster.
 
     The chief initializes the variables on the ps exactly once (from the newest checkpoint in
@@ -232,57 +232,11 @@ class TrainingSession:
         self._step = max(steps) if self.sync else steps[0]
         return self._step
 
-    # -- checkpoints -----------------------------------------------------------------------
-
-    def save_checkpoint(self, export: bool = False) -> Path:
-        """Snapshot every ps (values, optimizer state, step) and write a checkpoint to the
-        model directory (chief only). Returns its path. Blocks; other workers keep training."""
-        if self.model_dir is None:
-            raise TrainError(f"{self.task}: no model_dir to save a checkpoint to; pass model_dir (--model_dir)")
-        started = time.monotonic()
-        replies = self._request_all([(i, "snapshot", {}, None) for i in range(len(self._clients))])
-        variables, slots = gather(self.placement, [r.tensors for r in replies])
-        step = max(r.header["step"] for r in replies)
-        layout = {}
-        for s in self.placement.shards:
-            layout.setdefault(s.variable, []).append({"name": s.name, "ps": s.ps, "start": s.start, "stop": s.stop})
-        path = checkpoint_root(self.model_dir) / f"ckpt-{step:010d}"
-        if step != self._saved_step or not path.is_dir():
-            path = save_checkpoint(self.model_dir, step, variables, slots, optimizer=replies[0].header["rule"],
-                                   mode=replies[0].header["mode"], layout=layout, keep=self.checkpoints.keep)
-            log.info("%s saved checkpoint step=%d to %s (%.2fs)", self.task, step, path, time.monotonic() - started)
-        self._saved_step, self._saved_at = step, time.monotonic()
-        if export:
-            exported = export_model(self.model_dir / "export" / "model.safetensors", variables, step=step)
-            log.info("%s exported the model to %s", self.task, exported)
-        return path
-
     def _after_step(self) -> None:
         if self.summaries is not None:
             self.summaries.step_done(self._step, getattr(self.optimizer, "learning_rate", None))
         if self.config.is_chief and self.model_dir is not None and self._checkpoint_due():
             self.save_checkpoint()
-
-    def _checkpoint_due(self) -> bool:
-        every_steps, every_s = self.checkpoints.every_steps, self.checkpoints.every_s
-        if every_steps and self._step // every_steps > self._saved_step // every_steps:
-            return True
-        return bool(every_s) and time.monotonic() - self._saved_at >= every_s
-
-    def _restore_source(self, what: str) -> tuple[dict[str, np.ndarray], dict, int | None]:
-        """Values, optimizer slots and step to (re)create shards from: the newest valid
-        checkpoint in model_dir, else this task's own variables (and fresh slots, step None)."""
-        checkpoint = load_latest_checkpoint(self.model_dir) if self.model_dir is not None else None
-        if checkpoint is None:
-            return self.params, {}, None
-        check_fits(self.params, checkpoint.variables, str(checkpoint.path))
-        slots = checkpoint.slots
-        if checkpoint.optimizer.get("name") != self.optimizer.name:
-            log.warning("the checkpoint was trained with %s, this job uses %s: the optimizer state starts fresh",
-                        checkpoint.optimizer.get("name"), self.optimizer.name)
-            slots = {}
-        log.info("restored checkpoint step=%d from %s (%s)", checkpoint.step, checkpoint.path, what)
-        return checkpoint.variables, slots, checkpoint.step
 
     # -- internals -------------------------------------------------------------------------
 
@@ -315,64 +269,6 @@ class TrainingSession:
                 return i
         return None
 
-    def _restarted(self, ps: int) -> bool:
-        """Whether ps `ps` answers as a different process than the one this worker started with."""
-        try:
-            status = self._clients[ps].call("status", timeout_s=2.0).header
-        except WireError:
-            return True
-        return status.get("incarnation") != self._incarnations[ps]
-
-    def _recover_ps(self, ps: int, deadline: float, cause: Exception) -> None:
-        """Wait for a lost ps to answer again; the chief rebuilds its shards, others wait until
-        it is ready. Raises TrainError at `deadline`. Blocks."""
-        address = self.config.ps_addresses[ps]
-        log.warning("%s lost ps:%d at %s (%s); waiting up to %.0fs for it to come back", self.task, ps, address,
-                    cause, max(0.0, deadline - time.monotonic()))
-        while True:
-            try:
-                status = self._clients[ps].call("status", timeout_s=2.0).header
-            except WireError:
-                status = None
-            if status is not None and status["ready"]:
-                self._incarnations[ps] = status.get("incarnation")
-                log.info("%s: ps:%d is back at step %d", self.task, ps, status["step"])
-                return
-            if status is not None and self.config.is_chief:
-                self._rebuild_ps(ps)
-                continue
-            if time.monotonic() >= deadline:
-                waiting_for = (f"ps:{ps} at {address} did not come back" if status is None else
-                               f"ps:{ps} came back but the chief ({self.config.chief_task}) did not restore it")
-                raise TrainError(f"{self.task}: {waiting_for} within {self.ps_recovery_timeout_s:.0f}s; restart the "
-                                 "ps task (the launcher does with restart: {policy: on-failure}) or raise "
-                                 "ps_recovery_timeout_s") from cause
-            time.sleep(0.2)
-
-    def _rebuild_ps(self, ps: int) -> None:
-        """Chief: recreate a restarted ps's shards from the newest checkpoint (else from this
-        task's current copy), at the step the other ps tasks are at."""
-        others = []
-        for i, c in enumerate(self._clients):
-            if i != ps:
-                try:
-                    others.append(c.call("status", timeout_s=2.0).header)
-                except WireError:
-                    pass
-        values, slots, saved_step = self._restore_source(f"for ps:{ps}, which restarted")
-        if saved_step is None:
-            log.warning("%s: no checkpoint in model_dir; rebuilding ps:%d from this task's copy of its variables "
-                        "(its optimizer state starts fresh)", self.task, ps)
-        step = max([s["step"] for s in others] + [saved_step or 0, self._step])
-        done = sorted({t for s in others for t in s.get("done", [])})
-        tensors = scatter(self.placement, values, slots, only_ps=ps)[ps]
-        fields = {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None, "step": step,
-                  "done": done}
-        client = self._clients[ps]
-        client.call("init", fields, tensors, timeout_s=self.request_timeout_s)
-        client.call("ready", timeout_s=self.request_timeout_s)
-        log.info("%s rebuilt ps:%d at step %d", self.task, ps, step)
-
     def _assign(self, replies: list[Message]) -> None:
         for reply in replies:
             for name, value in reply.tensors.items():
@@ -383,51 +279,6 @@ class TrainingSession:
 
     def _status_all(self, timeout_s: float) -> list[dict]:
         return [m.header for m in wait_all([(c, c.send("status")) for c in self._clients], timeout_s)]
-
-    def _wait_for_ps(self, deadline: float) -> list[dict]:
-        """Poll every ps until all answer. Logs who is missing every 10 s."""
-        started, last_log = time.monotonic(), 0.0
-        while True:
-            try:
-                return self._status_all(min(2.0, max(0.1, deadline - time.monotonic())))
-            except (PeerTimeoutError, PeerLostError) as e:
-                now = time.monotonic()
-                if now >= deadline:
-                    raise TrainError(f"{self.task}: parameter servers did not come up within "
-                                     f"{self.init_timeout_s:.0f}s ({e}); start the ps tasks or fix --ps_hosts") from e
-                if now - last_log > 10:
-                    log.info("%s waiting for parameter servers (%s) (%.0fs of %.0fs)", self.task,
-                             ", ".join(self.config.ps_addresses), now - started, self.init_timeout_s)
-                    last_log = now
-                time.sleep(0.05)
-
-    def _wait_for_chief(self, deadline: float) -> list[dict]:
-        chief = self.config.chief_task
-        started, last_log = time.monotonic(), time.monotonic()
-        log.info("%s waiting for the chief (%s) to initialize the variables", self.task, chief)
-        while True:
-            statuses = self._status_all(self.request_timeout_s)
-            if all(s["ready"] for s in statuses):
-                return statuses
-            now = time.monotonic()
-            if now >= deadline:
-                raise TrainError(f"{self.task}: the chief ({chief}) did not initialize the variables within "
-                                 f"{self.init_timeout_s:.0f}s; is it running? (raise init_timeout_s if it is slow)")
-            if now - last_log > 10:
-                log.info("%s still waiting for the chief (%s) (%.0fs of %.0fs)", self.task, chief,
-                         now - started, self.init_timeout_s)
-                last_log = now
-            time.sleep(0.2)
-
-    def _initialize(self) -> None:
-        values, slots, step = self._restore_source("initializing the job")
-        fields = {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None, "step": step or 0}
-        tensors = scatter(self.placement, values, slots)
-        replies = self._request_all([(i, "init", fields, tensors[i]) for i in range(len(self._clients))])
-        created = sum(r.header["created"] for r in replies)
-        self._request_all([(i, "ready", {}, None) for i in range(len(self._clients))])
-        log.info("%s initialized %d variables (%d shards) on %d ps", self.task, len(self.params), created,
-                 len(self._clients))
 
     def _check_mode(self, statuses: list[dict]) -> None:
         want = f"sync:{self.replicas}" if self.sync else "async"

@@ -1,7 +1,6 @@
 """A job restarted with the same model dir carries on from its newest checkpoint — exactly."""
 
 import numpy as np
-import pytest
 
 from shoal.train.checkpoint import list_checkpoints
 
