@@ -3,13 +3,16 @@ runtime, and plain TensorFlow programs (TF2 ParameterServerStrategy, TF1 seed st
 those are skipped only where tensorflow is not importable (CI installs tensorflow-cpu)."""
 
 import importlib.util
+import os
+import re
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import alive, cleanup, recorded_pids, run_shoal, status  # noqa: E402
+from harness import alive, cleanup, recorded_pids, run_shoal, start_shoal, status, wait_for  # noqa: E402
 
 needs_tf = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                               reason="tensorflow is not installed (pip install tensorflow-cpu)")
@@ -68,3 +71,29 @@ def test_tf1_seed_program_runs_and_ps_is_stopped(tmp_path):
         assert alive(recorded_pids(home)) == []
     finally:
         cleanup(home)
+
+
+@pytest.mark.timeout(150)
+def test_launcher_restarts_a_killed_ps_and_the_mnist_job_recovers(tmp_path):
+    """mnist.yaml restarts failed tasks: a ps killed with SIGKILL comes back under the same
+    address, the chief rebuilds it from the job's checkpoints, and the job still succeeds."""
+    home = tmp_path / "home"
+    proc = start_shoal(home, "train", "examples/mnist.yaml", "-p", "steps=5000")
+    try:
+        job = wait_for(lambda: next(iter(status(home)), None), 30, "the job record")
+        log = Path(job["job_dir"]) / "logs" / "worker.0.log"
+        wait_for(lambda: log.exists() and re.search(r"step=([3-9]\d\d|\d{4})", log.read_text()), 60, "step 300")
+        ps1 = next(t for t in status(home)[0]["tasks"] if t["name"] == "ps.1")
+        os.kill(ps1["pid"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+        text = out.decode()
+        assert proc.returncode == 0, text
+        [job] = status(home)
+        assert job["state"] == "SUCCEEDED"
+        assert next(t for t in job["tasks"] if t["name"] == "ps.1")["restarts"] == 1
+        assert "rebuilt ps:1" in text and "restored checkpoint step=" in text
+        accuracies = [float(a) for a in re.findall(r"worker\.\d \| accuracy: (\d\.\d+)", text)]
+        assert len(accuracies) == 2 and min(accuracies) >= 0.90, text[-3000:]
+        assert alive(recorded_pids(home)) == []
+    finally:
+        cleanup(home, proc)
