@@ -83,14 +83,21 @@ class RpcClient:
 
     def _drain(self) -> None:
         """Read everything that has arrived, keeping replies that someone waits for."""
-        while self._monitor is not None and self._monitor.poll(0):
-            event = recv_monitor_message(self._monitor)
+        # Non-blocking receives until zmq.Again: one syscall fewer per message than poll + recv.
+        while self._monitor is not None:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                break
             if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self._auth_refused = True
             elif event["event"] == zmq.EVENT_DISCONNECTED and self._pending:
                 self._lost = True
-        while self._sock.poll(0):
-            frames = self._sock.recv_multipart(copy=False)
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
             try:
                 message = decode(frames)
             except ProtocolError as e:
