@@ -13,6 +13,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from shoal.wire.endpoint import connect_endpoint, is_ipv6
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
+from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Message, decode, encode
 from shoal.wire.secret import USERNAME, JobSecret
 
@@ -47,6 +48,7 @@ class RpcClient:
 
     def connect(self) -> None:
         """Open the connection (zmq connects in the background; requests queue until it is up)."""
+        keep_freed_memory()
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)

@@ -14,6 +14,7 @@ import zmq.auth.thread
 from shoal.errors import ShoalError
 from shoal.wire.endpoint import bind_endpoint, is_ipv6
 from shoal.wire.errors import BindError, ProtocolError
+from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Message, decode, encode
 from shoal.wire.secret import USERNAME, JobSecret
 
@@ -66,6 +67,7 @@ class RpcServer:
 
     def start(self) -> None:
         """Bind and start authenticating. Raises BindError if the address cannot be used."""
+        keep_freed_memory()
         self._ctx = zmq.Context()
         self._auth = zmq.auth.thread.ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
         self._auth.start()
