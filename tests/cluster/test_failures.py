@@ -6,6 +6,7 @@ import socket
 import time
 
 import msgpack
+import psutil
 import pytest
 import zmq
 
@@ -95,6 +96,10 @@ def test_hung_ps_fails_the_request_within_its_timeout(make_cluster):
     worker.push(grads())
     os.killpg(ps[1].proc.pid, signal.SIGSTOP)  # alive but silent: the connection stays up
     try:
+        deadline = time.monotonic() + 5  # the signal takes effect when the kernel next schedules it
+        while psutil.Process(ps[1].proc.pid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "ps:1 did not stop"
+            time.sleep(0.01)
         started = time.monotonic()
         with pytest.raises(shoal.TrainError, match=r"ps:1 at 127\.0\.0\.1:\d+ did not answer 'push' within 2\.0s"):
             worker.push(grads())
