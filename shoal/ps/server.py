@@ -51,7 +51,8 @@ class Server:
         if self._thread is not None:
             return self
         secret = self._secret or JobSecret.from_environ(os.environ)
-        self._rpc = RpcServer(self.address, secret, self.service.handle, str(self.config.task))
+        self._rpc = RpcServer(self.address, secret, self.service.handle, str(self.config.task),
+                              into=self.service.tensor_destination)
         self.service.rpc = self._rpc
         self._rpc.start()
         log.info("%s serving at %s (job secret from %s)", self.config.task, self.address, secret.source)

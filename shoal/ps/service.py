@@ -16,9 +16,12 @@ Ops (request field -> reply field; tensors travel as frames):
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import numpy as np
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import rule_from_config
@@ -27,6 +30,8 @@ from shoal.ps.sync import PushOutcome, SyncAggregator
 from shoal.wire import Request, RpcServer
 
 log = logging.getLogger(__name__)
+
+_BUFFERED_BYTES = 256 << 10  # smaller gradients are decoded without a copy (np.frombuffer)
 
 
 @dataclass
@@ -66,6 +71,13 @@ class PsService:
         if self.store.rule is None:
             return "uninitialized"
         return f"sync:{self._sync.replicas}" if self._sync is not None else "async"
+
+    def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
+        """Where a push's large gradient is received: the shard's reusable buffer, so a big
+        push does not allocate (and page-fault in) a fresh array every step."""
+        if header.get("op") != "push" or math.prod(shape) * dtype.itemsize < _BUFFERED_BYTES:
+            return None
+        return self.store.gradient_buffer(name, dtype, shape)
 
     def handle(self, request: Request) -> None:
         op = getattr(self, f"_op_{request.op}", None)

@@ -19,6 +19,7 @@ class Shard:
     value: np.ndarray
     state: State
     senders: list[zmq.MessageTracker] = field(default_factory=list)
+    gradient: np.ndarray | None = None  # reused receive buffer for this shard's pushed gradients
 
     def writable_value(self) -> np.ndarray:
         """The value, safe to change in place.
@@ -105,6 +106,17 @@ class ShardStore:
         for name, grad in grads.items():
             shard = self.check(name, grad.shape, grad.dtype)
             self.rule.apply(shard.writable_value(), grad, shard.state)
+
+    def gradient_buffer(self, name: str, dtype, shape) -> np.ndarray | None:
+        """A buffer to receive a gradient of shard `name` into, reused for every push (the
+        serving thread consumes each gradient before it reads the next request). None if the
+        shard does not exist or the shape/dtype differ (the op then reports the mismatch)."""
+        shard = self._shards.get(name)
+        if shard is None or shard.value.shape != tuple(shape) or shard.value.dtype != dtype:
+            return None
+        if shard.gradient is None:
+            shard.gradient = np.empty_like(shard.value)
+        return shard.gradient
 
     def values(self, names) -> dict[str, np.ndarray]:
         return {name: self.check_name(name).value for name in names}

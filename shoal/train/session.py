@@ -201,7 +201,8 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
         per_ps = self.placement.split(arrays)
         fields = {"task": self.task, "step": self._step}
-        replies = self._request_all([(i, "push", fields, per_ps[i]) for i in range(len(self._clients))])
+        replies = self._request_all([(i, "push", fields, per_ps[i]) for i in range(len(self._clients))],
+                                    into=self._targets)
         self._assign(replies)
         steps = [r.header["step"] for r in replies]
         if self.sync and len(set(steps)) > 1:
@@ -224,7 +225,7 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
         pulls again at the newest, so every worker starts a step from the same parameters.
         """
         replies = self._request_all([(i, "pull", {"names": self._names_on[i], "min_step": min_step}, None)
-                                     for i in range(len(self._clients))])
+                                     for i in range(len(self._clients))], into=self._targets)
         self._assign(replies)
         steps = [r.header["step"] for r in replies]
         if self.sync and len(set(steps)) > 1:
@@ -240,10 +241,12 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _request_all(self, requests: list[tuple[int, str, dict, Mapping[str, np.ndarray] | None]]) -> list[Message]:
-        """Send (ps, op, fields, tensors) requests and wait for every reply. If a ps is lost (or
-        restarted) meanwhile, recover it and resend what went to it. Blocks."""
-        rids = [self._clients[ps].send(op, fields, tensors) for ps, op, fields, tensors in requests]
+    def _request_all(self, requests: list[tuple[int, str, dict, Mapping[str, np.ndarray] | None]],
+                     into: Mapping[str, np.ndarray] | None = None) -> list[Message]:
+        """Send (ps, op, fields, tensors) requests and wait for every reply; reply tensors named
+        in `into` land in those arrays directly. If a ps is lost (or restarted) meanwhile,
+        recover it and resend what went to it. Blocks."""
+        rids = [self._clients[ps].send(op, fields, tensors, into) for ps, op, fields, tensors in requests]
         deadline = None
         while True:
             try:
@@ -261,7 +264,7 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
                 self._recover_ps(lost, deadline, e)
                 for k, (ps, op, fields, tensors) in enumerate(requests):
                     if ps == lost:
-                        rids[k] = self._clients[ps].send(op, fields, tensors)
+                        rids[k] = self._clients[ps].send(op, fields, tensors, into)
 
     def _ps_index(self, peer_name: str) -> int | None:
         for i, c in enumerate(self._clients):
@@ -275,7 +278,8 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
                 target = self._targets.get(name)
                 if target is None or target.shape != value.shape:
                     raise TrainError(f"a ps sent {name!r} with shape {value.shape}, which this worker does not hold")
-                np.copyto(target, value)
+                if value is not target:  # not already decoded into place
+                    np.copyto(target, value)
 
     def _status_all(self, timeout_s: float) -> list[dict]:
         return [m.header for m in wait_all([(c, c.send("status")) for c in self._clients], timeout_s)]

@@ -43,6 +43,7 @@ class RpcClient:
         self._monitor: zmq.Socket | None = None
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
+        self._into: dict[int, Any] = {}
         self._auth_refused = False
         self._lost = False
 
@@ -63,14 +64,20 @@ class RpcClient:
         self._sock = sock
 
     def send(self, op: str, fields: dict[str, Any] | None = None,
-             tensors: Mapping[str, np.ndarray] | None = None) -> int:
-        """Queue a request; returns its id for `wait`. Does not block on the network."""
+             tensors: Mapping[str, np.ndarray] | None = None,
+             into: Mapping[str, np.ndarray] | None = None) -> int:
+        """Queue a request; returns its id for `wait`. Does not block on the network.
+
+        `into` maps reply tensor names to arrays the reply's bytes are written into directly
+        (when dtype and shape match); nothing is written once the request was given up on."""
         if self._sock is None:
             self.connect()
         rid = next(_rids)
         frames = encode(dict(fields or {}, op=op, rid=rid), tensors)
         self._sock.send_multipart(frames, copy=False)
         self._pending[rid] = op
+        if into is not None:
+            self._into[rid] = into
         return rid
 
     def wait(self, rid: int, timeout_s: float | None = None) -> Message:
@@ -101,12 +108,16 @@ class RpcClient:
             except zmq.Again:
                 break
             try:
-                message = decode(frames)
+                message = decode(frames, self._destination)
             except ProtocolError as e:
                 log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
                 continue
             if message.rid in self._pending:
                 self._replies[message.rid] = message
+
+    def _destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
+        into = self._into.get(header["rid"]) if header.get("ok") and header["rid"] in self._pending else None
+        return into.get(name) if into is not None else None
 
     def _has(self, rid: int) -> bool:
         return rid in self._replies
@@ -114,6 +125,7 @@ class RpcClient:
     def _take(self, rid: int) -> Message:
         message = self._replies.pop(rid)
         op = self._pending.pop(rid)
+        self._into.pop(rid, None)
         if not message.header.get("ok"):
             error = message.header.get("error")
             raise RemoteError(f"{self.peer_name} at {self.address} refused {op!r}: "
@@ -141,6 +153,7 @@ class RpcClient:
         self.close()
         self._pending.clear()
         self._replies.clear()
+        self._into.clear()
         self._auth_refused = False
         self._lost = False
 

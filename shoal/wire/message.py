@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import msgpack
 import numpy as np
@@ -84,8 +84,17 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
     return frames
 
 
-def decode(frames: Sequence) -> Message:
-    """Validate and decode frames (bytes or zmq.Frame). Raises ProtocolError on anything odd."""
+Into = Callable[[dict, str, np.dtype, tuple], "np.ndarray | None"]
+
+
+def decode(frames: Sequence, into: Into | None = None) -> Message:
+    """Validate and decode frames (bytes or zmq.Frame). Raises ProtocolError on anything odd.
+
+    `into(header, name, dtype, shape)` may return a writable C-contiguous array of exactly that
+    dtype and shape: the tensor's bytes are then copied straight into it (a worker's own
+    parameters, a ps's gradient buffer) instead of into a fresh array, and it is the decoded
+    tensor. Called only after the sizes were checked.
+    """
     if not frames:
         raise ProtocolError("empty message")
     header = decode_header(_as_bytes(frames[0]))
@@ -103,6 +112,15 @@ def decode(frames: Sequence) -> Message:
         got = sum(len(p) for p in parts)
         if got != nbytes:
             raise ProtocolError(f"tensor {name!r} {dtype_name}{shape} needs {nbytes} bytes, got {got}")
+        dest = into(header, name, dtype, tuple(shape)) if into is not None else None
+        if dest is not None and _fits(dest, dtype, shape):
+            flat = dest.reshape(-1).view(np.uint8)
+            offset = 0
+            for p in parts:
+                flat[offset:offset + len(p)] = np.frombuffer(p, dtype=np.uint8)
+                offset += len(p)
+            tensors[name] = dest
+            continue
         if nchunks == 1:
             array = np.frombuffer(parts[0], dtype=dtype)
         else:
@@ -154,6 +172,11 @@ def _validate_descriptors(descriptors: Any) -> None:
             raise ProtocolError(f"tensor {name!r} has bad shape {shape!r:.200}")
         if not isinstance(nchunks, int) or isinstance(nchunks, bool) or not 1 <= nchunks <= MAX_CHUNKS:
             raise ProtocolError(f"tensor {name!r} has bad chunk count {nchunks!r}")
+
+
+def _fits(dest: np.ndarray, dtype: np.dtype, shape: list[int]) -> bool:
+    return (dest.dtype == dtype and dest.shape == tuple(shape) and dest.flags.c_contiguous
+            and dest.flags.writeable)
 
 
 def _as_bytes(frame) -> bytes:

@@ -15,7 +15,7 @@ from shoal.errors import ShoalError
 from shoal.wire.endpoint import bind_endpoint, is_ipv6
 from shoal.wire.errors import BindError, ProtocolError
 from shoal.wire.memory import keep_freed_memory
-from shoal.wire.message import Message, decode, encode
+from shoal.wire.message import Into, Message, decode, encode
 from shoal.wire.secret import USERNAME, JobSecret
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,11 @@ class RpcServer:
     request, now or later (deferred replies are how synchronous training waits).
     """
 
-    def __init__(self, address: str, secret: JobSecret, handler: Handler, name: str = "server"):
+    def __init__(self, address: str, secret: JobSecret, handler: Handler, name: str = "server",
+                 into: Into | None = None):
         self.address = address
         self.name = name
+        self._into = into  # where request tensors may be decoded to (see message.decode)
         self._secret = secret
         self._handler = handler
         self._ctx: zmq.Context | None = None
@@ -99,7 +101,7 @@ class RpcServer:
         frames = self._sock.recv_multipart(copy=False)
         peer = frames[0].bytes
         try:
-            message = decode(frames[1:])
+            message = decode(frames[1:], self._into)
             if not isinstance(message.header.get("op"), str):
                 raise ProtocolError(f"request header field 'op' must be a string, got {message.header.get('op')!r:.80}")
         except ProtocolError as e:

@@ -19,6 +19,7 @@ def test_tensors_roundtrip_exactly_for_every_dtype():
     assert message.header["op"] == "x" and message.rid == 1
     for name, array in tensors.items():
         assert message.tensors[name].dtype == array.dtype
+        assert message.tensors[name].shape == array.shape  # 0-d stays 0-d
         np.testing.assert_array_equal(message.tensors[name], array)
 
 
@@ -59,3 +60,32 @@ def test_decode_rejects_wrong_byte_count():
 def test_decode_rejects_garbage(raw):
     with pytest.raises(ProtocolError):
         decode([raw])
+
+
+def test_decode_into_a_destination_writes_the_bytes_there():
+    big = np.random.default_rng(1).random(CHUNK_BYTES // 8 + 3)  # two chunks
+    small = np.arange(6, dtype=np.float32).reshape(2, 3)
+    dest = {"big": np.zeros_like(big), "small": np.zeros_like(small)}
+    frames = [bytes(f) for f in encode({"rid": 3}, {"big": big, "small": small})]
+    message = decode(frames, into=lambda header, name, dtype, shape: dest[name])
+    for name, want in (("big", big), ("small", small)):
+        assert message.tensors[name] is dest[name]
+        np.testing.assert_array_equal(dest[name], want)
+
+
+def _read_only():
+    array = np.zeros(4)
+    array.setflags(write=False)
+    return array
+
+
+@pytest.mark.parametrize("make_wrong", [lambda: np.zeros(5), lambda: np.zeros(4, np.float32),
+                                        lambda: np.zeros(8)[::2], _read_only],
+                         ids=["shape", "dtype", "strided", "readonly"])
+def test_decode_ignores_a_destination_that_does_not_fit(make_wrong):
+    value = np.arange(4, dtype=np.float64)
+    wrong = make_wrong()
+    message = decode([bytes(f) for f in encode({"rid": 4}, {"v": value})], into=lambda *a: wrong)
+    assert message.tensors["v"] is not wrong
+    np.testing.assert_array_equal(message.tensors["v"], value)
+    assert not wrong.any()
