@@ -55,3 +55,13 @@ def test_checkpoint_of_another_model_is_refused_with_the_difference():
         check_fits({"W": np.zeros(3), "b": np.zeros(2)}, {"W": np.zeros(3)}, "ckpt-1")
     with pytest.raises(CheckpointError, match=r"'W' .*float64\[4\].*float64\[3\]"):
         check_fits({"W": np.zeros(3)}, {"W": np.zeros(4)}, "ckpt-1")
+
+
+def test_gradient_buffer_is_reused_per_shard_and_refused_on_mismatch():
+    store = ShardStore("ps:0")
+    store.create({"W": np.zeros((4, 2), np.float32)}, Adam())
+    first = store.gradient_buffer("W", np.dtype(np.float32), (4, 2))
+    assert first is store.gradient_buffer("W", np.dtype(np.float32), (4, 2))
+    assert store.gradient_buffer("W", np.dtype(np.float64), (4, 2)) is None
+    assert store.gradient_buffer("W", np.dtype(np.float32), (2, 4)) is None
+    assert store.gradient_buffer("nope", np.dtype(np.float32), (4, 2)) is None
