@@ -33,9 +33,11 @@ def _die_with_parent() -> None:
         pass  # not Linux: the finally blocks of the benchmark still kill the group
 
 
-def spawn(argv: list[str], env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
-    """Start `python argv...` from the repository root in a new process group. Does not block."""
-    return subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, start_new_session=True,
+def spawn(argv: list[str], env: dict[str, str] | None = None, python: str = sys.executable,
+          **popen) -> subprocess.Popen:
+    """Start `python argv...` from the repository root in a new process group that dies with
+    us; `python` may be another interpreter (the peers' virtualenv). Does not block."""
+    return subprocess.Popen([python, *argv], cwd=REPO, env=env, start_new_session=True,
                             preexec_fn=_die_with_parent, **popen)
 
 

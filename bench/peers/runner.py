@@ -11,8 +11,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from bench import REPO, _die_with_parent, kill_group
-from bench.mnist_throughput import Task, sample_usage
+import psutil
+
+from bench import kill_group, spawn
+from bench.mnist_throughput import Task
 from bench.peers.systems import End, JobSpec
 
 POLL_S = 0.05
@@ -32,17 +34,48 @@ class JobRecord:
     timed_out: bool = False
 
 
+def sample_usage(tasks: list[Task], machine_cpu: list[tuple[float, float]], stop: threading.Event) -> None:
+    """Until `stop`: each task's peak RSS and private memory (its own process: TensorFlow
+    forks short-lived helpers whose shared pages would count twice), its CPU seconds so far
+    (process, live children and reaped children), and the machine's busy CPU seconds."""
+    handles: dict[str, psutil.Process] = {}
+    while not stop.is_set():
+        busy = psutil.cpu_times()
+        machine_cpu.append((time.monotonic(), sum(busy) - busy.idle - getattr(busy, "iowait", 0.0)))
+        for task in list(tasks):
+            if task.proc.poll() is not None:
+                continue
+            try:
+                proc = handles.setdefault(task.name, psutil.Process(task.proc.pid))
+                info = proc.memory_info()
+                times = proc.cpu_times()
+                cpu = times.user + times.system + times.children_user + times.children_system
+                for child in proc.children(recursive=True):
+                    try:
+                        t = child.cpu_times()
+                        cpu += t.user + t.system
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        pass
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            task.cpu.append((time.monotonic(), cpu))
+            task.peak_rss = max(task.peak_rss, info.rss)
+            task.peak_private = max(task.peak_private, info.rss - info.shared)
+        stop.wait(POLL_S)
+
+
 def _env(task_env: dict) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SHOAL_") and k not in ("TF_CONFIG", "RANK", "WORLD_SIZE", "MASTER_PORT")}
+    # OUTPUT_DIR would turn on Shoal's checkpoints and summaries (examples' --model_dir default);
+    # no system here writes any
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")
+           and k not in ("TF_CONFIG", "OUTPUT_DIR", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env.update(task_env, PYTHONUNBUFFERED="1")
     return env
 
 
 def _start(python: str, argv: tuple[str, ...], env: dict) -> subprocess.Popen:
-    return subprocess.Popen([python, *argv], cwd=REPO, env=env, start_new_session=True,
-                            preexec_fn=_die_with_parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1, errors="replace")
+    return spawn(list(argv), env, python, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                 text=True, bufsize=1, errors="replace")
 
 
 def run_job(spec: JobSpec, timeout_s: float, grace_s: float = 10.0) -> JobRecord:

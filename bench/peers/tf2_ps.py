@@ -26,24 +26,22 @@ import tensorflow as tf  # noqa: E402
 IN_FLIGHT = 8
 
 
-def npy_records(path: str, record_bytes: int) -> tf.data.Dataset:
-    """The rows of a C-order .npy file as raw byte records (the header skipped)."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        np.lib.format._read_array_header(f, version)
-        header = f.tell()
-    return tf.data.FixedLengthRecordDataset(path, record_bytes, header_bytes=header)
+def npy_records(path: str) -> tuple[str, int, int]:
+    """(path, header bytes, bytes per row) of a C-order .npy file, to read its rows as records."""
+    array = np.load(path, mmap_mode="r")
+    return path, array.offset, array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
 
 
 def make_dataset_fn(folder: str):
-    train_x, train_y = os.path.join(folder, "train_x.npy"), os.path.join(folder, "train_y.npy")
+    xs, ys = (npy_records(os.path.join(folder, f"train_{part}.npy")) for part in ("x", "y"))
 
     def dataset_fn():
         def decode(x, y):
             return (tf.reshape(tf.io.decode_raw(x, tf.float32), [-1, 784]),
                     tf.reshape(tf.io.decode_raw(y, tf.int64), [-1]))
 
-        pairs = tf.data.Dataset.zip((npy_records(train_x, 784 * 4), npy_records(train_y, 8)))
+        pairs = tf.data.Dataset.zip(tuple(tf.data.FixedLengthRecordDataset(path, row, header_bytes=header)
+                                          for path, header, row in (xs, ys)))
         return pairs.shuffle(10_000).repeat().batch(peerlib.BATCH, drop_remainder=True).map(decode).prefetch(2)
 
     return dataset_fn
@@ -61,14 +59,11 @@ def main() -> int:
     _, job, index = peerlib.tf_config()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if job in ("worker", "ps"):
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
         server = tf.distribute.Server(resolver.cluster_spec(), job_name=job, task_index=index,
-                                      protocol=resolver.rpc_layer or "grpc", config=config, start=True)
+                                      protocol=resolver.rpc_layer or "grpc", start=True)
         server.join()
         return 0
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
     data = peerlib.Mnist(args.data)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)

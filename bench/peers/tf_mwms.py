@@ -29,8 +29,6 @@ def logits_of(model: str, params: dict, x):
 def main() -> int:
     args = peerlib.parse_args()
     cluster, _, index = peerlib.tf_config()
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING))

@@ -11,12 +11,10 @@ Rank 0 evaluates; both ranks run exactly --steps steps.
 
 from __future__ import annotations
 
-import os
 import time
 
 import peerlib  # first: thread settings
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
