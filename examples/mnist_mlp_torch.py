@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from torch import nn
 
     from shoal.datasets.mnist import load_mnist
-    from shoal.train.torch_model import assign_module, module_gradients, module_variables
+    from shoal.train.torch_model import assign_module, module_gradients, module_variables, share_module_memory
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -47,12 +47,14 @@ def main(argv=None) -> int:
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
     with shoal.TrainingSession(config, module_variables(model), shoal.SGD(args.learning_rate or 0.1), sync=sync,
                                **session_options(args)) as session:
+        shared = share_module_memory(model, session.params)  # on CPU the module reads session.params in place
         local_steps, started = 0, time.monotonic()
         while not session.should_stop():
             idx = np.sort(next(batches))
             x = torch.from_numpy(np.ascontiguousarray(data.train_x[idx])).to(device)
             y = torch.from_numpy(np.ascontiguousarray(data.train_y[idx])).to(device)
-            assign_module(model, session.params)
+            if not shared:
+                assign_module(model, session.params)
             model.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             loss.backward()

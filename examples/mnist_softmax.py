@@ -64,6 +64,9 @@ def parse_args(argv=None):
     parser.add_argument("--learning_rate", type=float, default=None, help="default: 0.5 (softmax), 0.1 (MLP)")
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--log_every", type=int, default=100, help="print progress every N local steps")
+    parser.add_argument("--eval_every", type=int, default=0,
+                        help="chief: test accuracy every N local steps, printed as 'eval_step=S accuracy=A eval_s=T' "
+                             "(default 0: only at the end)")
     parser.add_argument("--checkpoint_every_steps", type=int, default=100,
                         help="with --model_dir: save a checkpoint every N global steps (0: only at the end)")
     parser.add_argument("--checkpoint_every_secs", type=float, default=600)
@@ -118,9 +121,13 @@ def main(argv=None) -> int:
                 print(f"{config.task} step={result.global_step} loss={loss:.4f} examples/s={rate:.0f}", flush=True)
                 if session.summaries is not None:
                     session.summaries.scalar("loss", loss, result.global_step)
-                    if config.is_chief:
-                        session.summaries.scalar("accuracy", accuracy(session.params, data.test_x, data.test_y),
-                                                 result.global_step)
+            if config.is_chief and args.eval_every and local_steps % args.eval_every == 0:
+                eval_started = time.monotonic()
+                acc = accuracy(session.params, data.test_x, data.test_y)
+                print(f"eval_step={result.global_step} accuracy={acc:.4f} eval_s={time.monotonic() - eval_started:.3f}",
+                      flush=True)
+                if session.summaries is not None:
+                    session.summaries.scalar("accuracy", acc, result.global_step)
         session.pull()
         acc = accuracy(session.params, data.test_x, data.test_y)
         if session.summaries is not None:

@@ -1,7 +1,8 @@
 """PyTorch adapter: an nn.Module's parameters as ps variables. Imports torch (workers only).
 
     variables = module_variables(model)              # initial values for TrainingSession
-    assign_module(model, session.params)             # before forward()
+    shared = share_module_memory(model, session.params)   # CPU: the module reads session.params
+    if not shared: assign_module(model, session.params)   # CUDA: copy before each forward()
     loss.backward(); session.push(module_gradients(model))
 
 The module may live on CUDA: values are copied to its device, gradients back to the CPU.
@@ -18,6 +19,19 @@ import torch
 def module_variables(module: torch.nn.Module) -> dict[str, np.ndarray]:
     """name -> CPU numpy copy of every trainable parameter (state_dict names)."""
     return {name: p.detach().cpu().numpy().copy() for name, p in module.named_parameters() if p.requires_grad}
+
+
+@torch.no_grad()
+def share_module_memory(module: torch.nn.Module, params: Mapping[str, np.ndarray]) -> bool:
+    """Make a CPU module's parameters views of `params` (a session's `params`, which pulls and
+    pushes update in place), so the module always holds the current values with no copy per
+    step. Returns False, changing nothing, if any parameter is not on the CPU."""
+    if any(p.device.type != "cpu" for p in module.parameters()):
+        return False
+    for name, p in module.named_parameters():
+        if name in params:
+            p.data = torch.from_numpy(params[name])
+    return True
 
 
 @torch.no_grad()
