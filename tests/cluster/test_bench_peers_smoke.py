@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
     argv = [sys.executable, "-m", "bench.peers", "--systems", "shoal-async", "--models", "softmax", "--rounds", "1",
-            "--examples", "30000", "--no-ladder", "--no-scaling", "--no-plot", "--json", "--out", str(tmp_path)]
+            "--examples", "100000", "--no-ladder", "--no-scaling", "--no-plot", "--json", "--out", str(tmp_path)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:

@@ -32,7 +32,9 @@ def test_mnist_run_again_with_the_same_model_dir_resumes_and_writes_summaries(ma
     model_dir = tmp_path / "model"
     for steps in (300, 600):
         cluster = make_cluster(num_ps=2, num_workers=2)
-        cluster.start_all(["examples/mnist_softmax.py", "--model_dir", str(model_dir), "--steps", str(steps)])
+        # --log_every 10: both workers surely write step times and losses, however the steps split
+        cluster.start_all(["examples/mnist_softmax.py", "--model_dir", str(model_dir), "--steps", str(steps),
+                           "--log_every", "10"])
         codes = cluster.wait_all(timeout=180)
         assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
     chief = cluster.tasks[2]
