@@ -13,12 +13,13 @@ import ctypes
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from shoal.launch.plan import free_ports  # noqa: F401 (the benchmarks import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,18 +65,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct loopback ports free right now (another process may take them later)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def median(values) -> float:

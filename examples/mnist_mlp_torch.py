@@ -21,7 +21,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402  (after the thread settings, which numpy reads at import)
 
 import shoal  # noqa: E402
-from mnist_softmax import is_training_task, parse_args, session_options  # same flags and roles as the seed
+from mnist_softmax import is_training_task, parse_args, report_progress, session_options  # as the seed program
 
 
 def main(argv=None) -> int:
@@ -60,12 +60,7 @@ def main(argv=None) -> int:
             loss.backward()
             result = session.push(module_gradients(model))
             local_steps += 1
-            if local_steps % args.log_every == 0:
-                rate = local_steps * args.batch_size / (time.monotonic() - started)
-                print(f"{config.task} step={result.global_step} loss={loss.item():.4f} examples/s={rate:.0f}",
-                      flush=True)
-                if session.summaries is not None:
-                    session.summaries.scalar("loss", loss.item(), result.global_step)
+            report_progress(args, session, local_steps, started, loss.item(), result.global_step)
         session.pull()
         assign_module(model, session.params)
         with torch.no_grad():

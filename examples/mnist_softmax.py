@@ -76,6 +76,16 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def report_progress(args, session, local_steps: int, started: float, loss: float, global_step: int) -> None:
+    """Every --log_every local steps: print `<task> step=N loss=X examples/s=R`, and log the loss."""
+    if local_steps % args.log_every:
+        return
+    rate = local_steps * args.batch_size / (time.monotonic() - started)
+    print(f"{session.task} step={global_step} loss={loss:.4f} examples/s={rate:.0f}", flush=True)
+    if session.summaries is not None:
+        session.summaries.scalar("loss", loss, global_step)
+
+
 def session_options(args) -> dict:
     """TrainingSession keyword arguments from the flags both examples share."""
     return dict(max_steps=args.steps, model_dir=args.model_dir or None, summary_every_steps=args.log_every,
@@ -116,11 +126,7 @@ def main(argv=None) -> int:
             idx = np.sort(next(batches))
             loss, result = session.run_step(softmax_loss_and_grad, data.train_x[idx], data.train_y[idx])
             local_steps += 1
-            if local_steps % args.log_every == 0:
-                rate = local_steps * args.batch_size / (time.monotonic() - started)
-                print(f"{config.task} step={result.global_step} loss={loss:.4f} examples/s={rate:.0f}", flush=True)
-                if session.summaries is not None:
-                    session.summaries.scalar("loss", loss, result.global_step)
+            report_progress(args, session, local_steps, started, loss, result.global_step)
             if config.is_chief and args.eval_every and local_steps % args.eval_every == 0:
                 eval_started = time.monotonic()
                 acc = accuracy(session.params, data.test_x, data.test_y)

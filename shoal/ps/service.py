@@ -99,20 +99,20 @@ class PsService:
         if self.store.rule is not None and wanted != self.mode:
             raise PsError(f"{self.task_name} already runs {self.mode} training, a worker asked for {wanted}; "
                           "start every worker with the same --sync setting")
+        step = _optional_int(request.header, "step", minimum=0)
+        done = request.header.get("done") or []
+        if not isinstance(done, list) or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in done):
+            raise PsError(f"field 'done' must list task names, got {done!r:.100}")
         values, slots = _split_slots(request.tensors)
         first = self.store.rule is None
         self._created += self.store.create(values, rule, slots)
         if replicas and self._sync is None:
             self._sync = SyncAggregator(replicas)
-        step = _optional_int(request.header, "step", minimum=0)
         if first and step:  # restored from a checkpoint, or rebuilt after this ps restarted
             if self._sync is not None:
                 self._sync.step = step
             else:
                 self._async_step = step
-        done = request.header.get("done") or []
-        if not isinstance(done, list) or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in done):
-            raise PsError(f"field 'done' must list task names, got {done!r:.100}")
         self._done.update(done)
         log.info("%s holds %d shards (%.1f MB), %s, %s", self.task_name, len(self.store),
                  self.store.nbytes / 1e6, rule.to_config(), self.mode)

@@ -68,9 +68,14 @@ class ChiefDuties:
         log.info("restored checkpoint step=%d from %s (%s)", checkpoint.step, checkpoint.path, what)
         return checkpoint.variables, slots, checkpoint.step
 
+    def _init_fields(self, step: int, done: list[str] | None = None) -> dict:
+        """The `init` request's fields: update rule, sync mode, starting step, finished tasks."""
+        return {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None, "step": step,
+                "done": done or []}
+
     def _initialize(self) -> None:
         values, slots, step = self._restore_source("initializing the job")
-        fields = {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None, "step": step or 0}
+        fields = self._init_fields(step or 0)
         tensors = scatter(self.placement, values, slots)
         replies = self._request_all([(i, "init", fields, tensors[i]) for i in range(len(self._clients))])
         created = sum(r.header["created"] for r in replies)
@@ -95,8 +100,7 @@ class ChiefDuties:
         step = max([s["step"] for s in others] + [saved_step or 0, self._step])
         done = sorted({t for s in others for t in s.get("done", [])})
         tensors = scatter(self.placement, values, slots, only_ps=ps)[ps]
-        fields = {"rule": self.optimizer.to_config(), "sync_replicas": self.replicas or None, "step": step,
-                  "done": done}
+        fields = self._init_fields(step, done)
         client = self._clients[ps]
         client.call("init", fields, tensors, timeout_s=self.request_timeout_s)
         client.call("ready", timeout_s=self.request_timeout_s)

@@ -23,6 +23,11 @@ def gather(placement: Placement, per_ps: list[Mapping[str, np.ndarray]]) -> tupl
     tensors: dict[str, np.ndarray] = {}
     for received in per_ps:
         tensors.update(received)
+    slots_of: dict[str, set[str]] = {}  # shard -> its slot names
+    for key in tensors:
+        shard, sep, slot = key.rpartition(SLOT_SEPARATOR)
+        if sep:
+            slots_of.setdefault(shard, set()).add(slot)
     by_variable: dict[str, list[ShardPlacement]] = {}
     for s in placement.shards:
         by_variable.setdefault(s.variable, []).append(s)
@@ -31,9 +36,7 @@ def gather(placement: Placement, per_ps: list[Mapping[str, np.ndarray]]) -> tupl
     for name, shards in by_variable.items():
         parts = [_need(tensors, s.name) for s in shards]
         variables[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        slot_names = {key.rpartition(SLOT_SEPARATOR)[2] for key in tensors
-                      if key.rpartition(SLOT_SEPARATOR)[0] == shards[0].name}
-        for slot in sorted(slot_names):
+        for slot in sorted(slots_of.get(shards[0].name, ())):
             pieces = [_need(tensors, f"{s.name}{SLOT_SEPARATOR}{slot}") for s in shards]
             if len(pieces) > 1 and all(p.shape == v.shape for p, v in zip(pieces, parts)):
                 slots.setdefault(name, {})[slot] = np.concatenate(pieces)
