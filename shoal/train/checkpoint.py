@@ -32,13 +32,13 @@ from typing import Any, Mapping
 import numpy as np
 from safetensors.numpy import load, save_file
 
+from shoal.ps.protocol import SLOT_SEPARATOR
 from shoal.train.errors import TrainError
 
 log = logging.getLogger(__name__)
 
 FORMAT = "shoal-checkpoint"
 VERSION = 1
-SLOT_SEPARATOR = "@"
 _DIR_PATTERN = re.compile(r"^ckpt-(\d{10})$")
 _VARIABLES_FILE = "variables.safetensors"
 _OPTIMIZER_FILE = "optimizer.safetensors"
