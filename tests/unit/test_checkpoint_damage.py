@@ -5,6 +5,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -125,7 +126,8 @@ def test_pruning_does_not_verify_checkpoints_this_process_wrote_again(tmp_path, 
 def test_pruning_verifies_checkpoints_of_another_process_once(tmp_path, monkeypatch):
     code = ("import sys; from tests.unit.test_checkpoint_files import _save; from pathlib import Path\n"
             "for step in (10, 20, 30): _save(Path(sys.argv[1]), step)")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     verified = []
     real = checkpoint.verify_checkpoint

@@ -9,11 +9,14 @@ import select
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from shoal.train.checkpoint import CheckpointError, list_checkpoints, load_latest_checkpoint
 from tests.unit.test_checkpoint_files import _save
+
+ROOT = Path(__file__).resolve().parents[2]  # children import this checkout's shoal
 
 WRITER = r"""
 import resource, signal, sys
@@ -44,7 +47,7 @@ except Exception as e:
 
 def _start_writer(model_dir, step, how):
     return subprocess.Popen([sys.executable, "-c", WRITER, str(model_dir), str(step), how], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
 
 
 def _line(proc, timeout_s=60.0):
@@ -131,3 +134,11 @@ def test_checkpoints_dir_replaced_by_a_file_raises_checkpoint_error(tmp_path):
     (tmp_path / "checkpoints").write_text("a file where the checkpoints were")
     with pytest.raises(CheckpointError, match="checkpoints"):
         _save(tmp_path, 20)
+
+
+def test_checkpoint_moved_out_by_a_save_that_died_is_put_back(tmp_path):
+    """A save of a step already saved moves the old one out first; dying right then loses nothing."""
+    _save(tmp_path, 10)
+    (tmp_path / "checkpoints" / "ckpt-0000000010").rename(tmp_path / "checkpoints" / ".old-ckpt-0000000010-h-1-x")
+    _save(tmp_path, 20)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-0000000010", "ckpt-0000000020"]

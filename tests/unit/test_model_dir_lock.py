@@ -6,11 +6,14 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from shoal.train.checkpoint import CheckpointError
 from shoal.train.model_dir_lock import ModelDirLock, ModelDirLockedError
+
+ROOT = Path(__file__).resolve().parents[2]  # children import this checkout's shoal
 
 HOLDER = r"""
 import sys
@@ -35,7 +38,7 @@ def holder(tmp_path):
 
     def start(model_dir):
         proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(model_dir)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
         started.append(proc)
         assert _line(proc) == "held"
         return proc
@@ -80,7 +83,8 @@ def test_other_process_is_refused_while_this_one_holds_it(tmp_path):
         code = ("import sys; from shoal.train.model_dir_lock import ModelDirLock, ModelDirLockedError\n"
                 "try: ModelDirLock(sys.argv[1]).acquire()\n"
                 "except ModelDirLockedError as e: print(e.holder['pid'])")
-        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                             cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(os.getpid())
 
