@@ -15,6 +15,7 @@ Standard library and psutil only, and nothing of Shoal's runtime, so it starts f
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import os
 import signal
 import socket
@@ -67,8 +68,7 @@ class Agent:
                 pass  # the launcher is gone; stdin's end will stop us
 
     def hello(self) -> None:
-        from shoal import __version__
-        self.send({"type": "hello", "version": __version__, "python": sys.executable, "host": self._host,
+        self.send({"type": "hello", "version": _version(), "python": sys.executable, "host": self._host,
                    "pid": os.getpid()})
 
     def handle(self, message: dict[str, Any]) -> bool:
@@ -226,6 +226,13 @@ def _stop_group(pgid: int, grace: float) -> None:
     while time.monotonic() < deadline and _group_alive(pgid):
         time.sleep(0.05)
     _killpg(pgid, signal.SIGKILL)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("shoal")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _host_address(environ) -> str:
