@@ -46,6 +46,8 @@ X11Forwarding no
 # launchers open one connection per task, many at once
 MaxStartups 100
 MaxSessions 100
+# as a stock Debian sshd: only the locale crosses; a launcher must not rely on SendEnv
+AcceptEnv LANG LC_*
 Subsystem sftp internal-sftp
 """)
 
