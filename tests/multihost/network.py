@@ -106,7 +106,7 @@ class HostNetwork:
             if not any(net.overlaps(u) for u in _used_networks(exclude_dev=self.bridge)):
                 return net
             procs.run(["ip", "addr", "flush", "dev", self.bridge], timeout=10)
-        raise procs.SetupError(f"no free /24 in {SUBNET_POOL} after 20 tries; delete unused interfaces")
+        raise procs.FixtureError(f"no free /24 in {SUBNET_POOL} after 20 tries; delete unused interfaces")
 
     def add_host(self) -> Host:
         """Make the next host (host1, host2, ...) with a running sshd; blocks until sshd accepts (< 15 s)."""
@@ -147,7 +147,7 @@ class HostNetwork:
                          timeout=SSHD_START_TIMEOUT_S, what=f"sshd of {host.name} accepting on {host.address}:22",
                          detail=lambda: _tail(log) + _tail(host.workdir / "sshd.out"))
         if host.sshd.poll() is not None:
-            raise procs.SetupError(f"sshd of {host.name} exited {host.sshd.returncode}:\n"
+            raise procs.FixtureError(f"sshd of {host.name} exited {host.sshd.returncode}:\n"
                                    f"{_tail(log)}{_tail(host.workdir / 'sshd.out')}")
         self._ssh_entries.append(sshd.SshHostEntry(host.name, host.address,
                                                    host_key.with_suffix(".pub").read_text().strip()))

@@ -17,32 +17,32 @@ from pathlib import Path
 import psutil
 
 
-class SetupError(RuntimeError):
-    """A fixture could not bring up a host, sshd or Slurm; the message names what and shows its log."""
+class FixtureError(RuntimeError):
+    """A step of the multi-host fixtures failed (a command, a bounded wait); the message names it and shows its output or log."""
 
 
 def run(argv: list[str], *, timeout: float, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     """Run argv to completion (blocks for at most `timeout` s); text output captured.
 
-    Raises SetupError naming the command and its output when `check` and it exits non-zero.
+    Raises FixtureError naming the command and its output when `check` and it exits non-zero.
     """
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
     except subprocess.TimeoutExpired as e:
-        raise SetupError(f"{' '.join(argv)!r} did not finish within {timeout} s") from e
+        raise FixtureError(f"{' '.join(argv)!r} did not finish within {timeout} s") from e
     if check and done.returncode != 0:
-        raise SetupError(f"{' '.join(argv)!r} exited {done.returncode}: {(done.stderr or done.stdout).strip()}")
+        raise FixtureError(f"{' '.join(argv)!r} exited {done.returncode}: {(done.stderr or done.stdout).strip()}")
     return done
 
 
 def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str,
                detail: Callable[[], str] = lambda: "", interval: float = 0.1) -> None:
-    """Poll `predicate` until it is true; raises SetupError naming `what` (and `detail()`) after `timeout` s."""
+    """Poll `predicate` until it is true; raises FixtureError naming `what` (and `detail()`) after `timeout` s."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             extra = detail()
-            raise SetupError(f"{what}: not reached within {timeout} s" + (f"\n{extra}" if extra else ""))
+            raise FixtureError(f"{what}: not reached within {timeout} s" + (f"\n{extra}" if extra else ""))
         time.sleep(interval)
 
 

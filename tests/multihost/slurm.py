@@ -131,7 +131,7 @@ class SlurmCluster:
                          timeout=START_TIMEOUT_S, what=f"sinfo showing {', '.join(NODES)} idle",
                          detail=self._logs, interval=0.5)
         if (dead := self._dead_daemon()) is not None:
-            raise procs.SetupError(f"{dead.args[0]} exited {dead.returncode}:\n{self._logs()}")
+            raise procs.FixtureError(f"{dead.args[0]} exited {dead.returncode}:\n{self._logs()}")
 
     def _start_munged(self) -> None:
         mdir = self.munge_socket.parent
@@ -147,7 +147,7 @@ class SlurmCluster:
         procs.wait_until(lambda: self._munged.poll() is not None or self._munge_works(), timeout=20,
                          what=f"munged answering on {self.munge_socket}", detail=self._logs)
         if self._munged.poll() is not None:
-            raise procs.SetupError(f"munged exited {self._munged.returncode}:\n{self._logs()}")
+            raise procs.FixtureError(f"munged exited {self._munged.returncode}:\n{self._logs()}")
 
     def _munge_works(self) -> bool:
         return subprocess.run(["munge", "-n", "-S", str(self.munge_socket)], capture_output=True,
