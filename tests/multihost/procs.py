@@ -18,7 +18,10 @@ import psutil
 
 
 class FixtureError(RuntimeError):
-    """A step of the multi-host fixtures failed (a command, a bounded wait); the message names it and shows its output or log."""
+    """A step of the multi-host fixtures failed (a command, a bounded wait).
+
+    The message names the step and shows its output or log.
+    """
 
 
 def run(argv: list[str], *, timeout: float, check: bool = True, **kwargs) -> subprocess.CompletedProcess:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 
-INSTALL_HINT = "as root: .ci/system-packages (apt-get install openssh-server openssh-client iproute2 rsync slurm-wlm munge)"
+INSTALL_HINT = ("as root: .ci/system-packages "
+                "(apt-get install openssh-server openssh-client iproute2 rsync slurm-wlm munge)")
 
 HOST_TOOLS = {"ip": "iproute2", "tc": "iproute2", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
               "/usr/sbin/sshd": "openssh-server"}
