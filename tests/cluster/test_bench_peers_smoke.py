@@ -35,3 +35,20 @@ def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
     assert row["cpu_s_per_1k_examples"] > 0
     assert json.loads((tmp_path / "peers.json").read_text())["results"] == result["results"]
     assert "| shoal-async | softmax |" in (tmp_path / "peers.md").read_text()
+
+
+# A task whose only work is a child process holding ~100 MB of touched memory for a few seconds.
+_PARENT_OF_BIG_CHILD = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                        "'import time; held = b\"x\" * (100 << 20); time.sleep(3)'], check=True)")
+
+
+def test_peak_rss_counts_the_children_of_a_task_when_it_starts_one():
+    from bench.peers import metrics
+    from bench.peers.runner import run_job
+    from bench.peers.systems import End, JobSpec, TaskSpec
+
+    spec = JobSpec("probe", "softmax", 1, 100,
+                   (TaskSpec("worker:0", sys.executable, ("-c", _PARENT_OF_BIG_CHILD), {}, End.EXITS),))
+    run = metrics.measure(run_job(spec, timeout_s=60))
+    assert run["exit_codes"] == {"worker:0": 0}
+    assert run["peak_rss_mb"]["worker:0"] >= 100, run["peak_rss_mb"]
