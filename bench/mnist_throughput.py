@@ -87,8 +87,8 @@ def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path 
     spies = Job()  # py-spy ends by itself when its target exits, then writes its file
     try:
         for name, index in (("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)):
-            env = clean_env(os.environ, {"TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": name, "index": index}}),
-                                         "SHOAL_JOB_SECRET": secret})
+            tf_config = json.dumps({"cluster": spec, "task": {"type": name, "index": index}})
+            env = clean_env(os.environ, {"TF_CONFIG": tf_config, "SHOAL_JOB_SECRET": secret})
             task = job.start(Launch(f"{name}:{index}", argv, env, output=Output.CAPTURE))
             if py_spy is not None and index == 0:
                 spies.start(_py_spy(task, py_spy / f"{example}_{mode}_{name}{index}.txt"))

@@ -190,8 +190,8 @@ class ShoalSide:
 
     def start(self) -> None:
         """Start the ps, create and initialize every variable on it, open the sessions. Blocks."""
-        env = clean_env(os.environ, {"TF_CONFIG": json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": 0}}),
-                                     "SHOAL_JOB_SECRET": self.secret_text})
+        tf_config = json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": 0}})
+        env = clean_env(os.environ, {"TF_CONFIG": tf_config, "SHOAL_JOB_SECRET": self.secret_text})
         self.ps_pid = self.job.start(Launch("ps:0", (
             "-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
                   "secret=shoal.resolve_job_secret(os.environ)).join()"), env)).pid
