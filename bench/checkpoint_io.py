@@ -3,7 +3,8 @@
     python -m bench.checkpoint_io                 # 100 MB of float32 variables, 2 ps, SGD and Adam
     python -m bench.checkpoint_io --mb 400 --json
 
-A real cluster: 2 ps processes on 127.0.0.1 and this process as the chief's TrainingSession.
+A real cluster: 2 ps processes on 127.0.0.1 (started by bench/jobrun.py) and this process as the
+chief's TrainingSession.
 
     save      TrainingSession.save_checkpoint(): snapshot every ps over the wire, join the shards,
               write variables + optimizer state as safetensors, sha256 them, fsync, rename.
@@ -29,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import free_ports, kill_group, machine, median, spawn
+from bench import free_ports, machine, median
+from bench.jobrun import Job, Launch, clean_env
 
 
 def model(total_mb: int) -> dict[str, np.ndarray]:
@@ -39,8 +41,9 @@ def model(total_mb: int) -> dict[str, np.ndarray]:
     return {f"layer{i}.weight": rng.standard_normal((rows, 1024), dtype=np.float32) for i in range(4)}
 
 
-class Job:
-    """Two ps processes plus this process as the chief. Not thread-safe."""
+class PsCluster:
+    """Two ps processes (started and killed by bench/jobrun.py) plus this process as the chief.
+    Not thread-safe."""
 
     def __init__(self, secret: str):
         import shoal
@@ -48,14 +51,17 @@ class Job:
         self.ports = free_ports(3)
         self.spec = {"ps": [f"127.0.0.1:{p}" for p in self.ports[:2]], "chief": [f"127.0.0.1:{self.ports[2]}"]}
         self.secret = secret
-        self.procs = []
+        self.job: Job | None = None
 
     def start_ps(self) -> None:
+        self.stop()
+        self.job = Job()
         for i in range(2):
-            env = dict(os.environ, SHOAL_JOB_SECRET=self.secret,
-                       TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": i}}))
-            self.procs.append(spawn(["-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
-                                     "secret=shoal.resolve_job_secret(os.environ)).join()"], env=env))
+            env = clean_env(os.environ, {"SHOAL_JOB_SECRET": self.secret, "TF_CONFIG": json.dumps(
+                {"cluster": self.spec, "task": {"type": "ps", "index": i}})})
+            self.job.start(Launch(f"ps:{i}", (
+                "-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
+                      "secret=shoal.resolve_job_secret(os.environ)).join()"), env))
 
     def session(self, variables, optimizer, model_dir):
         from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
@@ -66,9 +72,10 @@ class Job:
                                           checkpoints=self.shoal.CheckpointOptions(every_s=None, export=False))
 
     def stop(self) -> None:
-        for p in self.procs:
-            kill_group(p)
-        self.procs = []
+        """Kill the ps processes. Idempotent."""
+        if self.job is not None:
+            self.job.close()
+            self.job = None
 
 
 def raw_disk(arrays: dict[str, np.ndarray], directory: Path) -> tuple[float, float]:
@@ -88,23 +95,23 @@ def raw_disk(arrays: dict[str, np.ndarray], directory: Path) -> tuple[float, flo
     return written, read
 
 
-def one_round(job: Job, variables, optimizer, scratch: Path) -> dict[str, float]:
+def one_round(cluster: PsCluster, variables, optimizer, scratch: Path) -> dict[str, float]:
     model_dir = scratch / "model"
     shutil.rmtree(model_dir, ignore_errors=True)
-    job.start_ps()
+    cluster.start_ps()
     try:
-        session = job.session(variables, optimizer, model_dir).start()
+        session = cluster.session(variables, optimizer, model_dir).start()
         session.push({k: np.full_like(v, 1e-3) for k, v in variables.items()})  # optimizer slots are non-zero
         started = time.perf_counter()
         session.save_checkpoint()
         save_s = time.perf_counter() - started
         session.close()
     finally:
-        job.stop()
+        cluster.stop()
     ckpt_bytes = sum(f.stat().st_size for f in (model_dir / "checkpoints").rglob("*") if f.is_file())
-    job.start_ps()
+    cluster.start_ps()
     try:
-        session = job.session({k: np.zeros_like(v) for k, v in variables.items()}, optimizer, model_dir)
+        session = cluster.session({k: np.zeros_like(v) for k, v in variables.items()}, optimizer, model_dir)
         started = time.perf_counter()
         session.start()
         restore_s = time.perf_counter() - started
@@ -113,7 +120,7 @@ def one_round(job: Job, variables, optimizer, scratch: Path) -> dict[str, float]
         assert 0 < np.abs(restored - variables["layer0.weight"][:2]).max() < 2e-3
         session.close()
     finally:
-        job.stop()
+        cluster.stop()
     slots = 3 if optimizer.name == "adam" else 1
     write_s, read_s = raw_disk({f"{k}.{i}": v for k, v in variables.items() for i in range(slots)}, scratch / "raw")
     return {"save_s": save_s, "restore_s": restore_s, "raw_write_s": write_s, "raw_read_s": read_s,
@@ -129,18 +136,18 @@ def main() -> int:
     args = parser.parse_args()
     import shoal
     variables = model(args.mb)
-    job = Job(secrets.token_hex(16))
+    cluster = PsCluster(secrets.token_hex(16))
     scratch = Path(tempfile.mkdtemp(dir=args.dir, prefix="shoal-ckpt-bench-"))
     results = {}
     try:
         rounds: dict[str, list[dict]] = {"sgd": [], "adam": []}
         for _ in range(args.repeats):
             for name, optimizer in (("sgd", shoal.SGD(0.1)), ("adam", shoal.Adam(1e-3))):
-                rounds[name].append(one_round(job, variables, optimizer, scratch))
+                rounds[name].append(one_round(cluster, variables, optimizer, scratch))
         for name, rs in rounds.items():
             results[name] = {k: round(median([r[k] for r in rs]), 3) for k in rs[0]}
     finally:
-        job.stop()
+        cluster.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     model_mb = sum(v.nbytes for v in variables.values()) / 1e6
     print(f"model: {model_mb:.0f} MB float32 in {len(variables)} variables, 2 ps; median of {args.repeats}")

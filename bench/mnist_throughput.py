@@ -4,8 +4,9 @@
     python -m bench.mnist_throughput --json     # table, then one JSON object as the last line
 
 Runs examples/mnist_softmax.py (and examples/mnist_mlp_torch.py when it exists) unchanged, as
-a real job: four processes on 127.0.0.1, each in its own process group, with TF_CONFIG and
-SHOAL_JOB_SECRET in their environment, ps first (as tests/cluster/harness.py starts them).
+a real job: four processes on 127.0.0.1 started by bench/jobrun.py (each in its own process
+group), with TF_CONFIG and SHOAL_JOB_SECRET in their environment, ps first (as
+tests/cluster/harness.py starts them).
 Configurations run interleaved (softmax async, softmax sync, mlp async, mlp sync, then
 again), and each figure is the median over the repeats.
 
@@ -29,9 +30,11 @@ How each figure is measured (nothing is added to the examples):
                    `cpu-bound/s` = cores / (CPU per example) is what these four processes
                    would reach with the cores to themselves, and `others` is the share of
                    the cores that other processes used during the window (the noise level).
-    peak RSS       psutil RSS of each task (plus any children) sampled every 50 ms; also the
-                   private part (RSS minus shared pages: the MNIST arrays are an mmap of the
-                   cached .npy files, shared between the workers but counted in RSS).
+    peak RSS       as defined for every bench report in bench/usage.py: the peak, over samples
+                   every 50 ms, of the sum of psutil RSS over the task's process and all its
+                   children. Beside it, `priv` is the same peak of private memory (RSS minus
+                   shared pages: the MNIST arrays are an mmap of the cached .npy files, shared
+                   between the workers but counted in RSS).
 
 The reference figures are real TensorFlow 2.21 on a machine like this one (issue 2), not
 measured in this run: TF1 async 28k examples/s, TF1 SyncReplicasOptimizer 23k, 5-9 s from
@@ -47,16 +50,14 @@ import json
 import os
 import re
 import secrets
-import subprocess
+import shutil
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
-from bench import REPO, free_ports, kill_group, machine, median, spawn
+from bench import REPO, free_ports, machine, median
+from bench.jobrun import Job, Launch, Output, Task, clean_env
+from bench.usage import UsageSampler, interpolate
 
 EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_torch.py"}
 STEPS = {"softmax": 3000, "mlp": 1000}  # global steps: a few seconds of steady training each
@@ -71,58 +72,9 @@ ACCURACY = re.compile(r"accuracy: (\d+\.\d+)")
 MB = 1e6
 
 
-@dataclass
-class Task:
-    """One launched task: its process, the lines it printed with their arrival times, and
-    its memory peaks. The reader thread appends to `lines`; read them after it finished."""
-
-    name: str
-    proc: subprocess.Popen
-    lines: list[tuple[float, str]] = field(default_factory=list)
-    peak_rss: int = 0
-    peak_private: int = 0
-    cpu: list[tuple[float, float]] = field(default_factory=list)  # (time, CPU seconds used so far)
-    reader: threading.Thread | None = None
-
-    def read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def progress_times(self) -> list[float]:
-        return [t for t, line in self.lines if PROGRESS.search(line)]
-
-    def tail(self, n: int = 15) -> str:
-        return "\n".join(line for _, line in self.lines[-n:])
-
-
-def sample_usage(tasks: list[Task], machine_cpu: list[tuple[float, float]], stop: threading.Event,
-                 period_s: float = 0.05) -> None:
-    """Until `stop`, record each task's peak RSS and its CPU time (its process and all its
-    children), and the CPU time the whole machine spent busy."""
-    handles: dict[str, psutil.Process] = {}
-    while not stop.is_set():
-        busy = psutil.cpu_times()
-        machine_cpu.append((time.monotonic(), sum(busy) - busy.idle - getattr(busy, "iowait", 0.0)))
-        for task in tasks:
-            if task.proc.poll() is not None:
-                continue
-            try:
-                proc = handles.setdefault(task.name, psutil.Process(task.proc.pid))
-                procs = [proc, *proc.children(recursive=True)]
-                rss = private = 0
-                cpu = 0.0
-                for p in procs:
-                    info = p.memory_info()
-                    rss += info.rss
-                    private += info.rss - info.shared
-                    times = p.cpu_times()
-                    cpu += times.user + times.system
-                task.cpu.append((time.monotonic(), cpu))
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            task.peak_rss = max(task.peak_rss, rss)
-            task.peak_private = max(task.peak_private, private)
-        stop.wait(period_s)
+def progress_times(task: Task) -> list[float]:
+    """Arrival times of the task's progress lines."""
+    return [t for t, line in task.lines if PROGRESS.search(line)]
 
 
 def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path | None = None) -> dict:
@@ -130,79 +82,45 @@ def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path 
     ports = free_ports(4)
     spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:2]], "worker": [f"127.0.0.1:{p}" for p in ports[2:]]}
     secret = secrets.token_hex(16)
-    argv = [EXAMPLES[example], "--steps", str(steps), "--log_every", "1", *MODES[mode]]
-    tasks: list[Task] = []
-    spies: list[subprocess.Popen] = []
-    stop = threading.Event()
-    machine_cpu: list[tuple[float, float]] = []
-    sampler = threading.Thread(target=sample_usage, args=(tasks, machine_cpu, stop), daemon=True)
-    launched = time.monotonic()
+    argv = (EXAMPLES[example], "--steps", str(steps), "--log_every", "1", *MODES[mode])
+    job = Job(UsageSampler())
+    spies = Job()  # py-spy ends by itself when its target exits, then writes its file
     try:
-        for job, index in (("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_") and k != "TF_CONFIG"}
-            env.update(TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": job, "index": index}}),
-                       SHOAL_JOB_SECRET=secret, PYTHONUNBUFFERED="1")
-            proc = spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-            task = Task(f"{job}:{index}", proc)
-            task.reader = threading.Thread(target=task.read, daemon=True)
-            task.reader.start()
-            tasks.append(task)
+        for name, index in (("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)):
+            tf_config = json.dumps({"cluster": spec, "task": {"type": name, "index": index}})
+            env = clean_env(os.environ, {"TF_CONFIG": tf_config, "SHOAL_JOB_SECRET": secret})
+            task = job.start(Launch(f"{name}:{index}", argv, env, output=Output.CAPTURE))
             if py_spy is not None and index == 0:
-                spies.append(_attach_py_spy(proc.pid, py_spy / f"{example}_{mode}_{job}{index}.txt"))
-        sampler.start()
-        deadline = launched + timeout_s
-        codes = {}
-        for task in tasks:
-            try:
-                codes[task.name] = task.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                codes[task.name] = None
+                spies.start(_py_spy(task, py_spy / f"{example}_{mode}_{name}{index}.txt"))
+        codes = job.wait(job.launched + timeout_s)
         ended = time.monotonic()
     finally:
-        stop.set()
-        for task in tasks:
-            kill_group(task.proc)
-        for spy in spies:
-            try:
-                spy.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                kill_group(spy)
-        for task in tasks:
-            if task.reader is not None:
-                task.reader.join(5)
-        if sampler.is_alive():
-            sampler.join(5)
-    return _measure(example, mode, steps, tasks, codes, launched, ended, machine_cpu)
+        job.close()
+        spies.wait(time.monotonic() + 30)
+        spies.close()
+    return _measure(example, mode, steps, job, codes, ended)
 
 
-def _attach_py_spy(pid: int, out: Path) -> subprocess.Popen:
-    """Sample `pid` until it exits (idle time included, so percentages are of wall time)."""
+def _py_spy(task: Task, out: Path) -> Launch:
+    """py-spy sampling `task` until it exits (idle time included, so percentages are of wall time)."""
+    out = out.resolve()  # py-spy runs from the repository root
     out.parent.mkdir(parents=True, exist_ok=True)
     exe = Path(sys.executable).with_name("py-spy")
-    return subprocess.Popen([str(exe if exe.exists() else "py-spy"), "record", "-p", str(pid), "--idle", "--threads",
-                             "--nonblocking", "-r", "100", "-f", "raw", "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    program = str(exe) if exe.exists() else shutil.which("py-spy") or "py-spy"
+    return Launch(f"py-spy {task.name}", ("record", "-p", str(task.pid), "--idle", "--threads", "--nonblocking",
+                                          "-r", "100", "-f", "raw", "-o", str(out)),
+                  dict(os.environ), program, Output.DISCARD)
 
 
-def _at(series: list[tuple[float, float]], t: float) -> float:
-    """Linear interpolation of a sampled, increasing (time, value) series at time `t`."""
-    if not series:
-        return 0.0
-    for (t0, v0), (t1, v1) in zip(series, series[1:]):
-        if t0 <= t <= t1:
-            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
-    return series[0][1] if t < series[0][0] else series[-1][1]
-
-
-def _measure(example: str, mode: str, steps: int, tasks: list[Task], codes: dict, launched: float,
-             ended: float, machine_cpu: list[tuple[float, float]]) -> dict:
+def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: float) -> dict:
+    tasks, launched, machine_cpu = job.tasks, job.launched, job.sampler.machine_cpu
     workers = [t for t in tasks if t.name.startswith("worker")]
-    times = [w.progress_times() for w in workers]
+    times = [progress_times(w) for w in workers]
     ok = all(c == 0 for c in codes.values()) and all(times)
     run: dict = {"example": example, "mode": mode, "steps": steps, "exit_codes": codes, "ok": ok,
                  "wall_s": round(ended - launched, 3),
-                 "peak_rss_mb": {t.name: round(t.peak_rss / MB, 1) for t in tasks},
-                 "peak_private_mb": {t.name: round(t.peak_private / MB, 1) for t in tasks}}
+                 "peak_rss_mb": {t.name: round(t.usage.peak_rss / MB, 1) for t in tasks},
+                 "peak_private_mb": {t.name: round(t.usage.peak_private / MB, 1) for t in tasks}}
     if not ok:
         run["error"] = {t.name: t.tail() for t in tasks if codes.get(t.name) != 0 or t in workers}
         return run
@@ -218,11 +136,11 @@ def _measure(example: str, mode: str, steps: int, tasks: list[Task], codes: dict
         accuracies.append(acc[-1] if acc else None)
     # CPU time per example in the window: unlike examples/s, it hardly depends on what else
     # the machine runs, so it tells what these four processes would do on the cores alone.
-    cpu = {t.name: _at(t.cpu, end) - _at(t.cpu, start) for t in tasks}
+    cpu = {t.name: interpolate(t.usage.cpu, end) - interpolate(t.usage.cpu, start) for t in tasks}
     ours = sum(cpu.values())
     examples = in_window * BATCH
     window = end - start
-    others = _at(machine_cpu, end) - _at(machine_cpu, start) - ours
+    others = interpolate(machine_cpu, end) - interpolate(machine_cpu, start) - ours
     by_job = {job: sum(v for k, v in cpu.items() if k.startswith(job)) for job in ("worker", "ps")}
     run.update({
         "cpu_us_per_example": round(ours / examples * 1e6, 2) if examples else None,

@@ -38,7 +38,6 @@ import resource
 import secrets
 import socket
 import struct
-import subprocess
 import sys
 import time
 from typing import Callable
@@ -46,7 +45,8 @@ from typing import Callable
 import numpy as np
 
 import shoal
-from bench import free_ports, kill_group, machine, median, spawn
+from bench import free_ports, machine, median
+from bench.jobrun import Job, JobState, Launch, clean_env
 from shoal.ps.protocol import ASYNC, InitRequest
 from shoal.wire import CHUNK_BYTES, RpcClient
 
@@ -182,17 +182,19 @@ class ShoalSide:
         self.spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
         self.secret_text = secrets.token_hex(16)
         self.secret = shoal.JobSecret(self.secret_text.encode(), "bench")
-        self.proc: subprocess.Popen | None = None
+        self.job = Job()
+        self.ps_pid: int | None = None
+        self.ps_exit: int | None = None
         self.client: RpcClient | None = None
         self.sessions: dict[str, shoal.TrainingSession] = {}
 
     def start(self) -> None:
         """Start the ps, create and initialize every variable on it, open the sessions. Blocks."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
-        env.update(TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": 0}}),
-                   SHOAL_JOB_SECRET=self.secret_text, PYTHONUNBUFFERED="1")
-        self.proc = spawn(["-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
-                                 "secret=shoal.resolve_job_secret(os.environ)).join()"], env=env)
+        tf_config = json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": 0}})
+        env = clean_env(os.environ, {"TF_CONFIG": tf_config, "SHOAL_JOB_SECRET": self.secret_text})
+        self.ps_pid = self.job.start(Launch("ps:0", (
+            "-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
+                  "secret=shoal.resolve_job_secret(os.environ)).join()"), env)).pid
         self.client = RpcClient(self.spec["ps"][0], self.secret, "ps:0", timeout_s=120)
         self.client.call("status", timeout_s=30)  # waits for the ps to come up
         rule = shoal.SGD(0.0).to_config()
@@ -223,16 +225,10 @@ class ShoalSide:
         if self.client is not None:
             self.client.close()
             self.client = None
-        code = None
-        if self.proc is not None:
-            try:
-                code = self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                code = None
-            finally:
-                kill_group(self.proc)
-                self.proc = None
-        return code
+        if self.job.state is not JobState.CLOSED:
+            self.ps_exit = self.job.wait(time.monotonic() + 10).get("ps:0")
+            self.job.close()
+        return self.ps_exit
 
 
 # -- measurement -------------------------------------------------------------------------
@@ -308,12 +304,13 @@ def paired_ratio(num: list[float], den: list[float]) -> float:
 
 
 def run(sizes: list[int], log: Callable[[str], None]) -> dict:
-    procs = []
+    echoes = Job()
     shoal_side = raw = bare = None
     tcp_port, zmq_port = free_ports(2)
     try:
-        procs.append(spawn(["-m", "bench.ps_bandwidth", "--serve", "tcp", str(tcp_port)]))
-        procs.append(spawn(["-m", "bench.ps_bandwidth", "--serve", "zmq", str(zmq_port)]))
+        for kind, port in (("tcp", tcp_port), ("zmq", zmq_port)):
+            echoes.start(Launch(f"{kind}-echo", ("-m", "bench.ps_bandwidth", "--serve", kind, str(port)),
+                                clean_env(os.environ)))
         shoal_side = ShoalSide(sizes)
         shoal_side.start()
         raw = RawClient(tcp_port)
@@ -322,7 +319,7 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
         rx = memoryview(bytearray(max(sizes)))
 
         tiny_grad = np.ones(1, np.float32)
-        zmq_pid, ps_pid = procs[1].pid, shoal_side.proc.pid
+        zmq_pid, ps_pid = echoes.task("zmq-echo").pid, shoal_side.ps_pid
         tiny_cpu: dict[str, list[float]] = {}
         tiny = interleaved({"bare_zmq": lambda: bare.roundtrip(b"01234567"),
                             "shoal_status": shoal_side.status,
@@ -363,7 +360,7 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
             t = {k: median(v) for k, v in times.items()}
             goal = GOALS.get(n)
             ratio = paired_ratio(times["raw"], times["shoal"])
-            faults = page_faults(lambda: shoal_side.push(name, grad), shoal_side.proc.pid)
+            faults = page_faults(lambda: shoal_side.push(name, grad), shoal_side.ps_pid)
             row = {"bytes": n, "shoal_s": t["shoal"], "rpc_s": t["rpc"], "zmq_s": t["zmq"], "raw_s": t["raw"],
                    "update_s": t["update"], "ratio_vs_raw": round(ratio, 3),
                    "rpc_ratio_vs_raw": round(paired_ratio(times["raw"], times["rpc"]), 3),
@@ -393,8 +390,7 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
             bare.close()
         if shoal_side is not None:
             shoal_side.close()
-        for p in procs:
-            kill_group(p)
+        echoes.close()
 
 
 def _human(n: int) -> str:

@@ -16,9 +16,10 @@ The same rules for every system; pure functions of a JobRecord.
                    (bench/peers/ladder.py), so its runs carry no evaluation at all.
     CPU s / 1k ex  CPU time of all the job's processes (and their children) in the window, less
                    the evaluations' seconds, per 1,000 examples of the window.
-    peak RSS       psutil RSS of each task's process (not its children: a child forked for a
-                   moment shares the parent's pages and would count them twice), sampled every
-                   50 ms; the max per role (ps, worker, chief).
+    peak RSS       as defined for every bench report in bench/usage.py: the peak, over samples
+                   every 50 ms, of the sum of psutil RSS over the task's process and all its
+                   children; the max per role (ps, worker, chief). `peak_private_mb` (JSON)
+                   is the same peak of private memory (RSS minus shared pages).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from __future__ import annotations
 import os
 import re
 
-from bench.mnist_throughput import _at
-from bench.peers.runner import POLL_S, JobRecord
+from bench.peers.runner import JobRecord
 from bench.peers.systems import BATCH, End
+from bench.usage import SAMPLE_PERIOD_S, interpolate
 
 WARMUP = 0.1  # share of each printer's progress lines left out at the start
 PROGRESS = re.compile(r"\bstep=(\d+) (?:loss=\S+ examples/s=\d+|examples=(\d+))")
@@ -87,10 +88,10 @@ def measure(record: JobRecord, s90: int | None = None, ladder_points=()) -> dict
     run: dict = {"system": spec.system, "model": spec.model, "steps": spec.steps, "ok": ok(record),
                  "exit_codes": record.codes, "timed_out": record.timed_out,
                  "wall_s": round(record.ended - record.launched, 2),
-                 "peak_rss_mb": {t.name: round(t.peak_rss / MB, 1) for t in record.tasks},
-                 "peak_private_mb": {t.name: round(t.peak_private / MB, 1) for t in record.tasks}}
+                 "peak_rss_mb": {t.name: round(t.usage.peak_rss / MB, 1) for t in record.tasks},
+                 "peak_private_mb": {t.name: round(t.usage.peak_private / MB, 1) for t in record.tasks}}
     for role in ("ps", "worker", "chief"):
-        values = [t.peak_rss / MB for t in record.tasks if t.name.startswith(role)]
+        values = [t.usage.peak_rss / MB for t in record.tasks if t.name.startswith(role)]
         run[f"peak_rss_mb_{role}"] = round(max(values), 1) if values else None
     rows = progress(record)
     if not run["ok"]:
@@ -105,10 +106,10 @@ def measure(record: JobRecord, s90: int | None = None, ladder_points=()) -> dict
     # meanwhile, so this flatters them a little; Shoal's runs have no evaluation to take out.
     eval_in_window = sum(secs for t, _, _, secs in evals if start < t <= end)
     window = end - start - eval_in_window
-    cpu = sum(_at(t.cpu, end) - _at(t.cpu, start) for t in record.tasks)
-    cpu_measurable = end - start >= 4 * POLL_S  # else the 50 ms samples cannot resolve it
+    cpu = sum(interpolate(t.usage.cpu, end) - interpolate(t.usage.cpu, start) for t in record.tasks)
+    cpu_measurable = end - start >= 4 * SAMPLE_PERIOD_S  # else the 50 ms samples cannot resolve it
     cores = os.cpu_count() or 1
-    others = _at(record.machine_cpu, end) - _at(record.machine_cpu, start) - cpu
+    others = interpolate(record.machine_cpu, end) - interpolate(record.machine_cpu, start) - cpu
     if s90 is None:
         s90 = next((s for _, s, acc, _ in evals if acc >= TARGET), None)
         curve = [(s, acc) for _, s, acc, _ in evals]

