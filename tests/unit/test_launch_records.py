@@ -1,5 +1,7 @@
 """JobStore: jobs newest first, lookup by id, prefix or name; states and processes."""
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,20 @@ def test_terminal_states_have_no_transitions():
         assert (not TASK_TRANSITIONS[state]) == state.is_terminal
     for state in JobState:
         assert (not JOB_TRANSITIONS[state]) == state.is_terminal
+
+
+def test_job_store_files_are_private(tmp_path):
+    home = tmp_path / "home"
+    with JobStore(home / "jobs.db") as store:
+        store.create_job(plan("m-1"), 1, 0.0)
+        for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+            assert stat.S_IMODE(os.stat(home / name).st_mode) == 0o600, name
+    assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
+
+
+def test_an_existing_world_readable_job_store_is_made_private(tmp_path):
+    (tmp_path / "jobs.db").touch(mode=0o644)
+    os.chmod(tmp_path / "jobs.db", 0o644)
+    with JobStore(tmp_path / "jobs.db") as store:
+        assert store.list_jobs() == []
+    assert stat.S_IMODE(os.stat(tmp_path / "jobs.db").st_mode) == 0o600
