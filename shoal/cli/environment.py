@@ -1,5 +1,6 @@
 """`Environment`: everything a command reads from its surroundings, injected so that tests
-can run commands in-process. Built once by `main` (`Environment.from_process`)."""
+can run commands in-process. Built once by `main` (`Environment.from_process`); the only
+place the process environment is read. It also builds the executors, configured from it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Optional
 
-from shoal.launch.records import JobStore
+from shoal.home import shoal_home
+from shoal.launch.errors import LaunchError
+from shoal.launch.executor import Executor
+from shoal.launch.executor_local import LocalExecutor
+from shoal.launch.records import JobRecord, JobStore
 
 
 @dataclass(frozen=True)
@@ -35,12 +40,24 @@ class Environment:
     @property
     def shoal_home(self) -> Path:
         """$SHOAL_HOME, else ~/.shoal: where job records and folders live."""
-        home = self.environ.get("SHOAL_HOME")
-        return Path(home).expanduser() if home else Path.home() / ".shoal"
+        return shoal_home(self.environ)
 
     def store(self) -> JobStore:
         """The job records (open it with `with env.store() as store:`)."""
         return JobStore(self.shoal_home / "jobs.db")
+
+    def executor(self) -> Executor:
+        """A new executor for a job started now (local: tasks inherit this environment)."""
+        return LocalExecutor(python=self.python, base_env=self.environ)
+
+    def executor_for(self, job: JobRecord) -> Executor:
+        """The executor that reaches `job`'s tasks, from the kind its records name."""
+        if job.executor == LocalExecutor.kind:
+            return LocalExecutor(python=self.python, base_env=self.environ)
+        raise LaunchError(
+            f"job {job.id} ran on the {job.executor!r} executor, which this shoal does not"
+            " know; use the shoal that started it"
+        )
 
     def say(self, text: str, *, err: bool = False, end: str = "\n") -> None:
         stream: Optional[IO[str]] = self.stderr if err else self.stdout

@@ -7,6 +7,9 @@ Where the secret comes from (first match wins):
 3. `$SHOAL_HOME/job_secret` (default `~/.shoal/job_secret`) — created with mode 0600 on first
    use, like Erlang's cookie, so tasks a user starts by hand on one machine agree without setup.
 
+A secret file that others may read (any group or other permission bit) is refused, as ssh
+refuses such a private key: fix it with `chmod 600 FILE`.
+
 The secret itself never crosses the network: peers present an HMAC-derived token.
 """
 
@@ -16,10 +19,12 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from shoal.home import shoal_home
 from shoal.wire.errors import SecretError
 
 _TOKEN_CONTEXT = b"shoal-plain-token-v1"
@@ -49,16 +54,21 @@ class JobSecret:
             return cls(environ["SHOAL_JOB_SECRET"].encode(), "SHOAL_JOB_SECRET")
         if "SHOAL_JOB_SECRET_FILE" in environ:
             return _read_file(Path(environ["SHOAL_JOB_SECRET_FILE"]), "SHOAL_JOB_SECRET_FILE")
-        home = Path(environ.get("SHOAL_HOME") or Path(environ.get("HOME", "~")).expanduser() / ".shoal")
-        return _read_or_create(home / "job_secret")
+        return _read_or_create(shoal_home(environ) / "job_secret")
 
 
 def _read_file(path: Path, what: str) -> JobSecret:
     try:
-        value = path.read_bytes().strip()
+        with open(path, "rb") as f:
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+            value = f.read().strip()
     except OSError as e:
         raise SecretError(f"cannot read the job secret file {path} named by {what}: {e.strerror}; "
                           "create it (e.g. `openssl rand -hex 32 > FILE`) or fix the path") from e
+    if mode & 0o077:
+        raise SecretError(f"the job secret file {path} named by {what} can be read or changed by others "
+                          f"(mode {mode:04o}); anyone who reads it can join the job: "
+                          f"chmod 600 {path}")
     return JobSecret(value, f"{what}={path}")
 
 

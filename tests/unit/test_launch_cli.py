@@ -96,13 +96,14 @@ def test_usage_error_exits_2(tmp_path):
 
 def test_tensorboard_without_tensorboard_says_how_to_install_it(tmp_path, monkeypatch):
     from shoal.cli import cmd_tensorboard
+    from shoal.launch.executor_local import LocalExecutor
     from shoal.launch.plan import make_plan
     from shoal.launch.spec import spec_from_dict
 
     shoal = Captured(tmp_path)
     spec = spec_from_dict({"name": "tb", "run": "true", "roles": {"worker": {}}})
-    plan = make_plan(spec, job_id="tb-1", shoal_home=tmp_path / "home", workdir=tmp_path,
-                     python="/py")
+    plan = make_plan(spec, LocalExecutor(python="/py").allocate(spec), job_id="tb-1",
+                     shoal_home=tmp_path / "home", workdir=tmp_path)
     with shoal.env.store() as store:
         store.create_job(plan, 1, 0.0)
     monkeypatch.setattr(cmd_tensorboard.importlib.util, "find_spec", lambda name: None)

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from shoal.launch.errors import JobNotFound
+from shoal.launch.executor import TaskRef
+from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.plan import make_plan
 from shoal.launch.records import JobStore
 from shoal.launch.spec import spec_from_dict
@@ -15,7 +17,8 @@ from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, Tas
 
 def plan(job_id, name="m"):
     spec = spec_from_dict({"name": name, "run": "true", "roles": {"worker": {"count": 2}}})
-    return make_plan(spec, job_id=job_id, shoal_home=Path("/h"), workdir=Path("/w"), python="/py")
+    return make_plan(spec, LocalExecutor(python="/py").allocate(spec), job_id=job_id,
+                     shoal_home=Path("/h"), workdir=Path("/w"))
 
 
 def test_jobs_are_listed_newest_first_and_found_by_id_prefix_or_name(tmp_path):
@@ -34,15 +37,16 @@ def test_jobs_are_listed_newest_first_and_found_by_id_prefix_or_name(tmp_path):
 def test_states_processes_and_progress_are_recorded(tmp_path):
     with JobStore(tmp_path / "jobs.db") as store:
         store.create_job(plan("m-1"), 1, 0.0)
-        store.set_task("m-1", "worker.1", "RUNNING", "pid 42", 0, 42)
-        store.add_process("m-1", "worker.1", 42, 1.5)
+        ref = TaskRef("local", pid=42, started=1.5)
+        store.set_task("m-1", "worker.1", TaskState.RUNNING, "pid 42", 0, ref)
+        store.add_process("m-1", "worker.1", ref)
         store.set_progress("m-1", 100, 0.25)
-        store.set_job_state("m-1", "SUCCEEDED", "done", exit_code=0, ended=True)
+        store.set_job_state("m-1", JobState.SUCCEEDED, "done", exit_code=0, ended=True)
         job = store.find("m-1")
         assert job.state == "SUCCEEDED" and job.exit_code == 0 and job.ended is not None
         assert (job.step, job.loss) == (100, 0.25)
         assert job.task("worker.1").pid == 42 and job.task("worker.0").state == "PENDING"
-        assert [(p.name, p.pid) for p in store.processes("m-1")] == [("worker.1", 42)]
+        assert [(p.name, p.ref.pid) for p in store.processes("m-1")] == [("worker.1", 42)]
         assert job.as_json()["tasks"][1]["name"] == "worker.1"
 
 

@@ -44,5 +44,5 @@ def test_world_readable_default_secret_file_is_refused(tmp_path):
     env = {"SHOAL_HOME": str(tmp_path / "home")}
     JobSecret.from_environ(env)
     os.chmod(tmp_path / "home" / "job_secret", 0o644)
-    with pytest.raises(SecretError, match="readable by others"):
+    with pytest.raises(SecretError, match="read or changed by others"):
         JobSecret.from_environ(env)
