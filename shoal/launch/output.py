@@ -13,17 +13,18 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from shoal.launch.files import private_file
+from shoal.launch.files import private_dirs, private_file
 from shoal.launch.logmux import LogMux
 
 
 def attach_lines(mux: LogMux, label: str, name: str, lines: Iterator[bytes],
                  log_path: str) -> threading.Thread:
     """Start copying `lines` to `mux` under `label`; returns the thread to join, which ends
-    once the last line is printed and logged. Thread-safe; blocks for no I/O but the log
-    file's creation."""
-    private_file(Path(log_path), "the task's log file",
-                 "set SHOAL_HOME to a writable directory")
+    once the last line is printed and logged. Thread-safe; blocks only to create the log
+    file (and its folder, 0700)."""
+    fix = "set SHOAL_HOME to a writable directory (default ~/.shoal)"
+    private_dirs(Path(log_path).parent, "the job's log folder", fix)
+    private_file(Path(log_path), "the task's log file", fix)
     read_fd, write_fd = os.pipe()
     reader = mux.attach(label, name, os.fdopen(read_fd, "rb", buffering=0), log_path)
     threading.Thread(target=_feed, args=(lines, write_fd), name=f"feed-{name}",
