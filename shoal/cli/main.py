@@ -45,6 +45,8 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
 
 def describe(error: BaseException) -> str:
     """The error as the one line `shoal` prints (a ShoalError's own message)."""
+    if isinstance(error, BrokenPipeError):
+        return "the output was closed before shoal finished writing it (broken pipe)"
     if isinstance(error, RecursionError):
         return ("the input is nested too deeply to process (Python's recursion limit);"
                 " flatten it")

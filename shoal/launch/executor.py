@@ -122,7 +122,7 @@ class TaskHandle(Protocol):
 
     def close(self) -> None:
         """Release what the handle holds; kills the task's group first if it still runs.
-        Idempotent; blocks until the task is gone."""
+        Idempotent; blocks until the task is gone (a few seconds at most)."""
         ...
 
 

@@ -33,6 +33,9 @@ from shoal.launch.spec import JobSpec
 KIND = "local"
 _CHUNK = 1 << 16
 _MAX_REAPER_GRACE = 3.0
+_CLOSE_WAIT = 5.0
+"""How long `close` waits for a SIGKILLed task (one stuck in the kernel may never go; the
+reaper still signals its group when the executor closes)."""
 
 
 class LocalHandle:
@@ -95,7 +98,7 @@ class LocalHandle:
     def close(self) -> None:
         if self._code is None:
             self._proc.signal_group(signal.SIGKILL)
-        self.wait()
+        self.wait(_CLOSE_WAIT)
 
 
 class LocalExecutor:

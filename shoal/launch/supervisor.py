@@ -46,8 +46,7 @@ _READER_JOIN = 2.0
 
 
 class EndReason(str, Enum):
-    """Why a job ended. SUCCEEDED ends it SUCCEEDED, STOPPED ends it KILLED, the others
-    FAILED."""
+    """Why a job ended; `state` is the JobState it ends in."""
 
     SUCCEEDED = "succeeded"        # the chief, or every worker, succeeded
     CHIEF_FAILED = "chief-failed"  # the chief failed for good; JobResult.chief_exit says how
@@ -56,16 +55,26 @@ class EndReason(str, Enum):
     STOPPED = "stopped"            # request_stop (a signal to the launcher, shoal kill)
     START_FAILED = "start-failed"  # a task's program could not be started
 
+    @property
+    def state(self) -> JobState:
+        if self is EndReason.SUCCEEDED:
+            return JobState.SUCCEEDED
+        return JobState.KILLED if self is EndReason.STOPPED else JobState.FAILED
+
 
 @dataclass(frozen=True)
 class JobResult:
-    """How a job ended: its final state, why (`reason`, and in words `detail`), and for
-    CHIEF_FAILED the chief's exit code (-N: killed by signal N)."""
+    """How a job ended: why (`reason`, and in words `detail`), and for CHIEF_FAILED the
+    chief's exit code (-N: killed by signal N)."""
 
-    state: JobState
     reason: EndReason
     detail: str
     chief_exit: Optional[int] = None
+
+    @property
+    def state(self) -> JobState:
+        """The job's final state."""
+        return self.reason.state
 
 
 class JobObserver(Protocol):
@@ -143,11 +152,11 @@ class Supervisor:
 
     def _step(self, deadline: Optional[float]) -> None:
         if self._stop_reason is not None:
-            self._finish(JobState.KILLED, EndReason.STOPPED, self._stop_reason)
+            self._finish(EndReason.STOPPED, self._stop_reason)
             return
         now = self._clock()
         if deadline is not None and now >= deadline:
-            self._finish(JobState.FAILED, EndReason.DEADLINE,
+            self._finish(EndReason.DEADLINE,
                          f"deadline of {self._plan.deadline:g}s exceeded")
             return
         timeout = _POLL
@@ -173,7 +182,7 @@ class Supervisor:
             handle = self._executor.start(self._plan, slot.plan)
         except StartError as e:
             self._move(slot, TaskState.FAILED, str(e))
-            self._finish(JobState.FAILED, EndReason.START_FAILED, str(e))
+            self._finish(EndReason.START_FAILED, str(e))
             return
         slot.handle = handle
         self._move(slot, TaskState.RUNNING, handle.ref.describe(), ref=handle.ref)
@@ -217,9 +226,9 @@ class Supervisor:
             return
         why = f"{slot.plan.label} failed ({detail})"
         if slot.plan.task == self._plan.primary:
-            self._finish(JobState.FAILED, EndReason.CHIEF_FAILED, why, chief_exit=code)
+            self._finish(EndReason.CHIEF_FAILED, why, chief_exit=code)
         else:
-            self._finish(JobState.FAILED, EndReason.TASK_FAILED, why)
+            self._finish(EndReason.TASK_FAILED, why)
 
     def _check_success(self) -> None:
         chief = self._slots.get("chief.0")
@@ -229,12 +238,11 @@ class Supervisor:
             done = all(s.state is TaskState.SUCCEEDED for s in self._slots.values()
                        if s.plan.task.job == "worker")
         if done:
-            self._finish(JobState.SUCCEEDED, EndReason.SUCCEEDED, "all training tasks succeeded")
+            self._finish(EndReason.SUCCEEDED, "all training tasks succeeded")
 
     # --- teardown -------------------------------------------------------------------
 
-    def _finish(self, state: JobState, reason: EndReason, detail: str,
-                chief_exit: Optional[int] = None) -> None:
+    def _finish(self, reason: EndReason, detail: str, chief_exit: Optional[int] = None) -> None:
         """Stop every task (TERM, grace, KILL), then record the job's end."""
         if self._finishing:
             return
@@ -260,8 +268,8 @@ class Supervisor:
             if slot.state is TaskState.RUNNING:
                 log.warning("%s did not exit after SIGKILL", slot.plan.label)
                 self._move(slot, TaskState.KILLED, "did not exit after SIGKILL")
-        self._set_job(state, detail)
-        self._result = JobResult(state, reason, detail, chief_exit)
+        self._set_job(reason.state, detail)
+        self._result = JobResult(reason, detail, chief_exit)
 
     def _drain(self, seconds: float, force_ok: bool = True) -> None:
         end = self._clock() + seconds
