@@ -20,6 +20,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job = store.find(args.job)
-        job = kill_job(store, job, env.executor_for(job), timeout=args.timeout)
+        job = kill_job(store, job, env.executor(job.executor), timeout=args.timeout)
     env.say(f"job {job.id}: {job.state.value}" + (f" ({job.reason})" if job.reason else ""))
     return int(ExitCode.OK)

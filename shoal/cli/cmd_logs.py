@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job = store.find(args.job)
-        executor = env.executor_for(job)
+        executor = env.executor(job.executor)
         tasks = [job.task(args.task)] if args.task else list(job.tasks)
         prefix = (lambda t: b"") if args.task else (lambda t: t.label.encode() + b" | ")
         offsets = {t.name: 0 for t in tasks}

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         while True:
             job = store.find(args.job)
-            executor = env.executor_for(job)
+            executor = env.executor(job.executor)
             job = reconcile(store, job, executor)
             samples = sample_job(store, job, executor, interval=min(args.interval, 0.5)
                                  if args.once else args.interval)

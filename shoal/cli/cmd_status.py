@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         jobs = [store.find(args.job)] if args.job else store.list_jobs()
-        jobs = [reconcile(store, job, env.executor_for(job)) for job in jobs]
+        jobs = [reconcile(store, job, env.executor(job.executor)) for job in jobs]
     if args.json:
         env.say(json.dumps([job.as_json() for job in jobs], indent=2))
     elif args.job:

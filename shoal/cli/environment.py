@@ -15,7 +15,7 @@ from shoal.home import shoal_home
 from shoal.launch.errors import LaunchError
 from shoal.launch.executor import Executor
 from shoal.launch.executor_local import LocalExecutor
-from shoal.launch.records import JobRecord, JobStore
+from shoal.launch.records import JobStore
 
 
 @dataclass(frozen=True)
@@ -46,17 +46,15 @@ class Environment:
         """The job records (open it with `with env.store() as store:`)."""
         return JobStore(self.shoal_home / "jobs.db")
 
-    def executor(self) -> Executor:
-        """A new executor for a job started now (local: tasks inherit this environment)."""
-        return LocalExecutor(python=self.python, base_env=self.environ)
-
-    def executor_for(self, job: JobRecord) -> Executor:
-        """The executor that reaches `job`'s tasks, from the kind its records name."""
-        if job.executor == LocalExecutor.kind:
+    def executor(self, kind: str = LocalExecutor.kind) -> Executor:
+        """A new executor of `kind`, configured from this environment (local: tasks
+        inherit it): for a job started now, or the kind a recorded job names (to reach its
+        tasks). LaunchError for a kind this shoal does not know."""
+        if kind == LocalExecutor.kind:
             return LocalExecutor(python=self.python, base_env=self.environ)
         raise LaunchError(
-            f"job {job.id} ran on the {job.executor!r} executor, which this shoal does not"
-            " know; use the shoal that started it"
+            f"the job ran on the {kind!r} executor, which this shoal does not know (it knows"
+            f" {LocalExecutor.kind!r}); use the shoal that started the job"
         )
 
     def say(self, text: str, *, err: bool = False, end: str = "\n") -> None:

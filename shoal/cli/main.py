@@ -50,7 +50,7 @@ def describe(error: BaseException) -> str:
     if isinstance(error, RecursionError):
         return ("the input is nested too deeply to process (Python's recursion limit);"
                 " flatten it")
-    if isinstance(error, OSError) and not isinstance(error, ShoalError):
+    if isinstance(error, OSError):
         paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p)
         text = error.strerror or str(error)
         return (f"{text}{': ' + paths if paths else ''}; check that the path exists, is a"

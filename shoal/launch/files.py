@@ -42,13 +42,22 @@ def private_file(path: Path, what: str, fix: str) -> None:
     """Create `path` (empty, 0600) if it does not exist; make an existing one of ours that
     others can read 0600."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-        try:
-            info = os.fstat(fd)
-            if stat.S_IMODE(info.st_mode) & 0o077 and info.st_uid == os.getuid():
-                os.fchmod(fd, FILE_MODE)
-        finally:
-            os.close(fd)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+    except FileExistsError:
+        tighten_file(path, what, fix)
+    except OSError as e:
+        raise WorkspaceError(_message(what, path, e, fix)) from e
+
+
+def tighten_file(path: Path, what: str, fix: str) -> None:
+    """Make `path`, if it exists and is ours, 0600 when others can read or change it;
+    never creates it."""
+    try:
+        info = os.stat(path)
+        if stat.S_IMODE(info.st_mode) & 0o077 and info.st_uid == os.getuid():
+            os.chmod(path, FILE_MODE)
+    except FileNotFoundError:
+        pass
     except OSError as e:
         raise WorkspaceError(_message(what, path, e, fix)) from e
 
@@ -57,14 +66,3 @@ def _message(what: str, path: Path, error: OSError, fix: str) -> str:
     where = f" ({error.filename})" if error.filename and str(error.filename) != str(path) else ""
     return f"cannot use {what} {path}: {error.strerror or error}{where}; {fix}"
 
-
-def tighten_file(path: Path) -> None:
-    """Make `path`, if it exists and is ours, 0600 when others can read it; never creates it."""
-    try:
-        info = os.stat(path)
-        if stat.S_IMODE(info.st_mode) & 0o077 and info.st_uid == os.getuid():
-            os.chmod(path, FILE_MODE)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise WorkspaceError(_message("the file", path, e, "fix its permissions")) from e

@@ -104,7 +104,7 @@ class JobStore:
         private_dirs(self.path.parent, "the folder of the job records", fix)
         private_file(self.path, "the job records", fix)
         for suffix in _PRIVATE_SIDE_FILES:  # left 0644 by an older shoal
-            tighten_file(self.path.with_name(self.path.name + suffix))
+            tighten_file(self.path.with_name(self.path.name + suffix), "the job records", fix)
         try:
             db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False,
                                  isolation_level=None)
