@@ -37,7 +37,8 @@ class TaskRef:
     `executor` is the kind that started it ("local"); `pid` the task's main process on
     `host` ("" for this machine) and `started` its create time, so that a later process
     reusing the pid is never taken for it; `extra` holds what else an executor needs to
-    find the task again (a Slurm job and step id, an agent's address), as strings.
+    find the task again (a Slurm job and step id, an agent's address), as (key, value)
+    strings sorted by key.
     """
 
     executor: str
