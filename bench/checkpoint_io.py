@@ -54,8 +54,8 @@ class Job:
         for i in range(2):
             env = dict(os.environ, SHOAL_JOB_SECRET=self.secret,
                        TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": i}}))
-            self.procs.append(spawn(["-c", "import os, shoal; shoal.Server.for_task("
-                                     "shoal.resolve_cluster_config(None, os.environ)).join()"], env=env))
+            self.procs.append(spawn(["-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
+                                     "secret=shoal.resolve_job_secret(os.environ)).join()"], env=env))
 
     def session(self, variables, optimizer, model_dir):
         from shoal.cluster import ClusterConfig, ClusterSpec, TaskId

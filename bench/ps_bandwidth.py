@@ -47,6 +47,7 @@ import numpy as np
 
 import shoal
 from bench import free_ports, kill_group, machine, median, spawn
+from shoal.ps.protocol import ASYNC, InitRequest
 from shoal.wire import CHUNK_BYTES, RpcClient
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -190,13 +191,13 @@ class ShoalSide:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
         env.update(TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": "ps", "index": 0}}),
                    SHOAL_JOB_SECRET=self.secret_text, PYTHONUNBUFFERED="1")
-        self.proc = spawn(["-c", "import os, shoal; shoal.Server.for_task("
-                                 "shoal.resolve_cluster_config(None, os.environ)).join()"], env=env)
+        self.proc = spawn(["-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
+                                 "secret=shoal.resolve_job_secret(os.environ)).join()"], env=env)
         self.client = RpcClient(self.spec["ps"][0], self.secret, "ps:0", timeout_s=120)
         self.client.call("status", timeout_s=30)  # waits for the ps to come up
         rule = shoal.SGD(0.0).to_config()
         for name, value in self.values.items():
-            self.client.call("init", {"rule": rule}, {name: value})
+            self.client.call("init", InitRequest(rule, ASYNC).fields(), {name: value})
         self.client.call("ready")
         spec = shoal.ClusterSpec.from_dict(self.spec)
         for i, (name, value) in enumerate(self.values.items()):

@@ -8,10 +8,10 @@ present. Parameter servers never import torch.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
-import time
 
 # One BLAS thread per task: several tasks share the machine's cores, and idle BLAS threads that
 # spin waiting for work slow every task down (torchrun sets OMP_NUM_THREADS=1 for the same reason).
@@ -21,14 +21,23 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402  (after the thread settings, which numpy reads at import)
 
 import shoal  # noqa: E402
-from mnist_softmax import is_training_task, parse_args, report_progress, session_options  # as the seed program
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    shoal.add_cluster_flags(parser)
+    shoal.add_training_flags(parser, os.environ)
+    parser.add_argument("--learning_rate", type=float, default=0.1)
+    parser.add_argument("--batch_size", type=int, default=100)
+    return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     config = shoal.resolve_cluster_config(args, os.environ)
-    if not is_training_task(config):
+    secret = shoal.resolve_job_secret(os.environ)
+    if shoal.serve_unless_training(config, secret=secret):
         return 0
 
     import torch
@@ -43,12 +52,11 @@ def main(argv=None) -> int:
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     loss_fn = nn.CrossEntropyLoss()
     data = load_mnist()
-    sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
-    with shoal.TrainingSession(config, module_variables(model), shoal.SGD(args.learning_rate or 0.1), sync=sync,
-                               **session_options(args)) as session:
+    with shoal.TrainingSession(config, module_variables(model), shoal.SGD(args.learning_rate), secret=secret,
+                               **shoal.session_options(args)) as session:
         shared = share_module_memory(model, session.params)  # on CPU the module reads session.params in place
-        local_steps, started = 0, time.monotonic()
+        progress = shoal.ProgressReporter(session, args.log_every, args.batch_size)
         while not session.should_stop():
             idx = np.sort(next(batches))
             x = torch.from_numpy(np.ascontiguousarray(data.train_x[idx])).to(device)
@@ -59,8 +67,7 @@ def main(argv=None) -> int:
             loss = loss_fn(model(x), y)
             loss.backward()
             result = session.push(module_gradients(model))
-            local_steps += 1
-            report_progress(args, session, local_steps, started, loss.item(), result.global_step)
+            progress.step_done(loss.item(), result.global_step)
         session.pull()
         assign_module(model, session.params)
         with torch.no_grad():

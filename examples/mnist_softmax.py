@@ -55,79 +55,34 @@ def accuracy(params, x, y) -> float:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     shoal.add_cluster_flags(parser)
-    parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
-    parser.add_argument("--replicas_to_aggregate", type=int, default=None,
-                        help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
-    parser.add_argument("--steps", type=int, default=1000, help="global steps to train (default: 1000)")
-    parser.add_argument("--model_dir", default=os.environ.get("OUTPUT_DIR"),
-                        help="model directory shared by the job (default: $OUTPUT_DIR)")
-    parser.add_argument("--learning_rate", type=float, default=None, help="default: 0.5 (softmax), 0.1 (MLP)")
+    shoal.add_training_flags(parser, os.environ)
+    parser.add_argument("--learning_rate", type=float, default=0.5)
     parser.add_argument("--batch_size", type=int, default=100)
-    parser.add_argument("--log_every", type=int, default=100, help="print progress every N local steps")
     parser.add_argument("--eval_every", type=int, default=0,
                         help="chief: test accuracy every N local steps, printed as 'eval_step=S accuracy=A eval_s=T' "
                              "(default 0: only at the end)")
-    parser.add_argument("--checkpoint_every_steps", type=int, default=100,
-                        help="with --model_dir: save a checkpoint every N global steps (0: only at the end)")
-    parser.add_argument("--checkpoint_every_secs", type=float, default=600)
-    parser.add_argument("--keep_checkpoints", type=int, default=5)
-    parser.add_argument("--ps_recovery_timeout", type=float, default=120,
-                        help="seconds to wait for a lost ps task to come back before failing")
     return parser.parse_args(argv)
-
-
-def report_progress(args, session, local_steps: int, started: float, loss: float, global_step: int) -> None:
-    """Every --log_every local steps: print `<task> step=N loss=X examples/s=R`, and log the loss."""
-    if local_steps % args.log_every:
-        return
-    rate = local_steps * args.batch_size / (time.monotonic() - started)
-    print(f"{session.task} step={global_step} loss={loss:.4f} examples/s={rate:.0f}", flush=True)
-    if session.summaries is not None:
-        session.summaries.scalar("loss", loss, global_step)
-
-
-def session_options(args) -> dict:
-    """TrainingSession keyword arguments from the flags both examples share."""
-    return dict(max_steps=args.steps, model_dir=args.model_dir or None, summary_every_steps=args.log_every,
-                checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps or None,
-                                                    every_s=args.checkpoint_every_secs or None,
-                                                    keep=args.keep_checkpoints),
-                ps_recovery_timeout_s=args.ps_recovery_timeout)
-
-
-def is_training_task(config: shoal.ClusterConfig) -> bool:
-    """Run the task's role if it does not train: a ps serves until the job is over (blocks)."""
-    if config.task.job == "ps":
-        server = shoal.Server.for_task(config)
-        server.join()
-        print(f"{config.task} done: {server.reason}")
-        return False
-    if config.task.job == "evaluator":
-        print("this example has no evaluator; nothing to do")
-        return False
-    return True
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     config = shoal.resolve_cluster_config(args, os.environ)
-    if not is_training_task(config):
+    secret = shoal.resolve_job_secret(os.environ)
+    if shoal.serve_unless_training(config, secret=secret):
         return 0
 
     data = load_mnist()
     variables = {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
-    sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
-    with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate or 0.5), sync=sync,
-                               **session_options(args)) as session:
-        local_steps, started = 0, time.monotonic()
+    with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate), secret=secret,
+                               **shoal.session_options(args)) as session:
+        progress = shoal.ProgressReporter(session, args.log_every, args.batch_size)
         while not session.should_stop():
             idx = np.sort(next(batches))
             loss, result = session.run_step(softmax_loss_and_grad, data.train_x[idx], data.train_y[idx])
-            local_steps += 1
-            report_progress(args, session, local_steps, started, loss, result.global_step)
-            if config.is_chief and args.eval_every and local_steps % args.eval_every == 0:
+            progress.step_done(loss, result.global_step)
+            if config.is_chief and args.eval_every and progress.local_steps % args.eval_every == 0:
                 eval_started = time.monotonic()
                 acc = accuracy(session.params, data.test_x, data.test_y)
                 print(f"eval_step={result.global_step} accuracy={acc:.4f} eval_s={time.monotonic() - eval_started:.3f}",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any, Mapping
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.ps.errors import PsError
 from shoal.ps.service import PsService
-from shoal.wire import JobSecret, RpcServer
+from shoal.wire import JobSecret, Request, RpcServer
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +20,14 @@ class Server:
     Unlike TensorFlow's `server.join()`, `join()` returns when the job is over: when every
     training replica (the chief and the workers) said it is done, or one ended the job.
 
-    `start()` binds (raising BindError at once if the port is taken) and serves on a
-    background thread; `join()` blocks; `stop()` is idempotent and safe in `finally`.
+    `secret` is the job's shared secret, resolved at the program's edge
+    (`shoal.resolve_job_secret(os.environ)`). `start()` binds (raising BindError at once if the
+    port is taken) and serves on a background thread; `join()` blocks; `stop()` is idempotent
+    and safe in `finally`.
     """
 
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str = "ps", task_index: int = 0,
-                 *, secret: JobSecret | None = None):
+                 *, secret: JobSecret):
         spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.from_dict(dict(cluster))
         self.config = ClusterConfig(spec, TaskId(job_name, task_index))
         if job_name != "ps":
@@ -39,7 +40,7 @@ class Server:
         self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over)
 
     @classmethod
-    def for_task(cls, config: ClusterConfig, *, secret: JobSecret | None = None) -> "Server":
+    def for_task(cls, config: ClusterConfig, *, secret: JobSecret) -> "Server":
         return cls(config.cluster, config.task.job, config.task.index, secret=secret)
 
     @property
@@ -50,15 +51,19 @@ class Server:
         """Bind and begin serving in the background. Returns self. Does not block."""
         if self._thread is not None:
             return self
-        secret = self._secret or JobSecret.from_environ(os.environ)
-        self._rpc = RpcServer(self.address, secret, self.service.handle, str(self.config.task),
+        self._rpc = RpcServer(self.address, self._secret, self._handle, str(self.config.task),
                               into=self.service.tensor_destination)
-        self.service.rpc = self._rpc
         self._rpc.start()
-        log.info("%s serving at %s (job secret from %s)", self.config.task, self.address, secret.source)
+        log.info("%s serving at %s (job secret from %s)", self.config.task, self.address, self._secret.source)
         self._thread = threading.Thread(target=self._serve, name=f"shoal-{self.config.task}", daemon=True)
         self._thread.start()
         return self
+
+    def _handle(self, request: Request) -> None:
+        """Run one request through the service and send the replies it gives (serving thread)."""
+        for reply in self.service.handle(request):
+            tracker = self._rpc.reply(reply.request, reply.body.fields(), reply.tensors, track=bool(reply.shards))
+            self.service.store.track(reply.shards, tracker)
 
     def _serve(self) -> None:
         try:

@@ -1,16 +1,10 @@
-"""The parameter-server protocol: what each op does to the shards. See docs/wire-protocol.md.
+"""What each op does to one ps task's shards. The ops and their fields: `shoal.ps.protocol`,
+docs/wire-protocol.md.
 
-Ops (request field -> reply field; tensors travel as frames):
-
-    status                       -> ready, step, mode, shards, bytes, created, done, incarnation
-    init   rule, sync_replicas, step, done
-           (tensors: initial values, and "<shard>@<slot>" optimizer state from a checkpoint) -> created
-    snapshot                     -> step, mode, rule (tensors: copies of values and "<shard>@<slot>")
-    ready                        -> ready
-    pull   names, min_step       -> step (tensors: values); waits until step >= min_step
-    push   task, step, pull      (tensors: gradients) -> step, outcome (tensors: new values)
-    done   task                  -> done (the job ends when every replica said done)
-    shutdown                     -> (the job ends now)
+`PsService.handle` decodes a request with its op's type, runs the op's handler from a table,
+and returns the replies to send: the handler's own, unless it is DEFERRED (a sync push waits for
+its step, a pull for `min_step`), plus any deferred replies the request released. The service
+never touches a socket, so it is tested without one; `shoal.ps.server` sends what it returns.
 """
 
 from __future__ import annotations
@@ -19,215 +13,208 @@ import logging
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import rule_from_config
+from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, InitReply, InitRequest,
+                               Mode, Op, Phase,
+                               PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ShutdownRequest,
+                               SnapshotReply, StatusReply, TrainingMode, parse_op, split_slots)
 from shoal.ps.store import ShardStore
-from shoal.ps.sync import PushOutcome, SyncAggregator
-from shoal.wire import Request, RpcServer
+from shoal.ps.sync import SyncAggregator
+from shoal.wire import Request
 
 log = logging.getLogger(__name__)
 
 _BUFFERED_BYTES = 256 << 10  # smaller gradients are decoded without a copy (np.frombuffer)
 
 
+@dataclass(frozen=True)
+class Reply:
+    """A reply to send to `request`. `shards` names the shards whose live values are among
+    `tensors`: the sender must tell the store when zmq is done reading them (copy-on-write)."""
+
+    request: Request
+    body: Any
+    tensors: Mapping[str, np.ndarray] | None = None
+    shards: Sequence[str] = ()
+
+
+class Deferred:
+    """A handler's answer when its reply waits for a later step."""
+
+
+DEFERRED = Deferred()
+
+
 @dataclass
 class _Waiting:
     request: Request
-    names: list[str]
+    names: Sequence[str]
     min_step: int
-    outcome: str | None = None
+    outcome: PushOutcome | None = None  # a sync push waiting for its step; None for a pull
 
 
 class PsService:
     """Handles requests for one ps task. Runs on the serving thread only (not thread-safe).
 
-    `on_job_over` is called once, when every replica said `done` or someone said `shutdown`.
+    `on_job_over(reason)` is called once every replica said `done`, when one said `shutdown`,
+    or when every replica said `failed` and none is done (nobody is left to train). A replica
+    that failed and comes back is counted again when it says `done`.
     """
 
     def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None]):
         self.task_name = task_name
         self.num_replicas = num_replicas
         self.store = ShardStore(task_name)
-        self.rpc: RpcServer | None = None
+        self.incarnation = secrets.token_hex(8)  # tells workers this process is new after a restart
         self._on_job_over = on_job_over
-        self._ready = False
+        self._phase = Phase.EMPTY
+        self._training: TrainingMode | None = None
         self._sync: SyncAggregator | None = None
         self._async_step = 0
         self._created = 0
         self._done: set[str] = set()
+        self._failed: set[str] = set()
         self._waiting: list[_Waiting] = []
-        self.incarnation = secrets.token_hex(8)  # tells workers this process is new after a restart
+        self._released: list[Reply] = []
+        self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
+            Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
+            Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
+            Op.SHUTDOWN: self._shutdown,
+        }
 
     @property
     def step(self) -> int:
         return self._sync.step if self._sync is not None else self._async_step
 
     @property
-    def mode(self) -> str:
-        if self.store.rule is None:
-            return "uninitialized"
-        return f"sync:{self._sync.replicas}" if self._sync is not None else "async"
+    def phase(self) -> Phase:
+        return self._phase
+
+    def handle(self, request: Request) -> list[Reply]:
+        """Run one request; returns the replies to send now, in order. Raises PsError (the
+        sender's error reply) for a request that is bad or cannot be served."""
+        op = parse_op(request.op)
+        message = REQUEST_TYPES[op].decode(request.header)
+        reply = self._handlers[op](request, message)
+        released, self._released = self._released, []
+        return released if reply is DEFERRED else [reply, *released]
 
     def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         """Where a push's large gradient is received: the shard's reusable buffer, so a big
         push does not allocate (and page-fault in) a fresh array every step."""
-        if header.get("op") != "push" or math.prod(shape) * dtype.itemsize < _BUFFERED_BYTES:
+        if header.get("op") != Op.PUSH.value or math.prod(shape) * dtype.itemsize < _BUFFERED_BYTES:
             return None
         return self.store.gradient_buffer(name, dtype, shape)
 
-    def handle(self, request: Request) -> None:
-        op = getattr(self, f"_op_{request.op}", None)
-        if op is None:
-            raise PsError(f"unknown op {request.op!r:.50}; this ps speaks status, init, snapshot, ready, pull, push, "
-                          "done, shutdown (is the peer a Shoal worker of the same version?)")
-        op(request)
+    # --- the ops ---------------------------------------------------------------------------
 
-    def _op_status(self, request: Request) -> None:
-        self.rpc.reply(request, {"ready": self._ready, "step": self.step, "mode": self.mode,
-                                 "shards": len(self.store), "bytes": self.store.nbytes,
-                                 "created": self._created, "done": sorted(self._done),
-                                 "incarnation": self.incarnation})
+    def _status(self, request: Request, _message) -> Reply:
+        return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
+                                          self._created, tuple(sorted(self._done)), self.incarnation))
 
-    def _op_init(self, request: Request) -> None:
-        rule = rule_from_config(request.header.get("rule"))
-        replicas = _optional_int(request.header, "sync_replicas", minimum=1)
-        wanted = f"sync:{replicas}" if replicas else "async"
-        if self.store.rule is not None and wanted != self.mode:
-            raise PsError(f"{self.task_name} already runs {self.mode} training, a worker asked for {wanted}; "
-                          "start every worker with the same --sync setting")
-        step = _optional_int(request.header, "step", minimum=0)
-        done = request.header.get("done") or []
-        if not isinstance(done, list) or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in done):
-            raise PsError(f"field 'done' must list task names, got {done!r:.100}")
-        values, slots = _split_slots(request.tensors)
-        first = self.store.rule is None
+    def _init(self, request: Request, message: InitRequest) -> Reply:
+        rule = rule_from_config(message.rule)
+        if self._training is not None and message.training != self._training:
+            raise PsError(f"{self.task_name} already runs {self._training} training, a worker asked for "
+                          f"{message.training}; start every worker with the same --sync setting")
+        values, slots = split_slots(request.tensors)
+        first = self._phase is Phase.EMPTY
         self._created += self.store.create(values, rule, slots)
-        if replicas and self._sync is None:
-            self._sync = SyncAggregator(replicas)
-        if first and step:  # restored from a checkpoint, or rebuilt after this ps restarted
-            if self._sync is not None:
-                self._sync.step = step
+        if first:
+            self._training = message.training
+            if message.training.mode is Mode.SYNC:
+                self._sync = SyncAggregator(message.training.replicas, step=message.step)
             else:
-                self._async_step = step
-        self._done.update(done)
+                self._async_step = message.step
+            self._phase = Phase.CREATED
+        self._done.update(message.done)
         log.info("%s holds %d shards (%.1f MB), %s, %s", self.task_name, len(self.store),
-                 self.store.nbytes / 1e6, rule.to_config(), self.mode)
-        self.rpc.reply(request, {"created": self._created})
+                 self.store.nbytes / 1e6, rule.to_config(), self._training)
+        return Reply(request, InitReply(self._created))
 
-    def _op_snapshot(self, request: Request) -> None:
-        if self.store.rule is None:
+    def _snapshot(self, request: Request, _message) -> Reply:
+        if self._phase is Phase.EMPTY:
             raise PsError(f"{self.task_name} has no variables to snapshot yet (not initialized)")
-        self.rpc.reply(request, {"step": self.step, "mode": self.mode, "rule": self.store.rule.to_config()},
-                       self.store.snapshot())
+        return Reply(request, SnapshotReply(self.step, self._training, self.store.rule.to_config()),
+                     self.store.snapshot())
 
-    def _op_ready(self, request: Request) -> None:
-        if self.store.rule is None:
+    def _ready(self, request: Request, _message) -> Reply:
+        if self._phase is Phase.EMPTY:
             raise PsError(f"{self.task_name} got 'ready' before 'init'")
-        self._ready = True
-        self.rpc.reply(request, {"ready": True})
+        self._phase = Phase.READY
+        return Reply(request, Empty())
 
-    def _op_pull(self, request: Request) -> None:
-        names = _names(request.header)
-        for name in names:
+    def _pull(self, request: Request, message: PullRequest) -> Reply | Deferred:
+        for name in message.names:
             self.store.check_name(name)
-        min_step = _optional_int(request.header, "min_step", minimum=0) or 0
-        self._answer_or_wait(_Waiting(request, names, min_step))
+        return self._answer_or_wait(_Waiting(request, message.names, message.min_step))
 
-    def _op_push(self, request: Request) -> None:
-        if not self._ready:
+    def _push(self, request: Request, message: PushRequest) -> Reply | Deferred:
+        if self._phase is not Phase.READY:
             raise PsError(f"{self.task_name} is not initialized yet; wait for the chief before pushing")
-        task = _task(request.header)
-        worker_step = _optional_int(request.header, "step", minimum=0) or 0
         grads = request.tensors
         for name, grad in grads.items():
             self.store.check(name, grad.shape, grad.dtype)
-        names = list(grads) if request.header.get("pull", True) else []
+        names = list(grads) if message.pull else []
         if self._sync is None:
             self.store.apply(grads)
             self._async_step += 1
-            self._answer(_Waiting(request, names, 0, PushOutcome.APPLIED.value))
-            return
-        if worker_step > self._sync.step:
-            raise PsError(f"{task} pushed for step {worker_step} but {self.task_name} is at step "
+            self._release()  # pulls waiting for a step (min_step) are answered in async mode too
+            return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
+        if message.step > self._sync.step:
+            raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
-        outcome = self._sync.add(task, worker_step, grads)
+        outcome = self._sync.add(message.task, message.step, grads)
         if outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE):
-            self._answer(_Waiting(request, names, 0, outcome.value))
-            return
-        self._waiting.append(_Waiting(request, names, worker_step + 1, PushOutcome.APPLIED.value))
+            return self._reply_values(_Waiting(request, names, 0, outcome))
+        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED))
         if outcome is PushOutcome.APPLIED:
             self.store.apply(self._sync.take())
             self._release()
+        return DEFERRED
 
-    def _op_done(self, request: Request) -> None:
-        self._done.add(_task(request.header))
-        self.rpc.reply(request, {"done": len(self._done)})
+    def _done_op(self, request: Request, message: DoneRequest) -> Reply:
+        self._done.add(message.task)
+        self._failed.discard(message.task)
         if len(self._done) >= self.num_replicas:
             self._on_job_over(f"all {self.num_replicas} workers finished")
+        return Reply(request, DoneReply(len(self._done)))
 
-    def _op_shutdown(self, request: Request) -> None:
-        self.rpc.reply(request, {})
-        self._on_job_over(f"{_task(request.header)} ended the job")
+    def _failed_op(self, request: Request, message: FailedRequest) -> Reply:
+        if message.task not in self._done:
+            self._failed.add(message.task)
+            log.warning("%s: %s left training by an error", self.task_name, message.task)
+        if not self._done and len(self._failed) >= self.num_replicas:
+            self._on_job_over(f"all {self.num_replicas} workers failed")
+        return Reply(request, Empty())
 
-    def _answer_or_wait(self, waiting: _Waiting) -> None:
+    def _shutdown(self, request: Request, message: ShutdownRequest) -> Reply:
+        self._on_job_over(f"{message.task} ended the job")
+        return Reply(request, Empty())
+
+    # --- deferred replies ------------------------------------------------------------------
+
+    def _answer_or_wait(self, waiting: _Waiting) -> Reply | Deferred:
         if self.step >= waiting.min_step:
-            self._answer(waiting)
-        else:
-            self._waiting.append(waiting)
+            return self._reply_values(waiting)
+        self._waiting.append(waiting)
+        return DEFERRED
 
     def _release(self) -> None:
-        """Answer every waiting request whose step has come."""
+        """Queue the replies of every waiting request whose step has come."""
         still = []
         for w in self._waiting:
             if self.step >= w.min_step:
-                self._answer(w)
+                self._released.append(self._reply_values(w))
             else:
                 still.append(w)
         self._waiting = still
 
-    def _answer(self, w: _Waiting) -> None:
-        fields: dict[str, Any] = {"step": self.step}
-        if w.outcome is not None:
-            fields["outcome"] = w.outcome
-        values = self.store.values(w.names)
-        tracker = self.rpc.reply(w.request, fields, values, track=True)
-        self.store.track(w.names, tracker)
-
-
-def _split_slots(tensors: dict) -> tuple[dict, dict]:
-    """Tensors named "<shard>@<slot>" are optimizer state; the rest are shard values."""
-    values, slots = {}, {}
-    for name, value in tensors.items():
-        shard, sep, slot = name.rpartition("@")
-        if sep:
-            slots.setdefault(shard, {})[slot] = value
-        else:
-            values[name] = value
-    return values, slots
-
-
-def _optional_int(header: dict, key: str, minimum: int) -> int | None:
-    value = header.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise PsError(f"field {key!r} must be an int >= {minimum}, got {value!r:.50}")
-    return value
-
-
-def _names(header: dict) -> list[str]:
-    names = header.get("names")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise PsError(f"field 'names' must be a list of variable names, got {names!r:.100}")
-    return names
-
-
-def _task(header: dict) -> str:
-    task = header.get("task")
-    if not isinstance(task, str) or not 0 < len(task) <= 64:
-        raise PsError(f"field 'task' must name the sending task (e.g. 'worker:1'), got {task!r:.80}")
-    return task
+    def _reply_values(self, w: _Waiting) -> Reply:
+        body = PullReply(self.step) if w.outcome is None else PushReply(self.step, w.outcome)
+        return Reply(w.request, body, self.store.values(w.names), w.names)

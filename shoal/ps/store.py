@@ -10,6 +10,7 @@ import zmq
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import State, UpdateRule
+from shoal.ps.protocol import slot_key
 
 
 @dataclass
@@ -87,7 +88,7 @@ class ShardStore:
         for name, shard in self._shards.items():
             out[name] = shard.value.copy()
             for slot, value in shard.state.items():
-                out[f"{name}@{slot}"] = value.copy()
+                out[slot_key(name, slot)] = value.copy()
         return out
 
     def check(self, name: str, shape, dtype) -> Shard:

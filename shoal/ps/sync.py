@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Mapping
 
 import numpy as np
 
-
-class PushOutcome(Enum):
-    """What happened to one worker's push in synchronous mode."""
-
-    ACCUMULATED = "accumulated"   # counted for the current step; its reply waits for the step to finish
-    APPLIED = "applied"           # it completed the step: the average was applied
-    STALE = "stale"               # computed at an old step: dropped (backup workers cause this)
-    DUPLICATE = "duplicate"       # this task already contributed to the current step: dropped
+from shoal.ps.protocol import PushOutcome
 
 
 @dataclass

@@ -33,6 +33,14 @@ class ShardPlacement:
     stop: int
     nbytes: int
 
+    def rows(self, array: np.ndarray) -> np.ndarray:
+        """This shard's part of `array` (the variable, or anything shaped like it): a view of
+        rows [start, stop), or `array` itself when the shard is the whole variable. The one
+        place that slices a shard out of a variable."""
+        if array.ndim == 0 or (self.start == 0 and self.stop == len(array)):
+            return array
+        return array[self.start:self.stop]
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -46,9 +54,7 @@ class Placement:
         """Per ps task, shard name -> view of its rows (no copy). Arrays must be C-contiguous."""
         out: list[dict[str, np.ndarray]] = [{} for _ in range(self.num_ps)]
         for s in self.shards:
-            array = arrays[s.variable]
-            out[s.ps][s.name] = array if array.ndim == 0 or (s.start == 0 and s.stop == len(array)) \
-                else array[s.start:s.stop]
+            out[s.ps][s.name] = s.rows(arrays[s.variable])
         return out
 
 

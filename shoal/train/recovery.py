@@ -1,87 +1,99 @@
-"""Waiting for other tasks: parameter servers coming up, the chief initializing, and a lost ps
-coming back (rebuilt by the chief). A mixin of TrainingSession; every call blocks, bounded by a
-deadline, and none is thread-safe.
+"""Waiting for other tasks: the ps tasks coming up and the chief initializing them (at start),
+and a lost ps coming back (`PsRecovery`, the PsClient's `on_lost` handler).
+
+Every wait is bounded by a deadline and logs who is missing while it waits; every call blocks;
+nothing here is thread-safe.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
+from shoal.ps.client import PsClient
+from shoal.ps.protocol import StatusReply
 from shoal.train.errors import TrainError
+from shoal.train.waiting import log_waiting, poll_until
 from shoal.wire import PeerLostError, PeerTimeoutError, WireError
 
 log = logging.getLogger("shoal.train.session")
 
 
-class WaitsForTasks:
-    """Bounded waits for the ps tasks and the chief, and recovery of a restarted ps."""
+def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float) -> list[StatusReply]:
+    """Every ps's status, polling until all answer."""
+    last_error: list[Exception] = []
 
-    def _wait_for_ps(self, deadline: float) -> list[dict]:
-        """Poll every ps until all answer. Logs who is missing every 10 s."""
-        started, last_log = time.monotonic(), 0.0
-        while True:
-            try:
-                return self._status_all(min(2.0, max(0.1, deadline - time.monotonic())))
-            except (PeerTimeoutError, PeerLostError) as e:
-                now = time.monotonic()
-                if now >= deadline:
-                    raise TrainError(f"{self.task}: parameter servers did not come up within "
-                                     f"{self.init_timeout_s:.0f}s ({e}); start the ps tasks or fix --ps_hosts") from e
-                if now - last_log > 10:
-                    log.info("%s waiting for parameter servers (%s) (%.0fs of %.0fs)", self.task,
-                             ", ".join(self.config.ps_addresses), now - started, self.init_timeout_s)
-                    last_log = now
-                time.sleep(0.05)
-
-    def _wait_for_chief(self, deadline: float) -> list[dict]:
-        chief = self.config.chief_task
-        started, last_log = time.monotonic(), time.monotonic()
-        log.info("%s waiting for the chief (%s) to initialize the variables", self.task, chief)
-        while True:
-            statuses = self._status_all(self.request_timeout_s)
-            if all(s["ready"] for s in statuses):
-                return statuses
-            now = time.monotonic()
-            if now >= deadline:
-                raise TrainError(f"{self.task}: the chief ({chief}) did not initialize the variables within "
-                                 f"{self.init_timeout_s:.0f}s; is it running? (raise init_timeout_s if it is slow)")
-            if now - last_log > 10:
-                log.info("%s still waiting for the chief (%s) (%.0fs of %.0fs)", self.task, chief,
-                         now - started, self.init_timeout_s)
-                last_log = now
-            time.sleep(0.2)
-
-    def _restarted(self, ps: int) -> bool:
-        """Whether ps `ps` answers as a different process than the one this worker started with."""
+    def probe() -> list[StatusReply] | None:
         try:
-            status = self._clients[ps].call("status", timeout_s=2.0).header
-        except WireError:
-            return True
-        return status.get("incarnation") != self._incarnations[ps]
+            return client.status_all(min(2.0, max(0.1, deadline - time.monotonic())))
+        except (PeerTimeoutError, PeerLostError) as e:
+            last_error[:] = [e]
+            return None
 
-    def _recover_ps(self, ps: int, deadline: float, cause: Exception) -> None:
-        """Wait for a lost ps to answer again; the chief rebuilds its shards, others wait until
-        it is ready. Raises TrainError at `deadline`. Blocks."""
-        address = self.config.ps_addresses[ps]
-        log.warning("%s lost ps:%d at %s (%s); waiting up to %.0fs for it to come back", self.task, ps, address,
+    def timed_out() -> Exception:
+        return TrainError(f"{task}: parameter servers did not come up within {total_s:.0f}s "
+                          f"({last_error[0] if last_error else 'no answer'}); start the ps tasks or fix --ps_hosts")
+
+    return poll_until(probe, deadline=deadline, interval_s=0.05, timed_out=timed_out,
+                      waiting=log_waiting(log, f"{task} waiting for parameter servers ({', '.join(client.addresses)})",
+                                          total_s))
+
+
+def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, total_s: float) -> list[StatusReply]:
+    """Every ps's status, polling until the chief marked all of them ready."""
+    log.info("%s waiting for the chief (%s) to initialize the variables", task, chief)
+
+    def probe() -> list[StatusReply] | None:
+        statuses = client.status_all(client.timeout_s)
+        return statuses if all(s.ready for s in statuses) else None
+
+    def timed_out() -> Exception:
+        return TrainError(f"{task}: the chief ({chief}) did not initialize the variables within {total_s:.0f}s; "
+                          "is it running? (raise init_timeout_s if it is slow)")
+
+    return poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
+                      waiting=log_waiting(log, f"{task} still waiting for the chief ({chief})", total_s))
+
+
+class PsRecovery:
+    """Brings a lost ps back into training: waits until it answers again; on the chief,
+    `rebuild(client, ps)` recreates its shards, on other workers it waits until it is ready.
+    Raises TrainError at the deadline."""
+
+    def __init__(self, task: str, chief: str, timeout_s: float,
+                 rebuild: Callable[[PsClient, int], None] | None = None):
+        self._task = task
+        self._chief = chief
+        self._timeout_s = timeout_s
+        self._rebuild = rebuild
+
+    def recover(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
+        """The PsClient's `on_lost`: block until ps `ps` is ready again."""
+        address = client.addresses[ps]
+        log.warning("%s lost ps:%d at %s (%s); waiting up to %.0fs for it to come back", self._task, ps, address,
                     cause, max(0.0, deadline - time.monotonic()))
-        while True:
+        last: list[StatusReply | None] = [None]
+
+        def probe() -> StatusReply | None:
             try:
-                status = self._clients[ps].call("status", timeout_s=2.0).header
+                status = client.status(ps, timeout_s=2.0)
             except WireError:
                 status = None
-            if status is not None and status["ready"]:
-                self._incarnations[ps] = status.get("incarnation")
-                log.info("%s: ps:%d is back at step %d", self.task, ps, status["step"])
-                return
-            if status is not None and self.config.is_chief:
-                self._rebuild_ps(ps)
-                continue
-            if time.monotonic() >= deadline:
-                waiting_for = (f"ps:{ps} at {address} did not come back" if status is None else
-                               f"ps:{ps} came back but the chief ({self.config.chief_task}) did not restore it")
-                raise TrainError(f"{self.task}: {waiting_for} within {self.ps_recovery_timeout_s:.0f}s; restart the "
-                                 "ps task (the launcher does with restart: {policy: on-failure}) or raise "
-                                 "ps_recovery_timeout_s") from cause
-            time.sleep(0.2)
+            last[0] = status
+            if status is not None and not status.ready and self._rebuild is not None:
+                self._rebuild(client, ps)
+                return None
+            return status if status is not None and status.ready else None
+
+        def timed_out() -> Exception:
+            waiting_for = (f"ps:{ps} at {address} did not come back" if last[0] is None else
+                           f"ps:{ps} came back but the chief ({self._chief}) did not restore it")
+            error = TrainError(f"{self._task}: {waiting_for} within {self._timeout_s:.0f}s; restart the ps task "
+                               "(the launcher does with restart: {policy: on-failure}) or raise ps_recovery_timeout_s")
+            error.__cause__ = cause
+            return error
+
+        status = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out)
+        client.set_incarnation(ps, status.incarnation)
+        log.info("%s: ps:%d is back at step %d", self._task, ps, status.step)

@@ -1,64 +1,46 @@
-"""TrainingSession: a worker's connection to the parameter servers (between-graph replication)."""
+"""TrainingSession: a worker's connection to the parameter servers (between-graph replication).
+
+A small front composed of parts, each with one job: a `PsClient` (requests to every ps, resent
+after a lost ps), `PsRecovery` (waits for a lost ps), `ChiefDuties` (initialize, rebuild; chief
+only), a `Checkpointer` (when to save, saving; chief with a model dir) and `TaskSummaries`.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from shoal.cluster import ClusterConfig
+from shoal.ps.client import Answer, PsClient
 from shoal.ps.optimizers import UpdateRule
-from shoal.train.checkpoint import SLOT_SEPARATOR
+from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Mode, PushOutcome, StatusReply, TrainingMode
+from shoal.train.checkpointer import Checkpointer
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
+from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
-from shoal.train.recovery import WaitsForTasks
+from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.summaries import TaskSummaries
-from shoal.wire import JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, WireError, wait_all
+from shoal.wire import JobSecret, PeerTimeoutError, WireError
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class SyncOptions:
-    """Synchronous training: each global step averages `replicas_to_aggregate` gradients
-    (default: every replica). With fewer than the number of replicas, the rest are backup
-    workers whose late gradients are dropped as stale."""
-
-    replicas_to_aggregate: int | None = None
+__all__ = ["CheckpointOptions", "SessionState", "StepResult", "SyncOptions", "TrainingSession"]
 
 
-@dataclass(frozen=True)
-class CheckpointOptions:
-    """When the chief saves a checkpoint into the model directory: every `every_steps` global
-    steps and/or every `every_s` seconds (None turns either off), and always when the session
-    ends without an error. The newest `keep` are kept. `export` also writes the final variables
-    to `<model_dir>/export/model.safetensors`, loadable without Shoal."""
-
-    every_steps: int | None = None
-    every_s: float | None = 600.0
-    keep: int = 5
-    export: bool = True
-
-
-@dataclass(frozen=True)
-class StepResult:
-    global_step: int
-    applied: bool  # False when the ps dropped this gradient as stale (sync mode, backup workers)
-
-
-class TrainingSession(ChiefDuties, WaitsForTasks):
+class TrainingSession:
     """Pulls parameters from and pushes gradients to the ps tasks of a cluster.
 
     The chief initializes the variables on the ps exactly once (from the newest checkpoint in
     `model_dir` when there is one); other workers wait for it (bounded by `init_timeout_s`,
     logging while they wait). Every request is bounded by `request_timeout_s`: a dead ps is a
-    clear error, never a hang.
+    clear error, never a hang. `secret` is the job secret, resolved at the program's edge
+    (`shoal.resolve_job_secret(os.environ)`).
 
     With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
     writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the
@@ -66,13 +48,16 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
     workers wait up to `ps_recovery_timeout_s` for that, then fail with a clear error.
 
     `params` holds this worker's current copy of every variable (writable numpy arrays, updated
-    in place by `push` and `pull`). Calls block; not thread-safe. Use as a context manager
-    (which also saves the final checkpoint when the block ends without an error), or call
-    `start()` then `close()` (idempotent; tells the ps this worker is done).
+    in place by `push` and `pull`). Calls block; not thread-safe. The constructor does no I/O.
+    States (SessionState): NEW -> STARTED -> CLOSED. Use as a context manager, or call `start()`
+    then `close()`. Leaving the `with` block normally saves the final checkpoint (chief) and
+    tells the ps this replica is done; leaving it by an exception tells them it failed instead,
+    so a replica that is restarted is still counted as training (the ps tasks end the job
+    early only if every replica failed).
     """
 
     def __init__(self, config: ClusterConfig, variables: Mapping[str, Any], optimizer: UpdateRule, *,
-                 sync: bool | SyncOptions = False, max_steps: int | None = None, secret: JobSecret | None = None,
+                 secret: JobSecret, sync: bool | SyncOptions = False, max_steps: int | None = None,
                  placement: PlacementStrategy = PlacementStrategy.GREEDY,
                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
@@ -88,93 +73,122 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
         self.task = str(config.task)
         self.params = {name: np.array(value, copy=True, order="C") for name, value in variables.items()}
         self.optimizer = optimizer
-        self.sync = SyncOptions() if sync is True else (sync or None)
-        self.replicas = self.sync and (self.sync.replicas_to_aggregate or config.num_replicas)
-        if self.sync and not 1 <= self.replicas <= config.num_replicas:
-            raise TrainError(f"replicas_to_aggregate={self.replicas} must be between 1 and the number of "
-                             f"replicas ({config.num_replicas}: chief + workers)")
+        self.training = _training_mode(sync, config.num_replicas)
         self.max_steps = max_steps
         self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes)
         self.model_dir = Path(model_dir) if model_dir else None
-        self.checkpoints = checkpoints
-        self.summaries: TaskSummaries | None = None
-        if self.model_dir is not None:
-            logdir = self.model_dir if config.is_chief else self.model_dir / f"{config.task.job}_{config.task.index}"
-            self.summaries = TaskSummaries(logdir, every_steps=summary_every_steps, is_chief=config.is_chief)
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
         self.ps_recovery_timeout_s = ps_recovery_timeout_s
-        self._secret = secret
-        self._clients: list[RpcClient] = []
-        self._incarnations: list[str | None] = [None] * config.num_ps
+        self.summaries: TaskSummaries | None = None
+        self.checkpointer: Checkpointer | None = None
+        if self.model_dir is not None:
+            logdir = self.model_dir if config.is_chief else self.model_dir / f"{config.task.job}_{config.task.index}"
+            self.summaries = TaskSummaries(logdir, every_steps=summary_every_steps, is_chief=config.is_chief)
+            if config.is_chief:
+                self.checkpointer = Checkpointer(self.model_dir, checkpoints, self.placement, self.task)
+        self._chief = ChiefDuties(self.task, self.placement, self.params, optimizer, self.training,
+                                  self.checkpointer, lambda: self._step) if config.is_chief else None
+        recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
+                              self._chief.rebuild_ps if self._chief is not None else None)
+        self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=recovery.recover,
+                           recovery_timeout_s=ps_recovery_timeout_s, timeout_error=self._timeout_error)
         self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
-        self._targets = {s.name: self._target(s) for s in self.placement.shards}
+        self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
-        self._saved_step = -1
-        self._saved_at = time.monotonic()
-        self._closed = False
-
-    def _target(self, s):
-        value = self.params[s.variable]
-        return value if value.ndim == 0 or (s.start == 0 and s.stop == len(value)) else value[s.start:s.stop]
+        self._state = SessionState.NEW
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def sync(self) -> bool:
+        """Whether this session trains synchronously."""
+        return self.training.mode is Mode.SYNC
 
     def __enter__(self) -> "TrainingSession":
         return self.start()
 
     def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self._close(finished=False)
+            return
         try:
-            if exc_type is None and self.config.is_chief and self.model_dir is not None:
-                self.save_checkpoint(export=self.checkpoints.export)
+            if self.checkpointer is not None and self._state is SessionState.STARTED:
+                self.save_checkpoint(export=self.checkpointer.options.export)
         finally:
             self.close()
 
     def start(self) -> "TrainingSession":
-        """Connect, initialize (chief) or wait for initialization (others), pull. Blocks."""
-        secret = self._secret or JobSecret.from_environ(os.environ)
-        self._clients = [RpcClient(addr, secret, f"ps:{i}", self.request_timeout_s)
-                         for i, addr in enumerate(self.config.ps_addresses)]
-        deadline = time.monotonic() + self.init_timeout_s
-        statuses = self._wait_for_ps(deadline)
-        if not all(s["ready"] for s in statuses):
-            if self.config.is_chief:
-                self._initialize()
-            else:
-                self._wait_for_chief(deadline)
-        statuses = self._status_all(self.request_timeout_s)
-        self._check_mode(statuses)
-        self._incarnations = [s.get("incarnation") for s in statuses]
-        self.pull()
-        self._saved_step = self._step
-        self._saved_at = time.monotonic()
+        """Connect, initialize (chief) or wait for initialization (others), pull. Blocks.
+        If it fails, the session stays NEW and may be started again."""
+        self._require(SessionState.NEW, "start")
+        try:
+            deadline = time.monotonic() + self.init_timeout_s
+            statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
+            if not all(s.ready for s in statuses):
+                if self._chief is not None:
+                    self._chief.initialize(self.ps)
+                else:
+                    wait_for_chief(self.ps, self.task, str(self.config.chief_task), deadline, self.init_timeout_s)
+            statuses = self.ps.status_all(self.request_timeout_s)
+            self._check_mode(statuses)
+            self.ps.remember_incarnations(statuses)
+            self._state = SessionState.STARTED
+            self.pull()
+        except BaseException:
+            self._state = SessionState.NEW
+            self.ps.close()
+            raise
+        if self.checkpointer is not None:
+            self.checkpointer.mark_saved(self._step)
         if self.summaries is not None:
             self.summaries.open()
         log.info("%s starts at global step %d (%s)", self.task, self.global_step,
-                 f"sync, {self.replicas} of {self.config.num_replicas} replicas per step" if self.sync else "async")
+                 f"sync, {self.training.replicas} of {self.config.num_replicas} replicas per step" if self.sync
+                 else "async")
         return self
 
     def close(self) -> None:
-        """Tell every ps this worker is done, then disconnect. Idempotent; never raises."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.summaries is not None:
-            self.summaries.close()
-        try:
-            if self._clients:
-                wait_all([(c, c.send("done", {"task": self.task})) for c in self._clients], 5.0)
-        except WireError as e:
-            log.debug("%s: could not tell every ps it is done: %s", self.task, e)
-        for c in self._clients:
-            c.close()
+        """Tell every ps this replica is done, then disconnect. Idempotent; never raises."""
+        self._close(finished=True)
 
     def end_job(self) -> None:
         """Stop every ps now, even if other workers have not finished (chief only, usually)."""
+        self._require(SessionState.STARTED, "end_job")
         try:
-            wait_all([(c, c.send("shutdown", {"task": self.task})) for c in self._clients], 5.0)
+            self.ps.shutdown_all(self.task, 5.0)
         finally:
             self.close()
+
+    def _close(self, finished: bool) -> None:
+        if self._state is SessionState.CLOSED:
+            return
+        started, self._state = self._state is SessionState.STARTED, SessionState.CLOSED
+        if self.summaries is not None:
+            self.summaries.close()
+        if started:
+            try:
+                if finished:
+                    self.ps.done_all(self.task, 5.0)
+                else:
+                    self.ps.failed_all(self.task, 2.0)
+            except WireError as e:
+                log.debug("%s: could not tell every ps it %s: %s", self.task, "is done" if finished else "failed", e)
+        self.ps.close()
+
+    def _require(self, state: SessionState, call: str) -> None:
+        if self._state is state:
+            return
+        if self._state is SessionState.NEW:
+            raise TrainError(f"{self.task}: {call}() needs a started session; call start() first "
+                             "(or use `with TrainingSession(...) as session:`)")
+        if self._state is SessionState.CLOSED:
+            raise TrainError(f"{self.task}: {call}() on a closed session; create a new TrainingSession")
+        raise TrainError(f"{self.task}: {call}() on a session that is already {self._state.value}")
 
     # -- training --------------------------------------------------------------------------
 
@@ -192,6 +206,7 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
         (or at once, with applied=False, if the gradient was stale). The chief also saves a
         checkpoint here when one is due. Blocks.
         """
+        self._require(SessionState.STARTED, "push")
         if grads.keys() != self.params.keys():
             missing, extra = self.params.keys() - grads.keys(), grads.keys() - self.params.keys()
             raise TrainError(f"gradients must match the variables: missing {sorted(missing)}, unknown {sorted(extra)}")
@@ -199,18 +214,18 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
-        per_ps = self.placement.split(arrays)
-        fields = {"task": self.task, "step": self._step}
-        replies = self._request_all([(i, "push", fields, per_ps[i]) for i in range(len(self._clients))],
-                                    into=self._targets)
-        self._assign(replies)
-        steps = [r.header["step"] for r in replies]
+        answers = self.ps.push_all(self.task, self._step, self.placement.split(arrays), self._targets)
+        self._assign(answers)
+        steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
         else:
             self._step = max(steps) if self.sync else steps[0]
-        result = StepResult(self._step, all(r.header.get("outcome") == "applied" for r in replies))
-        self._after_step()
+        result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
+        if self.summaries is not None:
+            self.summaries.step_done(self._step, getattr(self.optimizer, "learning_rate", None))
+        if self.checkpointer is not None:
+            self.checkpointer.save_if_due(self.ps, self._step)
         return result
 
     def run_step(self, loss_and_grad: Callable[..., tuple[float, Mapping[str, np.ndarray]]], *batch) -> tuple[float, StepResult]:
@@ -224,69 +239,53 @@ class TrainingSession(ChiefDuties, WaitsForTasks):
         In sync mode, if the ps tasks answer from different steps (one just finished a step),
         pulls again at the newest, so every worker starts a step from the same parameters.
         """
-        replies = self._request_all([(i, "pull", {"names": self._names_on[i], "min_step": min_step}, None)
-                                     for i in range(len(self._clients))], into=self._targets)
-        self._assign(replies)
-        steps = [r.header["step"] for r in replies]
+        self._require(SessionState.STARTED, "pull")
+        answers = self.ps.pull_all(self._names_on, min_step, self._targets)
+        self._assign(answers)
+        steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             return self.pull(max(steps))
         self._step = max(steps) if self.sync else steps[0]
         return self._step
 
-    def _after_step(self) -> None:
-        if self.summaries is not None:
-            self.summaries.step_done(self._step, getattr(self.optimizer, "learning_rate", None))
-        if self.config.is_chief and self.model_dir is not None and self._checkpoint_due():
-            self.save_checkpoint()
+    def save_checkpoint(self, export: bool = False) -> Path:
+        """Snapshot every ps (values, optimizer state, step) and write a checkpoint to the
+        model directory (chief only). Returns its path. Blocks; other workers keep training."""
+        self._require(SessionState.STARTED, "save_checkpoint")
+        if self.checkpointer is None:
+            raise TrainError(f"{self.task}: only the chief with a model_dir saves checkpoints; "
+                             "pass model_dir (--model_dir) to the chief's session")
+        return self.checkpointer.save(self.ps, export=export)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _request_all(self, requests: list[tuple[int, str, dict, Mapping[str, np.ndarray] | None]],
-                     into: Mapping[str, np.ndarray] | None = None) -> list[Message]:
-        """Send (ps, op, fields, tensors) requests and wait for every reply; reply tensors named
-        in `into` land in those arrays directly. If a ps is lost (or restarted) meanwhile,
-        recover it and resend what went to it. Blocks."""
-        rids = [self._clients[ps].send(op, fields, tensors, into) for ps, op, fields, tensors in requests]
-        deadline = None
-        while True:
-            try:
-                return wait_all([(self._clients[r[0]], rid) for r, rid in zip(requests, rids)], self.request_timeout_s)
-            except PeerTimeoutError as e:
-                hint = (f" In sync mode a step waits for {self.replicas} replicas: if a worker is down, use backup "
-                        "workers (replicas_to_aggregate < replicas)." if self.sync else "")
-                raise TrainError(f"{self.task}: {e}.{hint}") from e
-            except (PeerLostError, RemoteError) as e:
-                lost = self._ps_index(e.peer_name)
-                if lost is None or self._incarnations[lost] is None or (
-                        isinstance(e, RemoteError) and not self._restarted(lost)):
-                    raise
-                deadline = deadline or time.monotonic() + self.ps_recovery_timeout_s
-                self._recover_ps(lost, deadline, e)
-                for k, (ps, op, fields, tensors) in enumerate(requests):
-                    if ps == lost:
-                        rids[k] = self._clients[ps].send(op, fields, tensors, into)
-
-    def _ps_index(self, peer_name: str) -> int | None:
-        for i, c in enumerate(self._clients):
-            if c.peer_name == peer_name:
-                return i
-        return None
-
-    def _assign(self, replies: list[Message]) -> None:
-        for reply in replies:
-            for name, value in reply.tensors.items():
+    def _assign(self, answers: list[Answer]) -> None:
+        for answer in answers:
+            for name, value in answer.tensors.items():
                 target = self._targets.get(name)
                 if target is None or target.shape != value.shape:
                     raise TrainError(f"a ps sent {name!r} with shape {value.shape}, which this worker does not hold")
                 if value is not target:  # not already decoded into place
                     np.copyto(target, value)
 
-    def _status_all(self, timeout_s: float) -> list[dict]:
-        return [m.header for m in wait_all([(c, c.send("status")) for c in self._clients], timeout_s)]
-
-    def _check_mode(self, statuses: list[dict]) -> None:
-        want = f"sync:{self.replicas}" if self.sync else "async"
+    def _check_mode(self, statuses: list[StatusReply]) -> None:
         for i, s in enumerate(statuses):
-            if s["mode"] != want:
-                raise TrainError(f"{self.task} was started for {want} training but ps:{i} runs {s['mode']}; "
-                                 "start every worker with the same --sync / replicas_to_aggregate")
+            if s.training != self.training:
+                raise TrainError(f"{self.task} was started for {self.training} training but ps:{i} runs "
+                                 f"{s.training}; start every worker with the same --sync / replicas_to_aggregate")
+
+    def _timeout_error(self, e: PeerTimeoutError) -> Exception:
+        hint = (f" In sync mode a step waits for {self.training.replicas} replicas: if a worker is down, use backup "
+                "workers (replicas_to_aggregate < replicas)." if self.sync else "")
+        return TrainError(f"{self.task}: {e}.{hint}")
+
+
+def _training_mode(sync: bool | SyncOptions, num_replicas: int) -> TrainingMode:
+    options = SyncOptions() if sync is True else (sync or None)
+    if options is None:
+        return ASYNC
+    replicas = options.replicas_to_aggregate or num_replicas
+    if not 1 <= replicas <= num_replicas:
+        raise TrainError(f"replicas_to_aggregate={replicas} must be between 1 and the number of "
+                         f"replicas ({num_replicas}: chief + workers)")
+    return TrainingMode(Mode.SYNC, replicas)

@@ -13,7 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
-from shoal.train.checkpoint import SLOT_SEPARATOR, CheckpointError, Slots
+from shoal.ps.protocol import SLOT_SEPARATOR, slot_key
+from shoal.train.checkpoint import CheckpointError, Slots
 from shoal.train.placement import Placement, ShardPlacement
 
 
@@ -37,7 +38,7 @@ def gather(placement: Placement, per_ps: list[Mapping[str, np.ndarray]]) -> tupl
         parts = [_need(tensors, s.name) for s in shards]
         variables[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
         for slot in sorted(slots_of.get(shards[0].name, ())):
-            pieces = [_need(tensors, f"{s.name}{SLOT_SEPARATOR}{slot}") for s in shards]
+            pieces = [_need(tensors, slot_key(s.name, slot)) for s in shards]
             if len(pieces) > 1 and all(p.shape == v.shape for p, v in zip(pieces, parts)):
                 slots.setdefault(name, {})[slot] = np.concatenate(pieces)
             else:
@@ -53,12 +54,11 @@ def scatter(placement: Placement, variables: Mapping[str, np.ndarray], slots: Sl
         if only_ps is not None and s.ps != only_ps:
             continue
         value = variables[s.variable]
-        whole = value.ndim == 0 or (s.start == 0 and s.stop == len(value))
-        out[s.ps][s.name] = value if whole else value[s.start:s.stop]
+        out[s.ps][s.name] = s.rows(value)
         for slot, slot_value in slots.get(s.variable, {}).items():
-            if slot_value.shape == value.shape and not whole:
-                slot_value = slot_value[s.start:s.stop]
-            out[s.ps][f"{s.name}{SLOT_SEPARATOR}{slot}"] = np.require(slot_value, requirements="C")
+            if slot_value.shape == value.shape:  # shaped like the variable: split like it
+                slot_value = s.rows(slot_value)
+            out[s.ps][slot_key(s.name, slot)] = np.require(slot_value, requirements="C")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Wire format v1: one msgpack header frame, then the raw bytes of each tensor.
+"""Wire format v2: one msgpack header frame, then the raw bytes of each tensor.
 
 A message is a zmq multipart message:
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from shoal.wire.errors import ProtocolError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 CHUNK_BYTES = 4 << 20
 MAX_HEADER_BYTES = 1 << 20
 MAX_NAME_CHARS = 512

@@ -4,8 +4,11 @@ Where the secret comes from (first match wins):
 
 1. `SHOAL_JOB_SECRET` — the secret itself (the launcher sets a fresh one per job);
 2. `SHOAL_JOB_SECRET_FILE` — a file holding it;
-3. `$SHOAL_HOME/job_secret` (default `~/.shoal/job_secret`) — created with mode 0600 on first
-   use, like Erlang's cookie, so tasks a user starts by hand on one machine agree without setup.
+3. `<home>/job_secret`, where the caller passes Shoal's home (`shoal.home.shoal_home`:
+   `$SHOAL_HOME`, default `~/.shoal`) — created with mode 0600 on first use, like Erlang's
+   cookie, so tasks a user starts by hand on one machine agree without setup.
+
+Programs resolve it once, at their edge: `shoal.resolve_job_secret(os.environ)`.
 
 A secret file that others may read (any group or other permission bit) is refused, as ssh
 refuses such a private key: fix it with `chmod 600 FILE`.
@@ -24,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from shoal.home import shoal_home
 from shoal.wire.errors import SecretError
 
 _TOKEN_CONTEXT = b"shoal-plain-token-v1"
@@ -48,13 +50,14 @@ class JobSecret:
         return hmac.new(self.value, _TOKEN_CONTEXT, hashlib.sha256).hexdigest().encode()
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> "JobSecret":
-        """Read the secret as described in the module docstring. May create the default file."""
+    def from_environ(cls, environ: Mapping[str, str], home: Path) -> "JobSecret":
+        """Read the secret as described in the module docstring, with `home` as Shoal's home
+        directory. May create the default file. Blocks on the filesystem."""
         if "SHOAL_JOB_SECRET" in environ:
             return cls(environ["SHOAL_JOB_SECRET"].encode(), "SHOAL_JOB_SECRET")
         if "SHOAL_JOB_SECRET_FILE" in environ:
             return _read_file(Path(environ["SHOAL_JOB_SECRET_FILE"]), "SHOAL_JOB_SECRET_FILE")
-        return _read_or_create(shoal_home(environ) / "job_secret")
+        return _read_or_create(home / "job_secret")
 
 
 def _read_file(path: Path, what: str) -> JobSecret:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+from shoal.ps.protocol import StatusReply
 from shoal.wire import JobSecret, RpcClient
 from tests.cluster.harness import LocalCluster
 
-PS_ONLY = ["-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ)).join()"]
+PS_ONLY = ["-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
+                 "secret=shoal.resolve_job_secret(os.environ)).join()"]
 
 
 def start_ps(cluster: LocalCluster, index: int = 0):
@@ -23,10 +25,10 @@ def secret_of(cluster: LocalCluster) -> JobSecret:
     return JobSecret(cluster.secret.encode(), "test")
 
 
-def status(cluster: LocalCluster, index: int = 0, timeout_s: float = 10) -> dict:
+def status(cluster: LocalCluster, index: int = 0, timeout_s: float = 10) -> StatusReply:
     client = RpcClient(cluster.spec["ps"][index], secret_of(cluster), f"ps:{index}", timeout_s)
     try:
-        return client.call("status").header
+        return StatusReply.decode(client.call("status").header)
     finally:
         client.close()
 

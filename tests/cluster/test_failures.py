@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 import shoal
-from shoal.wire import AuthRejectedError, JobSecret, RemoteError, RpcClient
+from shoal.wire import PROTOCOL_VERSION, AuthRejectedError, JobSecret, RemoteError, RpcClient
 from tests.cluster.ps_process import config_for, grads, secret_of, start_ps, status, variables
 
 
@@ -35,14 +35,14 @@ def test_garbage_bytes_and_malformed_messages_are_refused_and_ps_keeps_serving(m
     client = RpcClient(cluster.spec["ps"][0], secret_of(cluster), "ps:0", 5)
     client.connect()
     sock = client._sock
-    for frames in ([b"\xc1garbage"], [msgpack.packb({"v": 1, "rid": 7, "op": "pull", "t": [["x", "float32", [4], 1]]})],
+    for frames in ([b"\xc1garbage"], [msgpack.packb({"v": PROTOCOL_VERSION, "rid": 7, "op": "pull", "t": [["x", "float32", [4], 1]]})],
                    [msgpack.packb({"v": 99, "rid": 8, "op": "status", "t": []})],
-                   [msgpack.packb({"v": 1, "rid": 9, "op": "launch_missiles", "t": []})]):
+                   [msgpack.packb({"v": PROTOCOL_VERSION, "rid": 9, "op": "launch_missiles", "t": []})]):
         sock.send_multipart(frames)
         assert sock.poll(5000), "the ps must answer a malformed message with an error"
         reply = msgpack.unpackb(sock.recv_multipart()[0])
         assert reply["ok"] is False and reply["error"]
-    assert status(cluster)["ready"] is False  # still serving
+    assert status(cluster).ready is False  # still serving
     client.close()
 
 
@@ -68,7 +68,7 @@ def test_unknown_variable_is_refused_with_a_clear_error(make_cluster):
     worker = shoal.TrainingSession(config_for(cluster, "worker", 0), variables(), shoal.SGD(0.1),
                                    secret=secret_of(cluster), request_timeout_s=5).start()
     with pytest.raises(RemoteError, match="holds no variable 'nope'"):
-        worker._clients[0].call("pull", {"names": ["nope"]})
+        worker.ps.pull_all([["nope"]], 0, {})
     worker.close()
 
 

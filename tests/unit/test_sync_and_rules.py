@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from shoal.ps import Adagrad, Adam, Momentum, PsError, SGD, rule_from_config
-from shoal.ps.sync import PushOutcome, SyncAggregator
+from shoal.ps.protocol import PushOutcome
+from shoal.ps.sync import SyncAggregator
 from shoal.train import ShardedBatches, TrainError
 
 

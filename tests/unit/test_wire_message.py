@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from shoal.wire import ProtocolError, decode, encode
-from shoal.wire.message import CHUNK_BYTES
+from shoal.wire.message import CHUNK_BYTES, PROTOCOL_VERSION
 
 
 def roundtrip(header, tensors):
@@ -36,14 +36,14 @@ def test_encode_refuses_object_arrays_naming_the_tensor():
 
 
 @pytest.mark.parametrize("header, match", [
-    ({"v": 1, "rid": 1, "t": [["x", "float32", [2], 1]]}, "1 tensor frames but 0 arrived"),
-    ({"v": 2, "rid": 1, "t": []}, "version 2 is not supported"),
-    ({"v": 1, "rid": -1, "t": []}, "'rid' must be a non-negative int"),
-    ({"v": 1, "rid": 1, "t": [["x", "complex64", [2], 1]]}, "unknown dtype"),
-    ({"v": 1, "rid": 1, "t": [["x", "float32", [-2], 1]]}, "bad shape"),
-    ({"v": 1, "rid": 1, "t": [["x", "float32", [2], 0]]}, "bad chunk count"),
-    ({"v": 1, "rid": 1, "t": [["x", "float32", [2], 1], ["x", "float32", [2], 1]]}, "duplicate tensor name"),
-    ({"v": 1, "rid": 1, "t": "nope"}, "'t' must be a list"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [2], 1]]}, "1 tensor frames but 0 arrived"),
+    ({"v": 1, "rid": 1, "t": []}, "version 1 is not supported"),
+    ({"v": PROTOCOL_VERSION, "rid": -1, "t": []}, "'rid' must be a non-negative int"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "complex64", [2], 1]]}, "unknown dtype"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [-2], 1]]}, "bad shape"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [2], 0]]}, "bad chunk count"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [2], 1], ["x", "float32", [2], 1]]}, "duplicate tensor name"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": "nope"}, "'t' must be a list"),
 ])
 def test_decode_rejects_bad_headers(header, match):
     with pytest.raises(ProtocolError, match=match):
@@ -51,7 +51,7 @@ def test_decode_rejects_bad_headers(header, match):
 
 
 def test_decode_rejects_wrong_byte_count():
-    frames = [msgpack.packb({"v": 1, "rid": 1, "t": [["x", "float32", [4], 1]]}), b"\0" * 15]
+    frames = [msgpack.packb({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [4], 1]]}), b"\0" * 15]
     with pytest.raises(ProtocolError, match="needs 16 bytes, got 15"):
         decode(frames)
 

@@ -66,12 +66,13 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
     config = shoal.resolve_cluster_config(None, os.environ)
     if config.task.job == "ps":
-        shoal.Server.for_task(config).join()
+        shoal.Server.for_task(config, secret=shoal.resolve_job_secret(os.environ)).join()
         return 0
     x, y = load_digits_data()
     sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
     dropped = 0
     with shoal.TrainingSession(config, initial_variables(), OPTIMIZERS[args.optimizer](), sync=sync,
+                               secret=shoal.resolve_job_secret(os.environ),
                                max_steps=args.steps, min_shard_bytes=args.min_shard_bytes,
                                request_timeout_s=30, model_dir=args.model_dir,
                                checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps),

@@ -1,0 +1,171 @@
+"""`PsClient`: a worker's client of every ps task of one job, one method per op (as ps-lite
+keeps `KVWorker` beside `KVServer`).
+
+Requests to several ps tasks go out together and are awaited together, each bounded by the
+request timeout. If a ps is lost meanwhile (its connection dropped, or it answers as a new
+process), the `on_lost` handler given at construction waits for it to come back (and, on the
+chief, rebuilds it); then whatever went to that ps is sent again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, InitReply, InitRequest, Op, PullRequest,
+                               PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest)
+from shoal.wire import JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, WireError, wait_all
+
+Tensors = Mapping[str, np.ndarray]
+LostPsHandler = Callable[["PsClient", int, float, Exception], None]
+"""on_lost(client, ps, deadline, cause): block until ps `ps` serves again, or raise."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A decoded reply: its typed fields and the tensors that came with it."""
+
+    body: Any
+    tensors: dict[str, np.ndarray]
+
+
+class PsClient:
+    """Talks to ps 0..n-1 of a job. Every call blocks, bounded by `timeout_s` (or its own
+    `timeout_s`); not thread-safe (one per thread). The constructor does no I/O: connections
+    open on first use. `close` is idempotent.
+
+    `on_lost` recovers a lost ps (see module docstring) within `recovery_timeout_s`; without
+    it a lost ps raises PeerLostError. `timeout_error` turns a PeerTimeoutError into the error
+    to raise (the session adds what the user can do about it).
+    """
+
+    def __init__(self, addresses: Sequence[str], secret: JobSecret, *, timeout_s: float,
+                 on_lost: LostPsHandler | None = None, recovery_timeout_s: float = 120.0,
+                 timeout_error: Callable[[PeerTimeoutError], Exception] | None = None):
+        self.addresses = tuple(addresses)
+        self.timeout_s = timeout_s
+        self._rpc = [RpcClient(address, secret, f"ps:{i}", timeout_s) for i, address in enumerate(self.addresses)]
+        self._on_lost = on_lost
+        self._recovery_timeout_s = recovery_timeout_s
+        self._timeout_error = timeout_error
+        self._incarnations: list[str | None] = [None] * len(self._rpc)
+
+    @property
+    def num_ps(self) -> int:
+        return len(self._rpc)
+
+    def close(self) -> None:
+        for rpc in self._rpc:
+            rpc.close()
+
+    # --- one ps at a time (no recovery: these are what recovery itself uses) ---------------
+
+    def status(self, ps: int, timeout_s: float) -> StatusReply:
+        return self._one(ps, StatusRequest(), None, timeout_s).body
+
+    def init(self, ps: int, request: InitRequest, tensors: Tensors) -> InitReply:
+        return self._one(ps, request, tensors, self.timeout_s).body
+
+    def ready(self, ps: int) -> None:
+        self._one(ps, ReadyRequest(), None, self.timeout_s)
+
+    # --- every ps ----------------------------------------------------------------------------
+
+    def status_all(self, timeout_s: float) -> list[StatusReply]:
+        """Every ps's status, or the first error (PeerTimeoutError, PeerLostError, ...)."""
+        replies = wait_all([(rpc, rpc.send(Op.STATUS.value)) for rpc in self._rpc], timeout_s)
+        return [StatusReply.decode(m.header) for m in replies]
+
+    def remember_incarnations(self, statuses: Sequence[StatusReply]) -> None:
+        """The ps processes this client trains with; a ps answering as another one restarted."""
+        self._incarnations = [s.incarnation for s in statuses]
+
+    def set_incarnation(self, ps: int, incarnation: str) -> None:
+        self._incarnations[ps] = incarnation
+
+    def restarted(self, ps: int) -> bool:
+        """Whether ps `ps` is gone or answers as another process than the remembered one."""
+        try:
+            return self.status(ps, 2.0).incarnation != self._incarnations[ps]
+        except WireError:
+            return True
+
+    def init_all(self, request: InitRequest, tensors: Sequence[Tensors]) -> list[InitReply]:
+        return [a.body for a in self._all([(i, request, tensors[i]) for i in range(self.num_ps)])]
+
+    def ready_all(self) -> None:
+        self._all([(i, ReadyRequest(), None) for i in range(self.num_ps)])
+
+    def snapshot_all(self) -> list[Answer]:
+        """Per ps: SnapshotReply and copies of its values and "<shard>@<slot>" state."""
+        return self._all([(i, SnapshotRequest(), None) for i in range(self.num_ps)])
+
+    def pull_all(self, names: Sequence[Sequence[str]], min_step: int, into: Tensors) -> list[Answer]:
+        """Per ps: PullReply and the values of `names[ps]`, once it reached `min_step`.
+        Values whose name is in `into` are written straight into those arrays."""
+        return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
+
+    def push_all(self, task: str, step: int, grads: Sequence[Tensors], into: Tensors) -> list[Answer]:
+        """Per ps: PushReply and the new values of the pushed shards (written into `into`)."""
+        request = PushRequest(task, step)
+        return self._all([(i, request, grads[i]) for i in range(self.num_ps)], into)
+
+    def done_all(self, task: str, timeout_s: float) -> None:
+        """Tell every ps that `task` finished training (no recovery; raises WireError)."""
+        fields = DoneRequest(task).fields()
+        wait_all([(rpc, rpc.send(Op.DONE.value, fields)) for rpc in self._rpc], timeout_s)
+
+    def failed_all(self, task: str, timeout_s: float) -> None:
+        """Tell every ps that `task` left training by an error (no recovery; raises WireError)."""
+        fields = FailedRequest(task).fields()
+        wait_all([(rpc, rpc.send(Op.FAILED.value, fields)) for rpc in self._rpc], timeout_s)
+
+    def shutdown_all(self, task: str, timeout_s: float) -> None:
+        """Stop every ps now (no recovery; raises WireError)."""
+        fields = ShutdownRequest(task).fields()
+        wait_all([(rpc, rpc.send(Op.SHUTDOWN.value, fields)) for rpc in self._rpc], timeout_s)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _one(self, ps: int, request, tensors: Tensors | None, timeout_s: float) -> Answer:
+        rpc = self._rpc[ps]
+        return _answer(request.op, rpc.call(request.op.value, request.fields(), tensors, timeout_s))
+
+    def _all(self, requests: list[tuple[int, Any, Tensors | None]], into: Tensors | None = None) -> list[Answer]:
+        """Send (ps, request, tensors) and wait for every reply. A lost ps is recovered (see
+        the class docstring) and what went to it is sent again. Blocks."""
+        sent = [(ps, request, request.fields(), tensors) for ps, request, tensors in requests]
+        rids = [self._rpc[ps].send(request.op.value, fields, tensors, into) for ps, request, fields, tensors in sent]
+        deadline = None
+        while True:
+            try:
+                replies = wait_all([(self._rpc[s[0]], rid) for s, rid in zip(sent, rids)], self.timeout_s)
+                return [_answer(s[1].op, m) for s, m in zip(sent, replies)]
+            except PeerTimeoutError as e:
+                if self._timeout_error is None:
+                    raise
+                raise self._timeout_error(e) from e
+            except (PeerLostError, RemoteError) as e:
+                lost = self._index_of(e.peer_name)
+                if lost is None or self._on_lost is None or self._incarnations[lost] is None or (
+                        isinstance(e, RemoteError) and not self.restarted(lost)):
+                    raise
+                deadline = deadline or time.monotonic() + self._recovery_timeout_s
+                self._on_lost(self, lost, deadline, e)
+                for k, (ps, request, fields, tensors) in enumerate(sent):
+                    if ps == lost:
+                        rids[k] = self._rpc[ps].send(request.op.value, fields, tensors, into)
+
+    def _index_of(self, peer_name: str) -> int | None:
+        for i, rpc in enumerate(self._rpc):
+            if rpc.peer_name == peer_name:
+                return i
+        return None
+
+
+def _answer(op: Op, message: Message) -> Answer:
+    return Answer(REPLY_TYPES[op].decode(message.header), message.tensors)
+

@@ -1,0 +1,453 @@
+"""The parameter-server protocol: the closed set of ops, and one typed request and reply per op.
+
+Both sides use these types: a worker builds a request and decodes the reply with them, a ps
+decodes the request and builds the reply. Every `decode` checks every field it reads and raises
+`ProtocolFieldError` naming the op, the field and what was wrong, so no handler ever reads an
+unchecked field. Tensors travel beside the header fields (see docs/wire-protocol.md), never
+inside these types.
+
+Ops to come go into `Op` with their own pair of types: membership (register, deregister,
+heartbeat) and sparse rows (pull and push of embedding rows).
+
+Pure data and validation: no I/O; every type is immutable and thread-safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping
+
+from shoal.ps.errors import PsError
+
+SLOT_SEPARATOR = "@"
+"""A tensor named "<shard>@<slot>" is optimizer state of that shard (Adam's m, v, t, ...)."""
+
+MAX_TASK_NAME = 64
+
+
+class Op(str, Enum):
+    """Every request a parameter server understands."""
+
+    STATUS = "status"        # what the ps holds and where it is
+    INIT = "init"            # create shards (chief; also restores a checkpoint or rebuilds a ps)
+    SNAPSHOT = "snapshot"    # consistent copies of values and optimizer state (checkpoints)
+    READY = "ready"          # the chief finished initializing: workers may train
+    PULL = "pull"            # current values, once the ps reached a step
+    PUSH = "push"            # apply gradients; the reply carries the new values
+    DONE = "done"            # a training replica finished; the job ends when every one did
+    FAILED = "failed"        # a training replica left by an error (it may be restarted)
+    SHUTDOWN = "shutdown"    # end the job now
+
+
+class Mode(str, Enum):
+    """How a ps applies gradients: each at once (ASYNC) or averaged per global step (SYNC)."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+class Phase(str, Enum):
+    """Where a ps is in its life. EMPTY -> CREATED (first `init`) -> READY (`ready`); a ps that
+    restarts starts EMPTY again and is rebuilt by the chief."""
+
+    EMPTY = "empty"
+    CREATED = "created"
+    READY = "ready"
+
+
+class PushOutcome(str, Enum):
+    """What happened to one worker's push."""
+
+    APPLIED = "applied"           # applied (async), or it completed or joined an applied step (sync)
+    ACCUMULATED = "accumulated"   # sync, ps-internal: counted; its reply waits for the step to finish
+    STALE = "stale"               # sync: computed at an old step, dropped (backup workers cause this)
+    DUPLICATE = "duplicate"       # sync: this task already contributed to the current step, dropped
+
+
+@dataclass(frozen=True)
+class TrainingMode:
+    """The mode a job trains in; `replicas` is the gradients per step in SYNC mode, else None."""
+
+    mode: Mode
+    replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.mode is Mode.SYNC) != (self.replicas is not None):
+            raise PsError(f"{self.mode.value} training takes replicas only in sync mode, got {self.replicas!r}")
+
+    def __str__(self) -> str:
+        return f"sync ({self.replicas} replicas per step)" if self.replicas else "async"
+
+
+ASYNC = TrainingMode(Mode.ASYNC)
+
+
+class ProtocolFieldError(PsError):
+    """A request or reply field is missing or has the wrong type or value."""
+
+
+# --- field readers: each returns the checked value or raises ProtocolFieldError -------------
+
+def _fail(where: str, key: str, want: str, value: Any) -> ProtocolFieldError:
+    return ProtocolFieldError(f"{where}: field {key!r} must be {want}, got {value!r:.100}")
+
+
+def _int(fields: Mapping[str, Any], where: str, key: str, minimum: int = 0, default: int | None = None) -> int:
+    value = fields.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise _fail(where, key, f"an int >= {minimum}", value)
+    return value
+
+
+def _optional_int(fields: Mapping[str, Any], where: str, key: str, minimum: int) -> int | None:
+    return None if fields.get(key) is None else _int(fields, where, key, minimum)
+
+
+def _bool(fields: Mapping[str, Any], where: str, key: str, default: bool | None = None) -> bool:
+    value = fields.get(key, default)
+    if not isinstance(value, bool):
+        raise _fail(where, key, "true or false", value)
+    return value
+
+
+def _str(fields: Mapping[str, Any], where: str, key: str, max_len: int = 256) -> str:
+    value = fields.get(key)
+    if not isinstance(value, str) or not 0 < len(value) <= max_len:
+        raise _fail(where, key, f"a string of 1 to {max_len} characters", value)
+    return value
+
+
+def _task(fields: Mapping[str, Any], where: str) -> str:
+    value = fields.get("task")
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_TASK_NAME:
+        raise _fail(where, "task", "the sending task's name (e.g. 'worker:1')", value)
+    return value
+
+
+def _names(fields: Mapping[str, Any], where: str, key: str, max_len: int = 512) -> tuple[str, ...]:
+    value = fields.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(n, str) and 0 < len(n) <= max_len for n in value):
+        raise _fail(where, key, "a list of names", value)
+    return tuple(value)
+
+
+def _enum(enum: type, fields: Mapping[str, Any], where: str, key: str):
+    value = fields.get(key)
+    try:
+        return enum(value)
+    except ValueError:
+        raise _fail(where, key, f"one of {', '.join(e.value for e in enum)}", value) from None
+
+
+def _map(fields: Mapping[str, Any], where: str, key: str) -> dict:
+    value = fields.get(key)
+    if not isinstance(value, dict):
+        raise _fail(where, key, "a map", value)
+    return value
+
+
+def _training_mode(fields: Mapping[str, Any], where: str) -> TrainingMode:
+    mode = _enum(Mode, fields, where, "mode")
+    replicas = _optional_int(fields, where, "sync_replicas", 1)
+    if (mode is Mode.SYNC) != (replicas is not None):
+        raise _fail(where, "sync_replicas", "an int >= 1 in sync mode and nil in async mode", replicas)
+    return TrainingMode(mode, replicas)
+
+
+def _mode_fields(training: TrainingMode) -> dict[str, Any]:
+    return {"mode": training.mode.value, "sync_replicas": training.replicas}
+
+
+# --- one request and one reply type per op ---------------------------------------------------
+
+@dataclass(frozen=True)
+class StatusRequest:
+    op = Op.STATUS
+
+    def fields(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "StatusRequest":
+        return cls()
+
+
+@dataclass(frozen=True)
+class StatusReply:
+    """`training` is None while the ps is EMPTY. `incarnation` is random per ps process, so a
+    worker can tell a restarted ps from a network blip."""
+
+    phase: Phase
+    training: TrainingMode | None
+    step: int
+    shards: int
+    nbytes: int
+    created: int
+    done: tuple[str, ...]
+    incarnation: str
+
+    @property
+    def ready(self) -> bool:
+        return self.phase is Phase.READY
+
+    def fields(self) -> dict[str, Any]:
+        mode = _mode_fields(self.training) if self.training else {"mode": None, "sync_replicas": None}
+        return {"phase": self.phase.value, **mode, "step": self.step, "shards": self.shards, "bytes": self.nbytes,
+                "created": self.created, "done": list(self.done), "incarnation": self.incarnation}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "StatusReply":
+        where = "status reply"
+        phase = _enum(Phase, fields, where, "phase")
+        training = None if phase is Phase.EMPTY else _training_mode(fields, where)
+        return cls(phase, training, _int(fields, where, "step"), _int(fields, where, "shards"),
+                   _int(fields, where, "bytes"), _int(fields, where, "created"),
+                   _names(fields, where, "done", MAX_TASK_NAME), _str(fields, where, "incarnation", 64))
+
+
+@dataclass(frozen=True)
+class InitRequest:
+    """Create the shards that travel with it (values, and "<shard>@<slot>" state), with this
+    update rule and mode, starting at `step`, with the replicas in `done` already finished."""
+
+    op = Op.INIT
+    rule: dict
+    training: TrainingMode
+    step: int = 0
+    done: tuple[str, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        return {"rule": self.rule, **_mode_fields(self.training), "step": self.step, "done": list(self.done)}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "InitRequest":
+        where = "init request"
+        return cls(_map(fields, where, "rule"), _training_mode(fields, where), _int(fields, where, "step", default=0),
+                   _names(fields, where, "done", MAX_TASK_NAME))
+
+
+@dataclass(frozen=True)
+class InitReply:
+    created: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"created": self.created}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "InitReply":
+        return cls(_int(fields, "init reply", "created"))
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    op = Op.SNAPSHOT
+
+    def fields(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "SnapshotRequest":
+        return cls()
+
+
+@dataclass(frozen=True)
+class SnapshotReply:
+    """Travels with copies of every shard and "<shard>@<slot>" state, all of one step."""
+
+    step: int
+    training: TrainingMode
+    rule: dict
+
+    def fields(self) -> dict[str, Any]:
+        return {"step": self.step, **_mode_fields(self.training), "rule": self.rule}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "SnapshotReply":
+        where = "snapshot reply"
+        return cls(_int(fields, where, "step"), _training_mode(fields, where), _map(fields, where, "rule"))
+
+
+@dataclass(frozen=True)
+class ReadyRequest:
+    op = Op.READY
+
+    def fields(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ReadyRequest":
+        return cls()
+
+
+@dataclass(frozen=True)
+class Empty:
+    """The reply of ops that answer nothing but success (ready, shutdown)."""
+
+    def fields(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "Empty":
+        return cls()
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """The values of `names`, answered once the ps reached `min_step`."""
+
+    op = Op.PULL
+    names: tuple[str, ...]
+    min_step: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        return {"names": list(self.names), "min_step": self.min_step}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "PullRequest":
+        where = "pull request"
+        if not isinstance(fields.get("names"), list):
+            raise _fail(where, "names", "a list of variable names", fields.get("names"))
+        return cls(_names(fields, where, "names"), _int(fields, where, "min_step", default=0))
+
+
+@dataclass(frozen=True)
+class PullReply:
+    """Travels with the values asked for."""
+
+    step: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "PullReply":
+        return cls(_int(fields, "pull reply", "step"))
+
+
+@dataclass(frozen=True)
+class PushRequest:
+    """Travels with one gradient per shard. `step` is the global step the gradient was computed
+    at; with `pull` the reply carries the shards' new values."""
+
+    op = Op.PUSH
+    task: str
+    step: int
+    pull: bool = True
+
+    def fields(self) -> dict[str, Any]:
+        return {"task": self.task, "step": self.step, "pull": self.pull}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "PushRequest":
+        where = "push request"
+        return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True))
+
+
+@dataclass(frozen=True)
+class PushReply:
+    step: int
+    outcome: PushOutcome
+
+    def fields(self) -> dict[str, Any]:
+        return {"step": self.step, "outcome": self.outcome.value}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "PushReply":
+        where = "push reply"
+        return cls(_int(fields, where, "step"), _enum(PushOutcome, fields, where, "outcome"))
+
+
+@dataclass(frozen=True)
+class DoneRequest:
+    op = Op.DONE
+    task: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"task": self.task}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "DoneRequest":
+        return cls(_task(fields, "done request"))
+
+
+@dataclass(frozen=True)
+class DoneReply:
+    """How many replicas said done so far."""
+
+    done: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"done": self.done}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "DoneReply":
+        return cls(_int(fields, "done reply", "done"))
+
+
+@dataclass(frozen=True)
+class FailedRequest:
+    """A replica left training by an error. It is not done: it may be restarted and carry on.
+    Only if every replica failed and none finished does the job end without them."""
+
+    op = Op.FAILED
+    task: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"task": self.task}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "FailedRequest":
+        return cls(_task(fields, "failed request"))
+
+
+@dataclass(frozen=True)
+class ShutdownRequest:
+    op = Op.SHUTDOWN
+    task: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"task": self.task}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ShutdownRequest":
+        return cls(_task(fields, "shutdown request"))
+
+
+REQUEST_TYPES: dict[Op, type] = {
+    Op.STATUS: StatusRequest, Op.INIT: InitRequest, Op.SNAPSHOT: SnapshotRequest, Op.READY: ReadyRequest,
+    Op.PULL: PullRequest, Op.PUSH: PushRequest, Op.DONE: DoneRequest, Op.FAILED: FailedRequest,
+    Op.SHUTDOWN: ShutdownRequest,
+}
+REPLY_TYPES: dict[Op, type] = {
+    Op.STATUS: StatusReply, Op.INIT: InitReply, Op.SNAPSHOT: SnapshotReply, Op.READY: Empty,
+    Op.PULL: PullReply, Op.PUSH: PushReply, Op.DONE: DoneReply, Op.FAILED: Empty, Op.SHUTDOWN: Empty,
+}
+
+
+def parse_op(value: Any) -> Op:
+    """The Op named `value`; PsError naming the ops this ps speaks if there is none."""
+    try:
+        return Op(value)
+    except ValueError:
+        raise PsError(f"unknown op {value!r:.50}; this ps speaks {', '.join(op.value for op in Op)} "
+                      "(is the peer a Shoal task of the same version?)") from None
+
+
+def split_slots(tensors: Mapping[str, Any]) -> tuple[dict, dict]:
+    """Tensors named "<shard>@<slot>" are optimizer state (shard -> slot -> value); the rest
+    are shard values."""
+    values: dict = {}
+    slots: dict = {}
+    for name, value in tensors.items():
+        shard, sep, slot = name.rpartition(SLOT_SEPARATOR)
+        if sep:
+            slots.setdefault(shard, {})[slot] = value
+        else:
+            values[name] = value
+    return values, slots
+
+
+def slot_key(shard: str, slot: str) -> str:
+    """The tensor name of one shard's optimizer slot."""
+    return f"{shard}{SLOT_SEPARATOR}{slot}"

@@ -1,0 +1,90 @@
+"""`Checkpointer`: the chief's checkpoints of one job: when one is due, taking it (a snapshot of
+every ps, joined into whole variables), and reading the newest back for a restore.
+
+A part of TrainingSession; only the chief has one. Every call blocks on the network and the
+filesystem; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from shoal.ps.client import PsClient
+from shoal.train.checkpoint import Checkpoint, CheckpointError, checkpoint_root, export_model, load_latest_checkpoint
+from shoal.train.checkpoint import save_checkpoint as write_checkpoint
+from shoal.train.options import CheckpointOptions
+from shoal.train.placement import Placement
+from shoal.train.snapshot import gather
+
+log = logging.getLogger("shoal.train.session")
+
+
+class Checkpointer:
+    """Saves checkpoints of the job's variables into `model_dir`, as `options` say.
+
+    The constructor does no I/O. `mark_saved(step)` records the step the session started
+    from, so the first periodic save comes one interval later.
+    """
+
+    def __init__(self, model_dir: Path, options: CheckpointOptions, placement: Placement, task: str):
+        self.model_dir = model_dir
+        self.options = options
+        self._placement = placement
+        self._task = task
+        self._saved_step = -1
+        self._saved_at = time.monotonic()
+
+    def latest(self) -> Checkpoint | None:
+        """The newest checkpoint whose checksums match, or None."""
+        return load_latest_checkpoint(self.model_dir)
+
+    def mark_saved(self, step: int) -> None:
+        self._saved_step, self._saved_at = step, time.monotonic()
+
+    def due(self, step: int) -> bool:
+        """Whether a periodic checkpoint is due at global step `step`."""
+        every_steps, every_s = self.options.every_steps, self.options.every_s
+        if every_steps and step // every_steps > self._saved_step // every_steps:
+            return True
+        return bool(every_s) and time.monotonic() - self._saved_at >= every_s
+
+    def save_if_due(self, client: PsClient, step: int) -> None:
+        """Take a periodic checkpoint if one is due. A save that fails is logged as a warning
+        and tried again at the next interval, so a full disk never stops training."""
+        if not self.due(step):
+            return
+        try:
+            self.save(client)
+        except CheckpointError as e:
+            self.mark_saved(step)  # retry at the next interval, not on every step
+            log.warning("%s could not save a periodic checkpoint (will try again in one interval): %s",
+                        self._task, e)
+
+    def save(self, client: PsClient, export: bool = False) -> Path:
+        """Snapshot every ps (values, optimizer state, step) and write a checkpoint; with
+        `export`, also the model alone. Returns the checkpoint's path. Raises CheckpointError."""
+        started = time.monotonic()
+        answers = client.snapshot_all()
+        variables, slots = gather(self._placement, [a.tensors for a in answers])
+        step = max(a.body.step for a in answers)
+        layout: dict[str, list[dict]] = {}
+        for s in self._placement.shards:
+            layout.setdefault(s.variable, []).append({"name": s.name, "ps": s.ps, "start": s.start, "stop": s.stop})
+        path = checkpoint_root(self.model_dir) / f"ckpt-{step:010d}"
+        if step != self._saved_step or not path.is_dir():
+            first = answers[0].body
+            path = write_checkpoint(self.model_dir, step, variables, slots, optimizer=first.rule,
+                                    mode=_mode_label(first.training), layout=layout, keep=self.options.keep)
+            log.info("%s saved checkpoint step=%d to %s (%.2fs)", self._task, step, path, time.monotonic() - started)
+        self.mark_saved(step)
+        if export:
+            exported = export_model(self.model_dir / "export" / "model.safetensors", variables, step=step)
+            log.info("%s exported the model to %s", self._task, exported)
+        return path
+
+
+def _mode_label(training) -> str:
+    """How the manifest names the training mode ("async", "sync:N"), as in format 1."""
+    return f"sync:{training.replicas}" if training.replicas else "async"

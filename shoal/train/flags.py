@@ -1,0 +1,42 @@
+"""Command-line flags of a training program, shared by the examples and meant for yours:
+`add_training_flags(parser, environ)` and `session_options(args)` for TrainingSession.
+
+Pure argparse: the caller passes the environment in (for `--model_dir`'s default, $OUTPUT_DIR,
+which the launcher sets).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from shoal.train.options import CheckpointOptions, SyncOptions
+
+
+def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every and the
+    checkpoint and recovery flags."""
+    parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
+    parser.add_argument("--replicas_to_aggregate", type=int, default=None,
+                        help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
+    parser.add_argument("--steps", type=int, default=1000, help="global steps to train (default: 1000)")
+    parser.add_argument("--model_dir", default=environ.get("OUTPUT_DIR"),
+                        help="model directory shared by the job (default: $OUTPUT_DIR)")
+    parser.add_argument("--log_every", type=int, default=100, help="print progress every N local steps")
+    parser.add_argument("--checkpoint_every_steps", type=int, default=100,
+                        help="with --model_dir: save a checkpoint every N global steps (0: only at the end)")
+    parser.add_argument("--checkpoint_every_secs", type=float, default=600)
+    parser.add_argument("--keep_checkpoints", type=int, default=5)
+    parser.add_argument("--ps_recovery_timeout", type=float, default=120,
+                        help="seconds to wait for a lost ps task to come back before failing")
+
+
+def session_options(args: argparse.Namespace) -> dict[str, Any]:
+    """TrainingSession keyword arguments from the flags `add_training_flags` added."""
+    return dict(sync=SyncOptions(args.replicas_to_aggregate) if args.sync else False,
+                max_steps=args.steps, model_dir=args.model_dir or None, summary_every_steps=args.log_every,
+                checkpoints=CheckpointOptions(every_steps=args.checkpoint_every_steps or None,
+                                              every_s=args.checkpoint_every_secs or None,
+                                              keep=args.keep_checkpoints),
+                ps_recovery_timeout_s=args.ps_recovery_timeout)
