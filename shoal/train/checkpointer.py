@@ -14,6 +14,7 @@ from pathlib import Path
 from shoal.ps.client import PsClient
 from shoal.train.checkpoint import Checkpoint, CheckpointError, checkpoint_root, export_model, load_latest_checkpoint
 from shoal.train.checkpoint import save_checkpoint as write_checkpoint
+from shoal.train.model_dir_lock import ModelDirLock
 from shoal.train.options import CheckpointOptions
 from shoal.train.placement import Placement
 from shoal.train.snapshot import gather
@@ -24,8 +25,10 @@ log = logging.getLogger("shoal.train.session")
 class Checkpointer:
     """Saves checkpoints of the job's variables into `model_dir`, as `options` say.
 
-    The constructor does no I/O. `mark_saved(step)` records the step the session started
-    from, so the first periodic save comes one interval later.
+    The constructor does no I/O. `open()` takes the model dir's lock (one job per model dir;
+    ModelDirLockedError names the holder), `close()` releases it (idempotent).
+    `mark_saved(step)` records the step the session started from, so the first periodic save
+    comes one interval later.
     """
 
     def __init__(self, model_dir: Path, options: CheckpointOptions, placement: Placement, task: str):
@@ -35,6 +38,14 @@ class Checkpointer:
         self._task = task
         self._saved_step = -1
         self._saved_at = time.monotonic()
+        self._lock = ModelDirLock(model_dir)
+
+    def open(self) -> None:
+        """Take the model dir for this job. Raises ModelDirLockedError if another job has it."""
+        self._lock.acquire()
+
+    def close(self) -> None:
+        self._lock.release()
 
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint whose checksums match, or None."""

@@ -32,7 +32,7 @@ def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float) ->
             return None
 
     def timed_out() -> Exception:
-        return TrainError(f"{task}: parameter servers did not come up within {total_s:.0f}s "
+        return TrainError(f"{task}: parameter servers did not come up within {total_s:g}s "
                           f"({last_error[0] if last_error else 'no answer'}); start the ps tasks or fix --ps_hosts")
 
     return poll_until(probe, deadline=deadline, interval_s=0.05, timed_out=timed_out,
@@ -49,7 +49,7 @@ def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, tot
         return statuses if all(s.ready for s in statuses) else None
 
     def timed_out() -> Exception:
-        return TrainError(f"{task}: the chief ({chief}) did not initialize the variables within {total_s:.0f}s; "
+        return TrainError(f"{task}: the chief ({chief}) did not initialize the variables within {total_s:g}s; "
                           "is it running? (raise init_timeout_s if it is slow)")
 
     return poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
@@ -89,7 +89,7 @@ class PsRecovery:
         def timed_out() -> Exception:
             waiting_for = (f"ps:{ps} at {address} did not come back" if last[0] is None else
                            f"ps:{ps} came back but the chief ({self._chief}) did not restore it")
-            error = TrainError(f"{self._task}: {waiting_for} within {self._timeout_s:.0f}s; restart the ps task "
+            error = TrainError(f"{self._task}: {waiting_for} within {self._timeout_s:g}s; restart the ps task "
                                "(the launcher does with restart: {policy: on-failure}) or raise ps_recovery_timeout_s")
             error.__cause__ = cause
             return error

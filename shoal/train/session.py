@@ -127,6 +127,8 @@ class TrainingSession:
         If it fails, the session stays NEW and may be started again."""
         self._require(SessionState.NEW, "start")
         try:
+            if self.checkpointer is not None:
+                self.checkpointer.open()
             deadline = time.monotonic() + self.init_timeout_s
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
             if not all(s.ready for s in statuses):
@@ -142,6 +144,8 @@ class TrainingSession:
         except BaseException:
             self._state = SessionState.NEW
             self.ps.close()
+            if self.checkpointer is not None:
+                self.checkpointer.close()
             raise
         if self.checkpointer is not None:
             self.checkpointer.mark_saved(self._step)
@@ -179,6 +183,8 @@ class TrainingSession:
             except WireError as e:
                 log.debug("%s: could not tell every ps it %s: %s", self.task, "is done" if finished else "failed", e)
         self.ps.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
 
     def _require(self, state: SessionState, call: str) -> None:
         if self._state is state:

@@ -1,0 +1,48 @@
+"""One job per model dir, and a periodic checkpoint that fails to write does not stop training (W2)."""
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+import shoal
+from shoal.train.checkpoint import CheckpointError
+from shoal.train.model_dir_lock import ModelDirLockedError
+
+
+def chief_session(local, model_dir, every_steps=None):
+    return shoal.TrainingSession(local.config, {"w": np.zeros(4, np.float32)}, shoal.SGD(0.1), secret=local.secret,
+                                 model_dir=model_dir, request_timeout_s=10,
+                                 checkpoints=shoal.CheckpointOptions(every_steps=every_steps, every_s=None))
+
+
+def test_second_job_on_the_same_model_dir_is_refused_naming_the_dir(tmp_path):
+    with shoal.create_local_server() as first_job, shoal.create_local_server() as second_job:
+        with chief_session(first_job, tmp_path / "model"):
+            second = chief_session(second_job, tmp_path / "model")
+            with pytest.raises(ModelDirLockedError, match=str(tmp_path / "model")):
+                second.start()
+            assert second.state is shoal.SessionState.NEW
+        with chief_session(second_job, tmp_path / "model") as after:  # free again once the first closed
+            assert after.global_step == 0
+
+
+def test_failed_periodic_checkpoint_warns_and_training_goes_on(tmp_path, caplog):
+    model_dir = tmp_path / "model"
+    with shoal.create_local_server() as local:
+        chief = chief_session(local, model_dir, every_steps=2).start()
+        for _ in range(2):
+            chief.push({"w": np.ones(4, np.float32)})
+        assert (model_dir / "checkpoints" / "ckpt-0000000002").is_dir()
+        shutil.rmtree(model_dir / "checkpoints")
+        (model_dir / "checkpoints").write_text("not a directory")  # every later save fails
+        with caplog.at_level(logging.WARNING, logger="shoal.train.session"):
+            for _ in range(4):
+                result = chief.push({"w": np.ones(4, np.float32)})
+        assert result.global_step == 6
+        warnings = [r.getMessage() for r in caplog.records if "could not save a periodic checkpoint" in r.getMessage()]
+        assert len(warnings) == 2, warnings  # steps 4 and 6: tried again at the next interval, not every step
+        with pytest.raises(CheckpointError):
+            chief.save_checkpoint()  # an explicit (or the final) save still fails loudly
+        chief.close()

@@ -1,0 +1,76 @@
+"""The typed ps protocol: every request and reply round-trips, and a bad or missing field is a
+ProtocolFieldError that names the op and the field."""
+
+import pytest
+
+from shoal.ps.errors import PsError
+from shoal.ps.protocol import (ASYNC, REPLY_TYPES, REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest,
+                               InitReply, InitRequest, Mode, Op, Phase, ProtocolFieldError, PullReply, PullRequest,
+                               PushOutcome, PushReply, PushRequest, ReadyRequest, ShutdownRequest, SnapshotReply,
+                               SnapshotRequest, StatusReply, StatusRequest, TrainingMode, parse_op, split_slots)
+
+SYNC2 = TrainingMode(Mode.SYNC, 2)
+EXAMPLES = [
+    StatusRequest(), ReadyRequest(), SnapshotRequest(), Empty(),
+    StatusReply(Phase.READY, SYNC2, 7, 3, 1024, 3, ("worker:1",), "ab12"),
+    StatusReply(Phase.EMPTY, None, 0, 0, 0, 0, (), "ab12"),
+    InitRequest({"name": "sgd", "learning_rate": 0.1}, ASYNC, 5, ("worker:0",)), InitReply(4),
+    SnapshotReply(9, SYNC2, {"name": "adam"}),
+    PullRequest(("W", "b/part_0"), 3), PullReply(3),
+    PushRequest("worker:1", 4, False), PushReply(5, PushOutcome.STALE),
+    DoneRequest("chief:0"), DoneReply(2), FailedRequest("worker:0"), ShutdownRequest("worker:0"),
+]
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_every_message_roundtrips_through_its_fields(message):
+    assert type(message).decode(message.fields()) == message
+
+
+def test_every_op_has_a_request_and_a_reply_type():
+    assert set(REQUEST_TYPES) == set(Op) == set(REPLY_TYPES)
+    for op, kind in REQUEST_TYPES.items():
+        assert kind.op is op
+
+
+@pytest.mark.parametrize("kind, fields, field", [
+    (PushRequest, {"step": 1}, "task"),
+    (PushRequest, {"task": "w" * 65, "step": 1}, "task"),
+    (PushRequest, {"task": "worker:0", "step": -1}, "step"),
+    (PushRequest, {"task": "worker:0", "step": True}, "step"),
+    (PushRequest, {"task": "worker:0", "step": 1, "pull": "yes"}, "pull"),
+    (PullRequest, {"min_step": 0}, "names"),
+    (PullRequest, {"names": ["W", 3]}, "names"),
+    (InitRequest, {"rule": {"name": "sgd"}, "mode": "sometimes"}, "mode"),
+    (InitRequest, {"rule": {"name": "sgd"}, "mode": "sync"}, "sync_replicas"),
+    (InitRequest, {"rule": {"name": "sgd"}, "mode": "async", "sync_replicas": 2}, "sync_replicas"),
+    (InitRequest, {"rule": "sgd", "mode": "async"}, "rule"),
+    (InitRequest, {"rule": {}, "mode": "async", "done": "worker:0"}, "done"),
+    (StatusReply, {"phase": "ready", "mode": "async", "step": 1, "shards": 1, "bytes": 4, "created": 1,
+                   "done": []}, "incarnation"),
+    (StatusReply, {"phase": "sleeping"}, "phase"),
+    (PushReply, {"step": 3, "outcome": "lost"}, "outcome"),
+    (PullReply, {}, "step"),
+    (DoneRequest, {"task": None}, "task"),
+])
+def test_bad_or_missing_field_names_the_field(kind, fields, field):
+    with pytest.raises(ProtocolFieldError, match=rf"field '{field}' must be"):
+        kind.decode(fields)
+
+
+def test_unknown_op_names_the_ops_this_ps_speaks():
+    with pytest.raises(PsError, match=r"unknown op 'launch_missiles'; this ps speaks status, init"):
+        parse_op("launch_missiles")
+
+
+def test_training_mode_needs_replicas_exactly_in_sync_mode():
+    with pytest.raises(PsError):
+        TrainingMode(Mode.SYNC)
+    with pytest.raises(PsError):
+        TrainingMode(Mode.ASYNC, 2)
+    assert str(SYNC2) == "sync (2 replicas per step)" and str(ASYNC) == "async"
+
+
+def test_slot_tensors_are_split_from_values():
+    values, slots = split_slots({"W": 1, "W@m": 2, "W@v": 3, "b/part_0@accum": 4})
+    assert values == {"W": 1} and slots == {"W": {"m": 2, "v": 3}, "b/part_0": {"accum": 4}}

@@ -1,0 +1,102 @@
+"""The ps service without a socket: requests in, the replies it returns out."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from shoal.ps.errors import PsError
+from shoal.ps.optimizers import SGD
+from shoal.ps.protocol import (ASYNC, DoneRequest, FailedRequest, InitRequest, Mode, Phase, PullReply, PullRequest,
+                               PushOutcome, PushReply, PushRequest, ReadyRequest, StatusReply, StatusRequest,
+                               TrainingMode)
+from shoal.ps.service import PsService
+from shoal.wire import Message, Request
+
+_rids = itertools.count(1)
+
+
+def request(message, tensors=None, peer=b"peer"):
+    header = dict(message.fields(), op=message.op.value, rid=next(_rids), v=2, t=[])
+    return Request(peer, Message(header, dict(tensors or {})))
+
+
+def make_service(num_replicas=2, training=ASYNC):
+    ended = []
+    service = PsService("ps:0", num_replicas, ended.append)
+    w = np.zeros(3, np.float32)
+    service.handle(request(InitRequest(SGD(1.0).to_config(), training), {"w": w}))
+    service.handle(request(ReadyRequest()))
+    return service, ended
+
+
+def push(service, task, step, value=1.0):
+    return service.handle(request(PushRequest(task, step), {"w": np.full(3, value, np.float32)}))
+
+
+def test_status_reports_phase_and_mode_as_enums():
+    service = PsService("ps:0", 1, lambda reason: None)
+    (reply,) = service.handle(request(StatusRequest()))
+    assert reply.body.phase is Phase.EMPTY and reply.body.training is None
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
+    status = StatusReply.decode(service.handle(request(StatusRequest()))[0].body.fields())
+    assert status.ready and status.training == TrainingMode(Mode.SYNC, 2)
+
+
+def test_async_pull_waiting_for_a_step_is_answered_when_a_push_reaches_it():
+    service, _ = make_service()
+    pull = request(PullRequest(("w",), min_step=2))
+    assert service.handle(pull) == []  # deferred: the ps is at step 0
+    assert len(push(service, "worker:0", 0)) == 1  # step 1: still not there
+    replies = push(service, "worker:1", 1)
+    assert [r.request for r in replies][1:] == [pull]
+    assert replies[1].body == PullReply(2)
+    np.testing.assert_array_equal(replies[1].tensors["w"], np.full(3, -2.0))
+
+
+def test_sync_push_is_deferred_until_every_replica_pushed_then_both_are_answered():
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
+    assert push(service, "worker:0", 0, 1.0) == []
+    replies = push(service, "worker:1", 0, 3.0)
+    assert {r.request.header["task"] for r in replies} == {"worker:0", "worker:1"}
+    assert all(r.body == PushReply(1, PushOutcome.APPLIED) for r in replies)
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -2.0))  # the average was applied
+    (stale,) = push(service, "worker:0", 0)
+    assert stale.body.outcome is PushOutcome.STALE
+
+
+def test_init_with_another_mode_is_refused_naming_both():
+    service, _ = make_service()
+    with pytest.raises(PsError, match=r"already runs async training, a worker asked for sync \(2 replicas"):
+        service.handle(request(InitRequest(SGD(1.0).to_config(), TrainingMode(Mode.SYNC, 2)),
+                               {"w": np.zeros(3, np.float32)}))
+
+
+def test_push_before_ready_is_refused():
+    service = PsService("ps:0", 1, lambda reason: None)
+    with pytest.raises(PsError, match="not initialized yet"):
+        push(service, "worker:0", 0)
+
+
+def test_job_is_over_when_every_replica_is_done():
+    service, ended = make_service()
+    service.handle(request(DoneRequest("worker:0")))
+    assert ended == []
+    service.handle(request(DoneRequest("worker:1")))
+    assert ended == ["all 2 workers finished"]
+
+
+def test_a_failed_replica_keeps_the_job_going_while_another_finished():
+    service, ended = make_service()
+    service.handle(request(FailedRequest("worker:0")))  # e.g. Ctrl-C in the chief, which will be restarted
+    service.handle(request(DoneRequest("worker:1")))
+    assert ended == []
+    service.handle(request(DoneRequest("worker:0")))  # the restarted chief finished
+    assert ended == ["all 2 workers finished"]
+
+
+def test_job_is_over_when_every_replica_failed():
+    service, ended = make_service()
+    service.handle(request(FailedRequest("worker:0")))
+    service.handle(request(FailedRequest("worker:1")))
+    assert ended == ["all 2 workers failed"]
