@@ -320,8 +320,8 @@ def main(argv=None) -> int:
     examples = [e for e in examples if e not in skipped]
     for e in skipped:
         print(f"skipping {e}: {EXAMPLES[e]} does not exist", flush=True)
-    from shoal.datasets.mnist import load_mnist
-    load_mnist()  # build the .npy cache now, so no run pays for it
+    from shoal.datasets.mnist import default_cache_dir, load_mnist
+    load_mnist(default_cache_dir(os.environ))  # build the .npy cache now, so no run pays for it
     print(f"mnist_throughput: 2 ps + 2 workers, {args.steps or STEPS} steps, {args.repeats} repeats, "
           f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}", flush=True)
     runs = []

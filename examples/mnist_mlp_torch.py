@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     import torch
     from torch import nn
 
-    from shoal.datasets.mnist import load_mnist
+    from shoal.datasets.mnist import default_cache_dir, load_mnist
     from shoal.train.torch_model import assign_module, module_gradients, module_variables, share_module_memory
 
     torch.manual_seed(0)
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     loss_fn = nn.CrossEntropyLoss()
-    data = load_mnist()
+    data = load_mnist(default_cache_dir(os.environ))
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
     with shoal.TrainingSession(config, module_variables(model), shoal.SGD(args.learning_rate), secret=secret,
                                **shoal.session_options(args)) as session:

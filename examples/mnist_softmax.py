@@ -32,7 +32,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402  (after the thread settings, which numpy reads at import)
 
 import shoal  # noqa: E402
-from shoal.datasets.mnist import load_mnist
+from shoal.datasets.mnist import default_cache_dir, load_mnist
 
 
 def softmax_loss_and_grad(params, x, y):
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     if shoal.serve_unless_training(config, secret=secret):
         return 0
 
-    data = load_mnist()
+    data = load_mnist(default_cache_dir(os.environ))
     variables = {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
     batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
     with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate), secret=secret,

@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     examples = {m: args.examples or plan.examples[m] for m in models}
 
     from shoal.datasets.mnist import default_cache_dir, load_mnist
-    load_mnist()  # the .npy cache every system reads, built before anything is timed
+    load_mnist(default_cache_dir(os.environ))  # the .npy cache every system reads, built before anything is timed
     peers_python = None
     if any(systems.SYSTEMS[s].peer for s in selected) and not args.dry_run:
         from bench.peers.venv import ensure_peers_venv

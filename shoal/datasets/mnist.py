@@ -12,6 +12,7 @@ import importlib.util
 import os
 import pickle
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -35,14 +36,16 @@ class Mnist:
     test_y: np.ndarray
 
 
-def default_cache_dir(environ=os.environ) -> Path:
-    base = environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME", "~")).expanduser() / ".cache"
+def default_cache_dir(environ: Mapping[str, str]) -> Path:
+    """$XDG_CACHE_HOME/shoal/mnist, else ~/.cache/shoal/mnist; the caller passes the environment."""
+    base = environ.get("XDG_CACHE_HOME") or (Path(environ["HOME"]) if environ.get("HOME") else Path.home()) / ".cache"
     return Path(base) / "shoal" / "mnist"
 
 
-def load_mnist(cache_dir: Path | None = None) -> Mnist:
-    """Load MNIST, converting the packaged pickle to .npy on first use. Blocks (~2 s the first time)."""
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+def load_mnist(cache_dir: str | os.PathLike) -> Mnist:
+    """Load MNIST, converting the packaged pickle to .npy in `cache_dir` on first use
+    (`load_mnist(default_cache_dir(os.environ))`). Blocks (~2 s the first time)."""
+    cache = Path(cache_dir)
     if not all((cache / f"{p}.npy").exists() for p in _PARTS):
         _build_cache(cache)
     # Plain ndarray views of the memory maps: the pages stay shared between tasks, and indexing

@@ -1,10 +1,13 @@
 """`LogMux`: copies every task's output to the console, each whole line prefixed with
 the task ("mnist.worker.1 | ..."), and to the task's own log file; spots progress lines.
 
-Pipes are read in binary and split on b"\\n" only, so a line written in pieces is still
-printed whole, and no line is lost: a last line without "\\n" is completed at EOF. One
-reader thread per task attempt; console writes are serialized by a lock, so `attach`,
-`note` and `set_status` are thread-safe.
+Pipes are read in binary. The log file gets the bytes exactly as they come, as they come
+(a last line without "\\n" is completed at EOF). The console gets whole prefixed lines,
+cut by `LineCutter`: at "\\n", so a line written in pieces is printed whole; at the last
+"\\r" of a line still waiting for its "\\n", so a progress bar's updates show as they
+happen; and every `MAX_LINE` bytes, so a line without end costs bounded memory and
+constant time per byte. One reader thread per task attempt; console writes are
+serialized by a lock, so `attach`, `note` and `set_status` are thread-safe.
 """
 
 from __future__ import annotations
@@ -21,6 +24,70 @@ PROGRESS_RE = re.compile(rb"\bstep=(\d+)\b.*?\bloss=([-+0-9.eE]+|nan|inf)")
 ProgressCallback = Callable[[str, int, float], None]
 _CHUNK = 1 << 16
 _CLEAR = b"\r\x1b[K"
+
+MAX_LINE = 1 << 16
+"""Bytes of a task's output shown on one console line; a longer line is shown in pieces."""
+
+
+class LineCutter:
+    """Cuts a byte stream into display lines of at most `limit` bytes, each ending in "\\n".
+
+    `feed` returns the lines that are complete so far; what remains is at most `limit`
+    bytes and holds no "\\n" or "\\r". Cost is constant per byte fed. Not thread-safe:
+    one per stream.
+    """
+
+    def __init__(self, limit: int = MAX_LINE) -> None:
+        self._limit = limit
+        self._tail = bytearray()
+        self._shown_cr = False  # the last line shown was a partial one ending in "\r"
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The display lines completed by `data` (possibly none)."""
+        if self._shown_cr:
+            self._shown_cr = False
+            if data[:1] == b"\n":
+                data = data[1:]  # completes the "\r" line already shown
+        out: list[bytes] = []
+        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if end < 0:
+            self._tail += data
+        else:
+            block = bytes(self._tail) + data[: end + 1]
+            self._tail[:] = data[end + 1:]
+            *lines, rest = block.split(b"\n")
+            for line in lines:
+                out.extend(self._pieces(line))
+            if rest.strip(b"\r"):  # a progress update: show it now, its "\n" may never come
+                out.extend(self._pieces(rest))
+                self._shown_cr = True
+        while len(self._tail) > self._limit:
+            cut = _utf8_cut(self._tail, self._limit)
+            out.append(bytes(self._tail[:cut]) + b"\n")
+            del self._tail[:cut]
+        return out
+
+    def close(self) -> list[bytes]:
+        """The last line, if the stream ended without "\\n"."""
+        rest, self._tail = bytes(self._tail), bytearray()
+        return [rest + b"\n"] if rest else []
+
+    def _pieces(self, line: bytes) -> list[bytes]:
+        out = []
+        while len(line) > self._limit:
+            cut = _utf8_cut(line, self._limit)
+            out.append(line[:cut] + b"\n")
+            line = line[cut:]
+        out.append(line + b"\n")
+        return out
+
+
+def _utf8_cut(data: bytes | bytearray, at: int) -> int:
+    """`at`, moved back (at most 3 bytes) so as not to split a UTF-8 character."""
+    for cut in range(at, max(at - 3, 1) - 1, -1):
+        if data[cut] & 0xC0 != 0x80:  # not a continuation byte: a character starts here
+            return cut
+    return at
 
 
 class LogMux:
@@ -68,7 +135,8 @@ class LogMux:
 
     def _pump(self, prefix: bytes, name: str, pipe: IO[bytes], log: IO[bytes]) -> None:
         fd = pipe.fileno()
-        pending = b""
+        lines = LineCutter()
+        ended = True  # the output so far ends with "\n" (or is empty)
         try:
             while True:
                 try:
@@ -79,29 +147,28 @@ class LogMux:
                     chunk = b""
                 if not chunk:
                     break
-                pending += chunk
-                cut = pending.rfind(b"\n")
-                if cut < 0:
-                    continue
-                complete, pending = pending[: cut + 1], pending[cut + 1:]
-                self._lines(prefix, name, complete, log)
-            if pending:
-                self._lines(prefix, name, pending + b"\n", log)
+                log.write(chunk)
+                log.flush()
+                ended = chunk.endswith(b"\n")
+                self._show(prefix, name, lines.feed(chunk))
+            if not ended:
+                log.write(b"\n")
+            self._show(prefix, name, lines.close())
         finally:
             log.close()
             pipe.close()
 
-    def _lines(self, prefix: bytes, name: str, block: bytes, log: IO[bytes]) -> None:
-        log.write(block)
-        log.flush()
-        lines = [line + b"\n" for line in block[:-1].split(b"\n")]  # block ends with \n
+    def _show(self, prefix: bytes, name: str, lines: list[bytes]) -> None:
+        if not lines:
+            return
         self._emit([prefix + line for line in lines])
-        if self._on_progress is not None and b"step=" in block:
-            for line in reversed(lines):
-                match = PROGRESS_RE.search(line)
-                if match:
-                    self._on_progress(name, int(match.group(1)), float(match.group(2)))
-                    break
+        if self._on_progress is None:
+            return
+        for line in reversed(lines):
+            match = PROGRESS_RE.search(line) if b"step=" in line else None
+            if match:
+                self._on_progress(name, int(match.group(1)), float(match.group(2)))
+                break
 
     def _emit(self, lines: list[bytes]) -> None:
         data = b"".join(lines)

@@ -22,10 +22,11 @@ import difflib
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field,
+                      ValidationError, field_validator, model_validator)
 
 from shoal.cluster import JOBS
 from shoal.launch.errors import SpecError
@@ -33,10 +34,15 @@ from shoal.launch.template import dotted, parse_overrides, render_tree
 
 _DURATION_RE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-_MEMORY_RE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*", re.IGNORECASE)
-_MEMORY_UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                 "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+_MEMORY_RE = re.compile(r"\s*[0-9]*\.?[0-9]+\s*[A-Za-z]*\s*")
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
+_PARAMETER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+MAX_DEPTH = 32
+"""How deep a YAML spec may nest mappings and lists (a job spec needs about 4)."""
+
+MAX_ALIAS_NODES = 1000
+"""How many nodes YAML aliases (`*name`) may add to a spec, all together."""
 
 
 def parse_duration(value: Any) -> float:
@@ -55,19 +61,32 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
-def parse_memory(value: Any) -> int:
-    """Bytes from a number or a string like "512MiB", "2GiB", "1G"."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a memory size; write e.g. 512MiB or 2GiB")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"memory {value!r} is negative")
-        return int(value)
-    match = _MEMORY_RE.fullmatch(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a memory size; write e.g. 512MiB or 2GiB")
-    unit = (match.group(2) or "").upper().rstrip("B") or ""
-    return int(float(match.group(1)) * _MEMORY_UNITS[unit or ""])
+def _memory_shape(value: Any) -> Any:
+    """Refuse what pydantic's ByteSize would read too leniently (a bool, "10%", -1)."""
+    if isinstance(value, float) and value >= 0 and value.is_integer():
+        value = int(value)
+    if (isinstance(value, bool) or not isinstance(value, (int, str))
+            or isinstance(value, int) and value < 0
+            or isinstance(value, str) and not _MEMORY_RE.fullmatch(value)):
+        raise ValueError(f"{value!r} is not a memory size; write e.g. 512MiB, 2GiB or 1G")
+    return value
+
+
+MemorySize = Annotated[ByteSize, BeforeValidator(_memory_shape)]
+"""Bytes, from an int or a string such as "512MiB", "2GiB", "1G" or "1.5GB" (KiB, MiB,
+GiB, TiB are powers of 1024; K/KB, M/MB, G/GB, T/TB powers of 1000)."""
+
+
+def _role_name(name: str) -> str:
+    if name not in JOBS:
+        close = difflib.get_close_matches(name, JOBS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{name!r} is not a role{hint}; roles are {', '.join(JOBS)}")
+    return name
+
+
+RoleName = Annotated[str, AfterValidator(_role_name)]
+"""A role (a job name from shoal.cluster.JOBS); the one place role names are checked."""
 
 
 class RestartPolicy(str, Enum):
@@ -91,15 +110,10 @@ class RoleSpec(_Frozen):
 
     count: int = Field(1, ge=0)
     cpus: Optional[float] = Field(None, gt=0)
-    memory: Optional[int] = None
+    memory: Optional[MemorySize] = None
     gpus: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
     run: Optional[Union[str, list[str]]] = None
-
-    @field_validator("memory", mode="before")
-    @classmethod
-    def _memory(cls, value: Any) -> Optional[int]:
-        return None if value is None else parse_memory(value)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -123,12 +137,16 @@ class RestartSpec(_Frozen):
 
 class JobSpec(_Frozen):
     """A whole job. `roles` maps a job name from JOBS to its RoleSpec; `deadline` and
-    `grace_period` are seconds; `output_dir` None means the job's own folder."""
+    `grace_period` are seconds; `output_dir` None means the job's own folder.
+
+    `run` (and a role's `run`) is the command with its parameters filled in: a list is
+    argv; a string is argv shell-quoted, so `shlex.split(run)` gives exactly the argv
+    (see `shoal.launch.template.render_command`)."""
 
     name: str = Field(pattern=f"^{_NAME_RE}$")
     run: Union[str, list[str]]
     parameters: dict[str, Union[bool, int, float, str]] = Field(default_factory=dict)
-    roles: dict[str, RoleSpec]
+    roles: dict[RoleName, RoleSpec]
     env: dict[str, str] = Field(default_factory=dict)
     output_dir: Optional[str] = None
     workdir: Optional[str] = None
@@ -152,19 +170,6 @@ class JobSpec(_Frozen):
     @classmethod
     def _durations(cls, value: Any) -> Optional[float]:
         return None if value is None else parse_duration(value)
-
-    @field_validator("roles", mode="before")
-    @classmethod
-    def _role_names(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            for name in value:
-                if name not in JOBS:
-                    close = difflib.get_close_matches(str(name), JOBS, n=1)
-                    hint = f" (did you mean {close[0]!r}?)" if close else ""
-                    raise ValueError(
-                        f"{name!r} is not a role{hint}; roles are {', '.join(JOBS)}"
-                    )
-        return value
 
     @model_validator(mode="after")
     def _cluster_shape(self) -> "JobSpec":
@@ -199,6 +204,7 @@ def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = (),
         raise SpecError(f"cannot read the job spec: {e.strerror}; check the path",
                         source=source) from e
     try:
+        _check_shape(text, source)
         data = yaml.safe_load(text)
         lines = _key_lines(yaml.compose(text))
     except yaml.YAMLError as e:
@@ -225,10 +231,23 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
     if not isinstance(params, dict):
         raise SpecError("parameters must be a mapping of name: value", source=source,
                         line=lines.get(("parameters",)), field="parameters")
+    for name, value in params.items():
+        if not isinstance(name, str) or not _PARAMETER_RE.fullmatch(name):
+            raise SpecError(
+                f"{name!r} is not a parameter name; use letters, digits and _ (and quote"
+                " YAML words such as on, off, yes, no)",
+                source=source, line=_nearest_line(("parameters", name), lines),
+                field=f"parameters.{name}",
+            )
+        if isinstance(value, (dict, list)) or value is None:
+            raise SpecError(
+                f"parameter {name!r} must be a string, a number or true/false, not {value!r}",
+                source=source, line=lines.get(("parameters", name)), field=f"parameters.{name}",
+            )
     params = parse_overrides(overrides, params)
-    _check_role_names(data.get("roles"), source, lines)
     rendered = {
-        key: value if key == "parameters" else render_tree(value, params, (key,), lines, source)
+        key: value if key == "parameters" else
+        render_tree(value, params, (key,), lines, source, is_command=_is_command)
         for key, value in data.items()
     }
     rendered["parameters"] = params
@@ -249,7 +268,7 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
             msg = "is missing; add it"
         elif item["type"] == "extra_forbidden":
             msg = "is not a known field; check its spelling (see docs/launcher.md)"
-        elif "input" in item:
+        elif "input" in item and item["loc"][-1:] != ("[key]",):
             msg += f" (got {item['input']!r})"
         field = dotted(loc) or "(top level)"
         if first is None:
@@ -263,21 +282,56 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
     return SpecError(msg, source=source, line=line, field=field)
 
 
-def _check_role_names(roles: Any, source: str, lines: dict) -> None:
-    if not isinstance(roles, dict):
-        return
-    for name in roles:
-        if name not in JOBS:
-            close = difflib.get_close_matches(str(name), JOBS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SpecError(
-                f"{name!r} is not a role{hint}; roles are {', '.join(JOBS)}",
-                source=source, line=lines.get(("roles", name)), field=f"roles.{name}",
-            )
+def _is_command(path: tuple) -> bool:
+    """Whether the field at `path` is a command: `run`, or `roles.<role>.run`."""
+    return path == ("run",) or len(path) == 3 and path[0] == "roles" and path[2] == "run"
+
+
+def _check_shape(text: str, source: str) -> None:
+    """Refuse YAML that would be costly to load: nesting deeper than MAX_DEPTH, aliases
+    that add more than MAX_ALIAS_NODES nodes (an "alias bomb" of 1 KB can stand for 10**9),
+    an alias inside the node it names. Streams the parser's events, so it neither recurses
+    nor expands anything; YAMLError for YAML that does not parse."""
+    sizes: dict[str, Optional[int]] = {}  # anchor -> nodes it stands for (None: still open)
+    open_nodes: list[list] = [[0, None]]  # [nodes so far, anchor] per open collection
+    added = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark else None
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(open_nodes) > MAX_DEPTH:
+                raise SpecError(
+                    f"the spec is nested more than {MAX_DEPTH} deep; a job spec needs a few"
+                    " levels (roles: worker: env:), flatten it", source=source, line=line)
+            open_nodes.append([1, event.anchor])
+            if event.anchor:
+                sizes[event.anchor] = None
+        elif isinstance(event, yaml.CollectionEndEvent):
+            size, anchor = open_nodes.pop()
+            if anchor:
+                sizes[anchor] = size
+            open_nodes[-1][0] += size
+        elif isinstance(event, yaml.ScalarEvent):
+            open_nodes[-1][0] += 1
+            if event.anchor:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            if event.anchor in sizes and sizes[event.anchor] is None:
+                raise SpecError(
+                    f"alias *{event.anchor} is inside the node &{event.anchor} it names, so"
+                    " it never ends; write the value out", source=source, line=line)
+            size = sizes.get(event.anchor) or 1  # an undefined one: the composer says so
+            added += size
+            if added > MAX_ALIAS_NODES:
+                raise SpecError(
+                    f"YAML aliases (*{event.anchor} here) expand the spec by more than"
+                    f" {MAX_ALIAS_NODES} nodes; a job spec needs no more, write the values"
+                    " out or use fewer aliases", source=source, line=line)
+            open_nodes[-1][0] += size
 
 
 def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and (part in ("str", "list[str]", "int", "float", "bool")
+    return isinstance(part, str) and (part in ("str", "list[str]", "int", "float", "bool",
+                                               "[key]")
                                       or part.startswith(("function-", "constrained-")))
 
 

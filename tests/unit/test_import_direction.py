@@ -57,3 +57,17 @@ def test_module_imports_only_what_its_package_may(path):
             target = name.split(".")[1]
             assert target == package or target in ALLOWED[package], \
                 f"{path.relative_to(ROOT)} ({package}) imports {name}"
+
+
+EDGE_PROGRAMS = {"launch/agent.py"}  # a program of its own (its main is an edge), started on each host
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if package_of(p) != "cli"
+                                  and str(p.relative_to(ROOT)) not in EDGE_PROGRAMS],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_environment_read_below_the_cli(path):
+    """Configuration is read once, at the edge (the CLI, a program's main), and passed in."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") and \
+                isinstance(node.value, ast.Name) and node.value.id == "os":
+            raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} reads os.{node.attr}")

@@ -169,3 +169,20 @@ def test_spec_nested_5000_deep_is_one_clear_line(tmp_path):
     assert shoal("train", write(tmp_path, text)) in (ExitCode.SPEC_ERROR, ExitCode.ENVIRONMENT)
     err = shoal.err.getvalue()
     assert err.startswith("shoal train: error: ") and err.count("\n") == 1, err[:500]
+
+
+def test_alias_bomb_dry_run_exits_with_spec_error(tmp_path):
+    lines = ['a0: &a0 ["lol"]'] + [
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    bomb = GOOD + "env:\n" + "".join(f"  {line}\n" for line in lines)
+    shoal = Captured(tmp_path)
+    assert shoal("train", write(tmp_path, bomb), "--dry-run") == ExitCode.SPEC_ERROR
+    assert "alias" in shoal.err.getvalue()
+
+
+def test_parameter_override_cannot_add_arguments_to_the_example(tmp_path):
+    shoal = Captured(Path(__file__).resolve().parents[2])
+    shoal.env.environ["SHOAL_HOME"] = str(tmp_path)  # type: ignore[index]
+    assert shoal("train", "examples/mnist.yaml", "--dry-run",
+                 "-p", "steps=300 --model_dir /tmp/x --learning_rate 50") == ExitCode.SPEC_ERROR
+    assert "'steps' is an integer" in shoal.err.getvalue()

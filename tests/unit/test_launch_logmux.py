@@ -50,3 +50,103 @@ def test_live_status_line_is_cleared_before_log_lines(tmp_path):
     mux.set_status("[j] step 1")
     pump(mux, [b"a\n"], tmp_path)
     assert out.getvalue().endswith(b"\r\x1b[Kj.worker.0 | a\n[j] step 1")
+
+
+# --- bounded lines: long lines, endless output without a newline, \r progress bars ----
+
+LIMIT = 1 << 16  # logmux.MAX_LINE; a line longer than this is shown in pieces
+
+
+class Console:
+    """A console that keeps only what the checks need: every write's size and line sizes."""
+
+    def __init__(self):
+        self.writes = []
+        self.longest_line = 0
+        self.total = 0
+        self.whole_lines = True
+
+    def write(self, data):
+        self.writes.append(len(data))
+        self.total += len(data)
+        self.longest_line = max(self.longest_line, max(map(len, data.split(b"\n"))))
+        self.whole_lines &= data.endswith(b"\n")
+
+    def flush(self):
+        pass
+
+
+def wait_for(predicate, what, timeout=60.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_endless_output_without_newline_reaches_log_in_bounded_pieces(tmp_path):
+    import subprocess
+    import sys
+
+    size = 50 * 2**20
+    writer = ("import sys\nsys.stdout.buffer.write(b'x' * %d)\nsys.stdout.flush()\n"
+              "sys.stdin.read()\n" % size)
+    proc = subprocess.Popen([sys.executable, "-c", writer], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    console = Console()
+    log = tmp_path / "worker.0.log"
+    try:
+        thread = LogMux(console).attach("j.worker.0", "worker.0", proc.stdout, str(log))
+        # the writer is still running (blocked on stdin): no newline and no EOF yet
+        wait_for(lambda: log.exists() and log.stat().st_size >= size, "the log to fill")
+        assert proc.poll() is None
+        wait_for(lambda: console.total >= size * 0.99, "the console to show it")
+        assert console.whole_lines
+        assert console.longest_line <= len(b"j.worker.0 | ") + LIMIT
+        assert max(console.writes) <= 2 * (LIMIT + 64)
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert log.stat().st_size == size + 1  # the last line was completed with "\n"
+    with open(log, "rb") as f:
+        assert f.read(4096) == b"x" * 4096 and (f.seek(-2, 2), f.read())[1] == b"x\n"
+
+
+def test_long_line_is_shown_as_bounded_prefixed_pieces(tmp_path):
+    out = io.BytesIO()
+    line = bytes(range(97, 123)) * 20000  # 520 kB, one line
+    pump(LogMux(out), [line + b"\nnext\n"], tmp_path)
+    shown = out.getvalue().split(b"\n")[:-1]
+    assert all(piece.startswith(b"j.worker.0 | ") for piece in shown)
+    assert all(len(piece) <= len(b"j.worker.0 | ") + LIMIT for piece in shown)
+    assert b"".join(piece[len(b"j.worker.0 | "):] for piece in shown) == line + b"next"
+    assert (tmp_path / "worker.0.log").read_bytes() == line + b"\nnext\n"
+
+
+def test_long_line_is_not_cut_inside_a_utf8_character(tmp_path):
+    out = io.BytesIO()
+    line = "é".encode() * LIMIT  # 2 bytes each: any cut at an odd offset would split one
+    pump(LogMux(out), [b"x" + line + b"\n"], tmp_path)
+    for piece in out.getvalue().split(b"\n")[:-1]:
+        piece.decode("utf-8")  # raises if a character was cut
+
+
+def test_carriage_return_shows_a_partial_line_before_its_newline(tmp_path):
+    out = io.BytesIO()
+    read_fd, write_fd = os.pipe()
+    thread = LogMux(out).attach("j.worker.0", "worker.0", os.fdopen(read_fd, "rb"),
+                                str(tmp_path / "worker.0.log"))
+    try:
+        os.write(write_fd, b"10%|#\r")  # a progress bar's update: no newline yet
+        wait_for(lambda: out.getvalue(), "the progress update", timeout=30)
+        assert out.getvalue() == b"j.worker.0 | 10%|#\r\n"
+    finally:
+        os.write(write_fd, b"\n20%|##\n")
+        os.close(write_fd)
+    thread.join(5)
+    # the "\n" that completes the shown "\r" adds no empty line
+    assert out.getvalue() == b"j.worker.0 | 10%|#\r\nj.worker.0 | 20%|##\n"
+    assert (tmp_path / "worker.0.log").read_bytes() == b"10%|#\r\n20%|##\n"

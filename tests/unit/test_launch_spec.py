@@ -3,7 +3,7 @@
 import pytest
 
 from shoal.launch.errors import SpecError
-from shoal.launch.spec import RestartPolicy, load_spec, parse_duration, parse_memory, spec_from_dict
+from shoal.launch.spec import RestartPolicy, RoleSpec, load_spec, parse_duration, spec_from_dict
 
 GOOD = """\
 name: mnist
@@ -101,7 +101,168 @@ def test_missing_file_is_a_spec_error(tmp_path):
 
 
 def test_durations_and_memory_sizes_parse():
+    def parse_memory(value):
+        return RoleSpec(memory=value).memory
+
     assert parse_duration("1h") == 3600 and parse_duration(5) == 5.0
     assert parse_memory("512MiB") == 512 * 2**20 and parse_memory("1G") == 10**9
     with pytest.raises(ValueError):
         parse_duration("soon")
+
+
+# --- hostile YAML: aliases and nesting ------------------------------------------------
+
+HEAD = "name: x\nrun: python t.py\nroles: {worker: {}}\n"
+
+
+def alias_bomb(levels, fanout=10):
+    """The classic "billion laughs": each level is a list of `fanout` aliases of the last."""
+    lines = ['a0: &a0 ["lol"]']
+    for level in range(1, levels):
+        aliases = ", ".join([f"*a{level - 1}"] * fanout)
+        lines.append(f"a{level}: &a{level} [{aliases}]")
+    return "env:\n" + "".join(f"  {line}\n" for line in lines)
+
+
+@pytest.mark.parametrize("levels", [5, 9])
+def test_alias_bomb_is_a_spec_error_before_it_expands(tmp_path, levels):
+    text = HEAD + alias_bomb(levels)
+    assert len(text) < 1200
+    e = error(tmp_path, text)
+    assert "alias" in str(e) and e.line is not None
+
+
+def test_recursive_alias_is_a_spec_error(tmp_path):
+    e = error(tmp_path, HEAD + "env: &loop {A: *loop}\n")
+    assert "alias" in str(e)
+
+
+def test_a_few_small_aliases_are_fine(tmp_path):
+    text = HEAD.replace("roles: {worker: {}}", "roles:\n  worker: {env: &e {A: '1'}}\n"
+                        "  chief: {env: *e}")
+    spec = load(tmp_path, text)
+    assert spec.role("chief").env == spec.role("worker").env == {"A": "1"}
+
+
+@pytest.mark.parametrize("opening,closing", [("[", "]"), ("{a: ", "}")])
+def test_deep_nesting_is_a_spec_error_not_a_recursion_error(tmp_path, opening, closing):
+    e = error(tmp_path, HEAD + "env: " + opening * 5000 + "1" + closing * 5000 + "\n")
+    assert "nested" in str(e) and e.line == 4
+
+
+# --- parameters in the command: one argument each, typed, never shell code ------------
+
+
+def argv_of(spec):
+    from pathlib import Path
+
+    from shoal.launch.plan import make_plan
+
+    plan = make_plan(spec, job_id="x-1", shoal_home=Path("/h"), workdir=Path("/w"),
+                     python="/py", gpu_count=0, secret="s" * 64)
+    return list(plan.tasks[0].argv)
+
+
+def test_override_with_spaces_is_refused_for_an_int_parameter(tmp_path):
+    e = error(tmp_path, GOOD, ["steps=300 --model_dir /tmp/x --learning_rate 50"])
+    assert e.field == "--param" and "steps" in str(e) and "integer" in str(e)
+
+
+@pytest.mark.parametrize("item", ["steps=abc", "steps=3; touch F", "steps=1.5", "steps=true"])
+def test_override_not_matching_an_int_parameter_is_refused(tmp_path, item):
+    e = error(tmp_path, GOOD, [item])
+    assert "steps" in str(e) and "integer" in str(e)
+
+
+def test_overrides_are_read_as_the_declared_type(tmp_path):
+    text = ("name: x\nparameters: {lr: 0.1, flag: false, tag: a}\n"
+            "run: [python, t.py, --lr, '{{ lr }}', --flag, '{{ flag }}', --tag, '{{ tag }}']\n"
+            "roles: {worker: {}}\n")
+    spec = load(tmp_path, text, ["lr=1e-3", "flag=yes", "tag=007"])
+    assert argv_of(spec)[1:] == ["t.py", "--lr", "0.001", "--flag", "true", "--tag", "007"]
+    for item, word in (("lr=fast", "number"), ("flag=maybe", "true or false")):
+        assert word in str(error(tmp_path, text, [item]))
+
+
+@pytest.mark.parametrize("form", ["string", "list"])
+def test_string_parameter_value_is_one_argument(tmp_path, form):
+    run = ("python t.py --name {{ name }} --out=/o/{{ name }}" if form == "string" else
+           "[python, t.py, --name, '{{ name }}', '--out=/o/{{ name }}']")
+    text = f"name: x\nparameters: {{name: a}}\nrun: {run}\nroles: {{worker: {{}}}}\n"
+    spec = load(tmp_path, text, ["name=300 --model_dir /tmp/x"])
+    assert argv_of(spec) == ["/py", "t.py", "--name", "300 --model_dir /tmp/x",
+                             "--out=/o/300 --model_dir /tmp/x"]
+
+
+def test_parameter_name_that_is_not_a_name_is_an_error(tmp_path):
+    e = error(tmp_path, GOOD.replace("  workers: 2", "  on: 2"), ["steps=3"])
+    assert e.field == "parameters.True" and e.line == 2 and "not a parameter name" in str(e)
+
+
+def test_whole_parameter_list_item_becomes_a_string_argument(tmp_path):
+    text = ("name: x\nparameters: {mb: 64}\nrun: [python, t.py, --mb, '{{ mb }}', 7]\n"
+            "roles: {worker: {}}\n")
+    assert argv_of(load(tmp_path, text)) == ["/py", "t.py", "--mb", "64", "7"]
+
+
+def test_empty_whole_parameter_adds_no_argument(tmp_path):
+    text = ("name: x\nparameters: {sync: ''}\nrun: python t.py {{ sync }} --steps 5\n"
+            "roles: {worker: {}}\n")
+    assert argv_of(load(tmp_path, text)) == ["/py", "t.py", "--steps", "5"]
+    assert argv_of(load(tmp_path, text, ["sync=--sync"])) == [
+        "/py", "t.py", "--sync", "--steps", "5"]
+
+
+@pytest.mark.parametrize("run", [
+    'sh -c "echo {{ msg }} > out.txt"',
+    "[/bin/sh, -ec, 'echo {{ msg }} > out.txt']",
+    "env A=1 bash --norc -o pipefail -c 'echo {{ msg }} > out.txt'",
+    "sh -c '{{ msg }}' > out.txt",
+])
+def test_parameter_in_a_shell_script_cannot_run_a_command(tmp_path, run):
+    import subprocess
+
+    text = f"name: x\nparameters: {{msg: hi}}\nrun: {run}\nroles: {{worker: {{}}}}\n"
+    spec = load(tmp_path, text, ["msg=3; touch F"])
+    subprocess.run(argv_of(spec), cwd=tmp_path, timeout=30, capture_output=True)
+    assert not (tmp_path / "F").exists()
+
+
+def test_parameter_in_a_shell_script_is_one_word_of_it(tmp_path):
+    import subprocess
+
+    text = ("name: x\nparameters: {msg: hi}\nrun: sh -c 'printf %s {{ msg }} > out.txt'\n"
+            "roles: {worker: {}}\n")
+    spec = load(tmp_path, text, ["msg=a b'c $(touch F)"])
+    subprocess.run(argv_of(spec), cwd=tmp_path, timeout=30, check=True)
+    assert (tmp_path / "out.txt").read_text() == "a b'c $(touch F)"
+    assert not (tmp_path / "F").exists()
+
+
+def test_unbalanced_quote_in_command_is_a_spec_error(tmp_path):
+    e = error(tmp_path, GOOD.replace("--steps {{ steps }}", "--steps '{{ steps }}"))
+    assert e.field == "run" and e.line == 5 and "quot" in str(e)
+
+
+def test_role_command_is_templated_like_the_job_command(tmp_path):
+    text = ("name: x\nparameters: {n: 'a b'}\nrun: python t.py\n"
+            "roles: {worker: {run: 'python w.py --n {{ n }}'}}\n")
+    assert argv_of(load(tmp_path, text)) == ["/py", "w.py", "--n", "a b"]
+
+
+# --- memory sizes and role names ------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [True, "10%", "-1", "lots"])
+def test_memory_that_is_not_a_size_is_an_error(tmp_path, bad):
+    with pytest.raises(SpecError, match="memory"):
+        spec_from_dict({"name": "x", "run": "true", "roles": {"worker": {"memory": bad}}})
+
+
+def test_role_name_is_checked_by_the_spec_model_too():
+    from pydantic import ValidationError
+
+    from shoal.launch.spec import JobSpec
+
+    with pytest.raises(ValidationError, match="'pss' is not a role"):
+        JobSpec.model_validate({"name": "x", "run": "true", "roles": {"pss": {}}})

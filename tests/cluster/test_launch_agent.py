@@ -1,0 +1,165 @@
+"""The host agent (`python -m shoal.launch.agent`), run as a real process and spoken to over its
+stdin and stdout exactly as the launcher does through ssh."""
+
+import errno
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from shoal.launch.agent_protocol import line_bytes
+
+SECRET = "f00dfeed" * 8
+
+
+class AgentUnderTest:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "shoal.launch.agent"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, start_new_session=True)
+        self.messages: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.output: dict[str, bytes] = {}
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.messages.put(json.loads(line))
+        self.messages.put(None)
+
+    def send(self, **message):
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def expect(self, kind, timeout=20.0, **match):
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
+            assert message is not None, f"the agent exited while we waited for {kind}"
+            if message["type"] == "output":
+                self.output[message["task"]] = self.output.get(message["task"], b"") + line_bytes(message["data"])
+            if message["type"] == kind and all(message.get(k) == v for k, v in match.items()):
+                return message
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def agent():
+    started = []
+
+    def make():
+        started.append(AgentUnderTest())
+        return started[-1]
+
+    yield make
+    for a in started:
+        a.kill()
+
+
+def task_program(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_agent_holds_ports_until_their_task_starts_then_the_task_binds_it(agent):
+    a = agent()
+    assert a.expect("hello")["pid"] == a.proc.pid
+    a.send(type="bind", count=2, interface="127.0.0.1")
+    ports = a.expect("ports")["ports"]
+    for port in ports:
+        with socket.socket() as s, pytest.raises(OSError) as held:
+            s.bind(("127.0.0.1", port))
+        assert held.value.errno == errno.EADDRINUSE
+    a.send(type="start", task="ps.0", port=ports[0], env={"PATH": os.environ["PATH"]}, cwd="/",
+           argv=task_program(f"import socket; s = socket.socket(); s.bind(('127.0.0.1', {ports[0]})); print('bound')"))
+    assert a.expect("exit", task="ps.0")["code"] == 0
+    assert a.output["ps.0"] == b"bound\n"
+
+
+def test_secret_travels_in_the_environment_not_in_argv_and_output_is_relayed(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.1", env={"SHOAL_JOB_SECRET": SECRET, "PATH": os.environ["PATH"]},
+           argv=task_program("import os, sys, time; print(len(os.environ['SHOAL_JOB_SECRET'])); "
+                             "sys.stdout.write('no newline \\xff'); sys.stdout.flush(); time.sleep(30)"))
+    started = a.expect("started", task="worker.1")
+    deadline = time.monotonic() + 20
+    while b"no newline" not in a.output.get("worker.1", b""):
+        assert time.monotonic() < deadline
+        a.expect("output", timeout=20)
+    assert a.output["worker.1"].startswith(b"64\n")
+    for proc in [psutil.Process(a.proc.pid), psutil.Process(started["pid"])]:
+        assert SECRET not in " ".join(proc.cmdline())
+    a.send(type="signal", task="worker.1", signal=signal.SIGTERM)
+    assert a.expect("exit", task="worker.1")["code"] == -signal.SIGTERM
+
+
+def test_closed_stdin_stops_every_group_the_agent_started(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]},
+           argv=["sh", "-c", "sleep 300 & sleep 300 & echo up; wait"])
+    pid = a.expect("started", task="worker.0")["pid"]
+    a.expect("output", task="worker.0")
+    group = [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
+    assert len(group) == 3  # sh and its two sleeps
+    a.proc.stdin.close()  # the launcher died, or ssh dropped
+    assert a.proc.wait(15) == 0
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive
+
+
+def test_unknown_command_gets_an_error_and_the_agent_goes_on(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="launch_missiles")
+    assert "unknown message" in a.expect("error")["message"]
+    a.send(type="bind", count=1, interface="127.0.0.1")
+    assert len(a.expect("ports")["ports"]) == 1
+
+
+def test_a_program_that_cannot_run_exits_127_with_the_reason(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.0", env={}, argv=["/nonexistent/python"])
+    exit_message = a.expect("exit", task="worker.0")
+    assert exit_message["code"] == 127 and "/nonexistent/python" in exit_message["error"]
+
+
+def test_sample_reports_cpu_and_memory_of_running_tasks(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]},
+           argv=task_program("x = bytearray(50_000_000); import time; print('ready', flush=True); time.sleep(30)"))
+    a.expect("output", task="worker.0")
+    a.send(type="sample", interval=0.2)
+    usage = a.expect("usage")["tasks"]["worker.0"]
+    assert usage["rss"] > 50_000_000 and usage["mem_total"] > usage["rss"] and usage["cpu"] >= 0
+
+
+def _pgid(pid):
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def test_task_dies_when_its_agent_is_killed(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]}, argv=["sleep", "300"])
+    task = psutil.Process(a.expect("started", task="worker.0")["pid"])
+    os.kill(a.proc.pid, signal.SIGKILL)  # only the agent: no cleanup code of its own runs
+    a.proc.wait(10)
+    task.wait(10)  # raises TimeoutExpired if the task outlived its agent
