@@ -96,7 +96,7 @@ class Usage:
 class TaskHandle(Protocol):
     """One running attempt of one task, as `Executor.start` returns it.
 
-    `wait` and `lines` block and are meant for one thread each; `signal` and `close` are
+    `wait` and `output` block and are meant for one thread each; `signal` and `close` are
     thread-safe. After the task exited, `signal` does nothing.
     """
 
@@ -115,10 +115,12 @@ class TaskHandle(Protocol):
         """Send `sig` to the task's whole process group, if it still runs."""
         ...
 
-    def lines(self) -> Iterator[bytes]:
-        """The task's stdout and stderr together, one whole line at a time (each ends in
-        b"\\n"; a last line without one is completed), until the output closes. Blocks
-        between lines; one consumer only."""
+    def output(self) -> Iterator[bytes]:
+        """The task's stdout and stderr together, as the bytes come (chunks of at most
+        64 KiB, yielded as soon as they are read), until the output closes. The consumer
+        cuts lines (the LogMux: whole lines, progress bars at "\\r", bounded length), so
+        nothing is held back waiting for a newline. Blocks between chunks; one consumer
+        only."""
         ...
 
     def close(self) -> None:

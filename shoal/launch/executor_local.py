@@ -73,25 +73,17 @@ class LocalHandle:
     def signal(self, sig: int) -> None:
         self._proc.signal_group(sig)
 
-    def lines(self) -> Iterator[bytes]:
+    def output(self) -> Iterator[bytes]:
         pipe = self._proc.stdout
-        fd, pending = pipe.fileno(), b""
         try:
             while True:
                 try:
-                    chunk = os.read(fd, _CHUNK)
-                except InterruptedError:
-                    continue
+                    chunk = os.read(pipe.fileno(), _CHUNK)
                 except OSError:
-                    chunk = b""
+                    return
                 if not chunk:
-                    break
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                for line in complete:
-                    yield line + b"\n"
-            if pending:
-                yield pending + b"\n"
+                    return
+                yield chunk
         finally:
             pipe.close()
 

@@ -1,9 +1,10 @@
-"""`attach_lines`: print one task attempt's output lines through the LogMux (prefixed on the
-console, appended to the task's log file, progress spotted).
+"""`attach_output`: show one task attempt's output through the LogMux (whole prefixed lines
+on the console, the bytes as they come in the task's log file, progress spotted).
 
-The LogMux reads a pipe; a TaskHandle yields lines. Until the mux takes lines itself, a
-feeder thread writes the lines into a pipe the mux reads. The log file is created 0600
-before the mux opens it for append, so it stays private.
+A TaskHandle yields its output as chunks of bytes; the LogMux reads a pipe. Until the mux
+takes an iterator itself, a feeder thread writes the chunks, unchanged, into a pipe the
+mux reads. The log file is created 0600 (its folder 0700) before the mux opens it for
+append, so it stays private.
 """
 
 from __future__ import annotations
@@ -17,28 +18,28 @@ from shoal.launch.files import private_dirs, private_file
 from shoal.launch.logmux import LogMux
 
 
-def attach_lines(mux: LogMux, label: str, name: str, lines: Iterator[bytes],
-                 log_path: str) -> threading.Thread:
-    """Start copying `lines` to `mux` under `label`; returns the thread to join, which ends
-    once the last line is printed and logged. Thread-safe; blocks only to create the log
-    file (and its folder, 0700)."""
+def attach_output(mux: LogMux, label: str, name: str, chunks: Iterator[bytes],
+                  log_path: str) -> threading.Thread:
+    """Start copying `chunks` to `mux` under `label`; returns the thread to join, which
+    ends once the last line is shown and logged. Thread-safe; blocks only to create the
+    log file (and its folder)."""
     fix = "set SHOAL_HOME to a writable directory (default ~/.shoal)"
     private_dirs(Path(log_path).parent, "the job's log folder", fix)
     private_file(Path(log_path), "the task's log file", fix)
     read_fd, write_fd = os.pipe()
     reader = mux.attach(label, name, os.fdopen(read_fd, "rb", buffering=0), log_path)
-    threading.Thread(target=_feed, args=(lines, write_fd), name=f"feed-{name}",
+    threading.Thread(target=_feed, args=(chunks, write_fd), name=f"feed-{name}",
                      daemon=True).start()
     return reader
 
 
-def _feed(lines: Iterator[bytes], write_fd: int) -> None:
+def _feed(chunks: Iterator[bytes], write_fd: int) -> None:
     broken = False
     try:
-        for line in lines:  # drained to the end even if the mux went away: never block the task
+        for chunk in chunks:  # drained to the end even if the mux went away: never block the task
             if not broken:
                 try:
-                    _write_all(write_fd, line)
+                    _write_all(write_fd, chunk)
                 except OSError:
                     broken = True
     finally:

@@ -32,7 +32,7 @@ from typing import Callable, Optional, Protocol
 from shoal.launch.errors import StartError
 from shoal.launch.executor import Executor, TaskHandle, TaskRef
 from shoal.launch.logmux import LogMux
-from shoal.launch.output import attach_lines
+from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.spec import RestartPolicy
 from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState
@@ -186,8 +186,8 @@ class Supervisor:
             return
         slot.handle = handle
         self._move(slot, TaskState.RUNNING, handle.ref.describe(), ref=handle.ref)
-        reader = attach_lines(self._mux, slot.plan.label, slot.plan.name, handle.lines(),
-                              slot.plan.log_path)
+        reader = attach_output(self._mux, slot.plan.label, slot.plan.name, handle.output(),
+                               slot.plan.log_path)
         threading.Thread(
             target=self._watch, args=(slot.plan.name, slot.attempt, handle, reader),
             name=f"watch-{slot.plan.name}", daemon=True,

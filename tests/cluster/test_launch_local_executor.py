@@ -30,12 +30,32 @@ def one_task(tmp_path, run):
     return executor, plan, plan.tasks[0]
 
 
-def test_a_task_streams_whole_lines_and_reports_its_exit_code(tmp_path):
-    code = "import sys; print('a'); sys.stdout.write('b'); sys.stdout.flush(); sys.exit(3)"
+def grandchild_pid(output) -> int:
+    """The pid serve.py --fork prints, read from its output chunks."""
+    text = b""
+    for chunk in output:  # ends when the task's output does; serve.py runs 60 s
+        text += chunk
+        for line in text.split(b"\n")[:-1]:
+            if line.startswith(b"grandchild pid "):
+                return int(line.split()[-1])
+    raise AssertionError(f"no grandchild pid in {text!r}")
+
+
+def test_a_task_streams_its_output_as_it_comes_and_reports_its_exit_code(tmp_path):
+    go = tmp_path / "go"
+    code = ("import os, sys, time; sys.stdout.write('a\\nb\\r'); sys.stdout.flush()\n"
+            f"for _ in range(200):\n    if os.path.exists({str(go)!r}): break\n"
+            "    time.sleep(0.05)\n"
+            "sys.stderr.write('c'); sys.exit(3)")
     executor, plan, task = one_task(tmp_path, ["python", "-c", code])
     try:
         handle = executor.start(plan, task)
-        assert list(handle.lines()) == [b"a\n", b"b\n"]
+        output, seen = handle.output(), b""
+        while seen != b"a\nb\r":  # nothing is held back waiting for a newline
+            seen += next(output)
+            assert b"c" not in seen
+        go.touch()
+        assert b"".join(output) == b"c"
         assert handle.wait(10) == 3 and handle.wait() == 3
         assert handle.ref.executor == "local" and handle.ref.describe() == f"pid {handle.ref.pid}"
         assert not executor.alive(handle.ref)
@@ -47,9 +67,7 @@ def test_wait_times_out_while_the_task_runs_and_kill_by_ref_stops_it(tmp_path):
     executor, plan, task = one_task(tmp_path, ["python", program("serve.py"), "--fork"])
     try:
         handle = executor.start(plan, task)
-        lines = handle.lines()
-        next(lines)
-        grandchild = int(next(lines).split()[-1])
+        grandchild = grandchild_pid(handle.output())
         assert handle.wait(0.2) is None
         other = LocalExecutor()  # as `shoal kill` in another process builds it
         assert other.alive(handle.ref)
@@ -65,9 +83,7 @@ def test_wait_times_out_while_the_task_runs_and_kill_by_ref_stops_it(tmp_path):
 def test_close_stops_running_tasks_and_their_groups(tmp_path):
     executor, plan, task = one_task(tmp_path, ["python", program("serve.py"), "--fork"])
     handle = executor.start(plan, task)
-    lines = handle.lines()
-    next(lines)
-    pids = [handle.ref.pid, int(next(lines).split()[-1])]
+    pids = [handle.ref.pid, grandchild_pid(handle.output())]
     try:
         executor.close()
         executor.close()

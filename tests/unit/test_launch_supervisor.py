@@ -67,8 +67,9 @@ class FakeHandle:
         if sig == signal.SIGKILL or (sig == signal.SIGTERM and not self._ignore_term):
             self.exit(-sig)
 
-    def lines(self):
-        yield f"{self.name} says hello\n".encode()
+    def output(self):
+        yield f"{self.name} says".encode()
+        yield b" hello"  # the mux completes the last line
 
     def close(self) -> None:
         self.closed = True
