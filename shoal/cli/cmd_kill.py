@@ -19,6 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = kill_job(store, args.job, timeout=args.timeout)
-    env.say(f"job {job.id}: {job.state}" + (f" ({job.reason})" if job.reason else ""))
+        job = store.find(args.job)
+        job = kill_job(store, job, env.executor(job.executor), timeout=args.timeout)
+    env.say(f"job {job.id}: {job.state.value}" + (f" ({job.reason})" if job.reason else ""))
     return int(ExitCode.OK)

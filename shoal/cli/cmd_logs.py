@@ -9,7 +9,6 @@ from pathlib import Path
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.launch.control import reconcile
-from shoal.launch.states import JobState
 
 _POLL = 0.2
 
@@ -26,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job = store.find(args.job)
+        executor = env.executor(job.executor)
         tasks = [job.task(args.task)] if args.task else list(job.tasks)
         prefix = (lambda t: b"") if args.task else (lambda t: t.label.encode() + b" | ")
         offsets = {t.name: 0 for t in tasks}
@@ -35,8 +35,8 @@ def run(args: argparse.Namespace, env: Environment) -> int:
                                            prefix(task), env)
             if not args.follow:
                 break
-            job = reconcile(store, store.find(job.id))
-            if JobState(job.state).is_terminal:
+            job = reconcile(store, store.find(job.id), executor)
+            if job.state.is_terminal:
                 for task in tasks:  # the last lines written before the job ended
                     _copy(Path(task.log_path), offsets[task.name], prefix(task), env,
                           final=True)

@@ -9,7 +9,6 @@ from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.launch.control import reconcile
 from shoal.launch.monitor import TaskSample, sample_job
-from shoal.launch.states import JobState
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -25,11 +24,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         while True:
-            job = reconcile(store, store.find(args.job))
-            samples = sample_job(store, job, interval=min(args.interval, 0.5)
+            job = store.find(args.job)
+            executor = env.executor(job.executor)
+            job = reconcile(store, job, executor)
+            samples = sample_job(store, job, executor, interval=min(args.interval, 0.5)
                                  if args.once else args.interval)
-            text = f"job {job.id}  {job.state}\n{samples_table(samples)}"
-            if args.once or JobState(job.state).is_terminal:
+            text = f"job {job.id}  {job.state.value}\n{samples_table(samples)}"
+            if args.once or job.state.is_terminal:
                 env.say(text)
                 return int(ExitCode.OK)
             env.say((_CLEAR_SCREEN if env.is_tty else "") + text)
@@ -38,10 +39,14 @@ def run(args: argparse.Namespace, env: Environment) -> int:
 def samples_table(samples: list[TaskSample]) -> str:
     rows = [("TASK", "STATE", "PID", "CPU%", "MEM%", "MEM USED/TOTAL", "GPU%", "GPU MEM")]
     for s in samples:
+        use = s.usage
+        if use is None:
+            rows.append((s.name, s.state.value, str(s.pid or ""), "-", "-", "-", "-", "-"))
+            continue
         rows.append((
-            s.name, s.state, str(s.pid or ""), _num(s.cpu_percent), _num(s.mem_percent),
-            f"{_size(s.mem_used)}/{_size(s.mem_total)}" if s.mem_used is not None else "-",
-            _num(s.gpu_percent), _size(s.gpu_mem_used),
+            s.name, s.state.value, str(s.pid or ""), _num(use.cpu_percent),
+            _num(use.mem_percent), f"{_size(use.mem_used)}/{_size(use.mem_total)}",
+            _num(use.gpu_percent), _size(use.gpu_mem_used),
         ))
     return table(rows)
 

@@ -10,6 +10,7 @@ from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.launch.control import reconcile
 from shoal.launch.records import JobRecord
+from shoal.launch.states import TaskState
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         jobs = [store.find(args.job)] if args.job else store.list_jobs()
-        jobs = [reconcile(store, job) for job in jobs]
+        jobs = [reconcile(store, job, env.executor(job.executor)) for job in jobs]
     if args.json:
         env.say(json.dumps([job.as_json() for job in jobs], indent=2))
     elif args.job:
@@ -36,9 +37,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
 def jobs_table(jobs: list[JobRecord]) -> str:
     rows = [("ID", "NAME", "STATE", "TASKS", "STEP", "LOSS", "STARTED")]
     for job in jobs:
-        running = sum(t.state == "RUNNING" for t in job.tasks)
+        running = sum(t.state is TaskState.RUNNING for t in job.tasks)
         rows.append((
-            job.id, job.name, job.state, f"{running}/{len(job.tasks)} running",
+            job.id, job.name, job.state.value, f"{running}/{len(job.tasks)} running",
             "" if job.step is None else str(job.step),
             "" if job.loss is None else f"{job.loss:.4g}",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created)),
@@ -47,14 +48,14 @@ def jobs_table(jobs: list[JobRecord]) -> str:
 
 
 def job_table(job: JobRecord) -> str:
-    head = f"job {job.id}  {job.state}"
+    head = f"job {job.id}  {job.state.value}"
     if job.reason:
         head += f" ({job.reason})"
     if job.exit_code is not None:
         head += f"  exit {job.exit_code}"
     rows = [("TASK", "STATE", "PID", "RESTARTS", "ADDRESS", "DETAIL")]
     for t in job.tasks:
-        rows.append((t.label, t.state, str(t.pid or ""), str(t.restarts), t.address, t.detail))
+        rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), t.address, t.detail))
     return f"{head}\nlogs: {job.job_dir}/logs   model dir: {job.model_dir}\n{table(rows)}"
 
 

@@ -1,5 +1,6 @@
 """`Environment`: everything a command reads from its surroundings, injected so that tests
-can run commands in-process. Built once by `main` (`Environment.from_process`)."""
+can run commands in-process. Built once by `main` (`Environment.from_process`); the only
+place the process environment is read. It also builds the executors, configured from it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Optional
 
+from shoal.home import shoal_home
+from shoal.launch.errors import LaunchError
+from shoal.launch.executor import Executor
+from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.records import JobStore
 
 
@@ -35,12 +40,22 @@ class Environment:
     @property
     def shoal_home(self) -> Path:
         """$SHOAL_HOME, else ~/.shoal: where job records and folders live."""
-        home = self.environ.get("SHOAL_HOME")
-        return Path(home).expanduser() if home else Path.home() / ".shoal"
+        return shoal_home(self.environ)
 
     def store(self) -> JobStore:
         """The job records (open it with `with env.store() as store:`)."""
         return JobStore(self.shoal_home / "jobs.db")
+
+    def executor(self, kind: str = LocalExecutor.kind) -> Executor:
+        """A new executor of `kind`, configured from this environment (local: tasks
+        inherit it): for a job started now, or the kind a recorded job names (to reach its
+        tasks). LaunchError for a kind this shoal does not know."""
+        if kind == LocalExecutor.kind:
+            return LocalExecutor(python=self.python, base_env=self.environ)
+        raise LaunchError(
+            f"the job ran on the {kind!r} executor, which this shoal does not know (it knows"
+            f" {LocalExecutor.kind!r}); use the shoal that started the job"
+        )
 
     def say(self, text: str, *, err: bool = False, end: str = "\n") -> None:
         stream: Optional[IO[str]] = self.stderr if err else self.stdout

@@ -1,4 +1,5 @@
-"""`ExitCode`: every exit status `shoal` returns, and `exit_code_for` mapping errors to them."""
+"""`ExitCode`: every exit status `shoal` returns; `exit_code_for` maps errors to them and
+`job_exit_code` a finished job's end. The only place either becomes a number."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from enum import IntEnum
 from shoal.cli.errors import MissingTool
 from shoal.cluster import ClusterError
 from shoal.errors import ShoalError
-from shoal.launch.errors import JobNotFound, PlanError, SpecError, StartError
+from shoal.launch.errors import JobNotFound, PlanError, SpecError, StartError, WorkspaceError
+from shoal.launch.supervisor import EndReason, JobResult
 
 
 class ExitCode(IntEnum):
@@ -22,13 +24,14 @@ class ExitCode(IntEnum):
     JOB_NOT_FOUND = 5
     ERROR = 6
     MISSING_TOOL = 7
+    ENVIRONMENT = 8
     START_FAILED = 127
     DEADLINE = 124
     KILLED = 130
 
 
-def exit_code_for(error: ShoalError) -> ExitCode:
-    """The exit code for a Shoal error (most specific class first)."""
+def exit_code_for(error: BaseException) -> ExitCode:
+    """The exit code for an error a command raised (most specific class first)."""
     if isinstance(error, SpecError):
         return ExitCode.SPEC_ERROR
     if isinstance(error, (PlanError, ClusterError)):
@@ -39,4 +42,27 @@ def exit_code_for(error: ShoalError) -> ExitCode:
         return ExitCode.START_FAILED
     if isinstance(error, MissingTool):
         return ExitCode.MISSING_TOOL
-    return ExitCode.ERROR
+    if isinstance(error, (WorkspaceError, OSError, RecursionError)):
+        return ExitCode.ENVIRONMENT
+    if isinstance(error, ShoalError):
+        return ExitCode.ERROR
+    raise TypeError(f"no exit code for {type(error).__name__}")
+
+
+def job_exit_code(result: JobResult) -> int:
+    """What `shoal train` / `run` exit with for a job that ran: 0 if it SUCCEEDED; the
+    chief's code (128+N if signal N killed it) if the chief failed; 1 if another task
+    did; DEADLINE, KILLED or START_FAILED."""
+    reason = result.reason
+    if reason is EndReason.SUCCEEDED:
+        return int(ExitCode.OK)
+    if reason is EndReason.CHIEF_FAILED and result.chief_exit:
+        code = result.chief_exit
+        return code if code > 0 else 128 - code
+    if reason is EndReason.DEADLINE:
+        return int(ExitCode.DEADLINE)
+    if reason is EndReason.STOPPED:
+        return int(ExitCode.KILLED)
+    if reason is EndReason.START_FAILED:
+        return int(ExitCode.START_FAILED)
+    return int(ExitCode.JOB_FAILED)

@@ -35,12 +35,28 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
         return int(ExitCode.OK) if not e.code else int(ExitCode.USAGE)
     try:
         return int(args.handler(args, env))
-    except ShoalError as e:
-        env.say(f"shoal {args.command}: error: {e}", err=True)
+    except (ShoalError, OSError, RecursionError) as e:
+        env.say(f"shoal {args.command}: error: {describe(e)}", err=True)
         return int(exit_code_for(e))
     except KeyboardInterrupt:
         env.say("", err=True)
         return int(ExitCode.KILLED)
+
+
+def describe(error: BaseException) -> str:
+    """The error as the one line `shoal` prints (a ShoalError's own message)."""
+    if isinstance(error, BrokenPipeError):
+        return "the output was closed before shoal finished writing it (broken pipe)"
+    if isinstance(error, RecursionError):
+        return ("the input is nested too deeply to process (Python's recursion limit);"
+                " flatten it")
+    if isinstance(error, OSError):
+        paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p)
+        text = error.strerror or str(error)
+        return (f"{text}{': ' + paths if paths else ''}; check that the path exists, is a"
+                " directory where one is needed, and can be written (SHOAL_HOME,"
+                " --output-dir, output_dir:, workdir:)")
+    return str(error)
 
 
 def entry() -> None:

@@ -1,5 +1,6 @@
-"""The launcher: job spec -> plan (printable) -> local executor under a supervisor (teardown
-and restart policy), log multiplexer, and job records.
+"""The launcher: job spec -> allocation (per executor) + pure render into a plan
+(printable) -> executor (local) under a supervisor (teardown and restart policy), log
+multiplexer, and job records.
 
 Talks to tasks only through argv, the environment and TF_CONFIG; imports `shoal.cluster`
 and `shoal.errors` and nothing else of Shoal. Import the submodules directly

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Optional
 
+from shoal.launch.executor import TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.records import JobStore
@@ -41,7 +42,7 @@ class ConsoleObserver:
         self._mux.note(f"shoal | job {self._plan.job_id}: {state.value}{why}")
 
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
-                     pid: Optional[int], restarts: int) -> None:
+                     ref: Optional[TaskRef], restarts: int) -> None:
         with self._lock:
             self._states[task.name] = new
         why = f" ({detail})" if detail else ""
@@ -90,13 +91,13 @@ class RecordsObserver:
     def job_changed(self, state: JobState, reason: str) -> None:
         if state.is_terminal:
             self._flush_progress()
-        self._store.set_job_state(self._job_id, state.value, reason, ended=state.is_terminal)
+        self._store.set_job_state(self._job_id, state, reason, ended=state.is_terminal)
 
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
-                     pid: Optional[int], restarts: int) -> None:
-        if pid is not None:
-            self._store.add_process(self._job_id, task.name, pid, process_started(pid))
-        self._store.set_task(self._job_id, task.name, new.value, detail, restarts, pid)
+                     ref: Optional[TaskRef], restarts: int) -> None:
+        if ref is not None:
+            self._store.add_process(self._job_id, task.name, ref)
+        self._store.set_task(self._job_id, task.name, new, detail, restarts, ref)
 
     def progress(self, name: str, step: int, loss: float) -> None:
         now = time.monotonic()
@@ -135,12 +136,3 @@ class Observers:
         for o in self._observers:
             o.progress(*args)  # type: ignore[attr-defined]
 
-
-def process_started(pid: int) -> Optional[float]:
-    """The create time of process `pid` (psutil's), None if it is gone."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None

@@ -41,3 +41,8 @@ class JobNotFound(LaunchError):
 
 class StartError(LaunchError):
     """A task's process could not be started (program not found, not executable, ...)."""
+
+
+class WorkspaceError(LaunchError):
+    """A file or directory the launcher needs cannot be created, read or written
+    (SHOAL_HOME, the job records, a job's folder, the model dir)."""

@@ -1,217 +1,218 @@
-"""Process mechanics of local jobs: `LocalProcess` runs one task in its own process group,
-`Reaper` makes sure the groups die with the launcher.
+"""`LocalExecutor`: runs a job's tasks as processes of this machine, on 127.0.0.1.
 
-No policy here (that is `supervisor`): this module starts, signals, waits for and reaps
-processes. Linux is the target; on other POSIX systems the parent-death signal is skipped
-and the reaper alone cleans up.
-
-Why both a parent-death signal and a reaper: PR_SET_PDEATHSIG only reaches the direct
-child, and fires when the *thread* that forked it exits — so tasks must be started from a
-thread that lives as long as the job (the supervisor's). The reaper holds the read end of
-a pipe from the launcher; when the launcher dies the pipe closes and the reaper kills
-every registered group, grandchildren included.
+It owns the process mechanics: each task leads its own process group and gets the
+kernel's parent-death signal (local_process.py); a watchdog process per job (reaper.py,
+driven by local_reaper.py) kills every group if the launcher dies, grandchildren included
+— the parent-death signal alone reaches only the direct child. `allocate` picks free
+ports and counts this host's GPUs (nvidia-ml-py). The control calls (`alive`, `kill`,
+`sample`) work from any process, given the records' TaskRefs, through psutil.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from pathlib import Path
-from typing import IO, Optional
+from collections.abc import Iterator, Mapping
+from typing import Optional
 
-from shoal.launch.errors import StartError
-from shoal.launch.plan import TaskPlan
+import psutil
 
-_PR_SET_PDEATHSIG = 1
-_REAPER = Path(__file__).with_name("reaper.py")
+from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
+from shoal.launch.executor import TaskRef, Usage
+from shoal.launch.local_process import LocalProcess
+from shoal.launch.local_reaper import Reaper
+from shoal.launch.nvml import gpu_count, gpu_usage
+from shoal.launch.plan import JobPlan, TaskPlan
+from shoal.launch.ports import free_ports
+from shoal.launch.processes import process_started, same_process
+from shoal.launch.spec import JobSpec
 
-
-def _load_prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _child_setup(parent_pid: int):
-    """preexec_fn: ask the kernel to SIGKILL the child when the launcher goes away."""
-
-    def setup() -> None:
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the launcher died before prctl took effect
-            os._exit(1)
-
-    return setup
+KIND = "local"
+_CHUNK = 1 << 16
+_MAX_REAPER_GRACE = 3.0
+_CLOSE_WAIT = 5.0
+"""How long `close` waits for a SIGKILLed task (one stuck in the kernel may never go; the
+reaper still signals its group when the executor closes)."""
 
 
-class Reaper:
-    """The job's watchdog process (see reaper.py). `add`/`remove` are thread-safe;
-    `close` is idempotent and lets the reaper exit without killing anything that was
-    removed."""
+class LocalHandle:
+    """One attempt of one task started by LocalExecutor (see executor.TaskHandle)."""
 
-    def __init__(self, grace: float = 2.0) -> None:
+    def __init__(self, proc: LocalProcess, ref: TaskRef, *, grace: float,
+                 reaper: Reaper) -> None:
+        self._proc = proc
+        self._ref = ref
         self._grace = grace
-        self._proc: Optional[subprocess.Popen] = None
+        self._reaper = reaper
         self._lock = threading.Lock()
-
-    def start(self) -> None:
-        """Start the watchdog; blocks for the fork/exec only."""
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", str(_REAPER), str(self._grace)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        self._code: Optional[int] = None
 
     @property
-    def pid(self) -> Optional[int]:
-        return self._proc.pid if self._proc else None
+    def ref(self) -> TaskRef:
+        return self._ref
 
-    def add(self, pgid: int) -> None:
-        self._send(f"+{pgid}\n")
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return None
+        try:
+            if self._code is None:
+                code = self._proc.wait_exit(timeout)
+                if code is None:
+                    return None
+                self._proc.stop_group(self._grace)
+                self._reaper.remove(self._proc.pgid)  # before reaping: then the pgid is free
+                self._proc.reap()
+                self._code = code
+            return self._code
+        finally:
+            self._lock.release()
 
-    def remove(self, pgid: int) -> None:
-        self._send(f"-{pgid}\n")
+    def signal(self, sig: int) -> None:
+        self._proc.signal_group(sig)
 
-    def close(self, timeout: float = 5.0) -> None:
+    def output(self) -> Iterator[bytes]:
+        pipe = self._proc.stdout
+        try:
+            while True:
+                try:
+                    chunk = os.read(pipe.fileno(), _CHUNK)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            pipe.close()
+
+    def close(self) -> None:
+        if self._code is None:
+            self._proc.signal_group(signal.SIGKILL)
+        self.wait(_CLOSE_WAIT)
+
+
+class LocalExecutor:
+    """Tasks as local processes (see the module docstring). `python` runs commands that
+    start with `python`; `base_env` is the environment tasks inherit (the launcher's);
+    `gpu_count` None means "ask nvidia-ml-py when a role wants GPUs".
+
+    `start` must be called from one thread that outlives the job; `close` from any, once
+    that thread is done starting tasks. The constructor does no I/O.
+    """
+
+    kind = KIND
+
+    def __init__(self, *, python: str = sys.executable,
+                 base_env: Optional[Mapping[str, str]] = None,
+                 gpu_count: Optional[int] = None, host: str = "127.0.0.1") -> None:
+        self._python = python
+        self._base_env = dict(base_env or {})
+        self._gpu_count = gpu_count
+        self._host = host
+        self._reaper: Optional[Reaper] = None
+        self._handles: list[LocalHandle] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # --- running a job --------------------------------------------------------------
+
+    def allocate(self, spec: JobSpec) -> Allocation:
+        ids = task_ids(spec)
+        ports = free_ports(len(ids) + 1, self._host)
+        count = self._gpu_count
+        if count is None:
+            count = gpu_count() if any(spec.role(t.job).gpus for t in ids) else 0
+        gpus = assign_gpus(spec, ids, count)
+        return Allocation(
+            tasks=tuple(TaskAllocation(task, self._host, port, gpus[task], gpu_host=count > 0)
+                        for task, port in zip(ids, ports[:-1], strict=True)),
+            master_host=self._host, master_port=ports[-1], python=self._python,
+        )
+
+    def start(self, job: JobPlan, task: TaskPlan) -> LocalHandle:
         with self._lock:
-            proc, self._proc = self._proc, None
+            if self._closed:
+                raise RuntimeError("LocalExecutor.start after close")
+            if self._reaper is None:
+                self._reaper = Reaper(grace=min(job.grace_period, _MAX_REAPER_GRACE))
+                self._reaper.start()
+            reaper = self._reaper
+        proc = LocalProcess(task, workdir=job.workdir, base_env=self._base_env)
+        proc.start()
+        reaper.add(proc.pgid)
+        # Read now, while the unreaped child's pid cannot name another process.
+        ref = TaskRef(KIND, pid=proc.pid, started=process_started(proc.pid))
+        handle = LocalHandle(proc, ref, grace=job.grace_period, reaper=reaper)
+        with self._lock:
+            self._handles.append(handle)
+        return handle
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            handles, self._handles = self._handles, []
+            reaper, self._reaper = self._reaper, None
+        for handle in handles:
+            handle.close()
+        if reaper is not None:
+            reaper.close()
+
+    # --- control of recorded tasks (any process) ------------------------------------
+
+    def alive(self, ref: TaskRef) -> bool:
+        return same_process(ref.pid, ref.started) is not None
+
+    def kill(self, ref: TaskRef) -> None:
+        proc = same_process(ref.pid, ref.started)
         if proc is None:
             return
         try:
-            assert proc.stdin is not None
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
-
-    def _send(self, line: str) -> None:
-        with self._lock:
-            if self._proc is None or self._proc.stdin is None:
-                return
-            try:
-                self._proc.stdin.write(line.encode())
-                self._proc.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                pass
-
-
-class LocalProcess:
-    """One attempt of one task: a process that leads its own process group (session).
-
-    `start` blocks for fork/exec; `wait_exit` blocks until the leader exits but leaves it
-    unreaped, so the group id cannot be reused while `stop_group` cleans up leftovers;
-    `reap` then frees it. `signal_group` is thread-safe and ignores a group already gone.
-    """
-
-    def __init__(self, plan: TaskPlan, *, workdir: str, base_env: Mapping[str, str]) -> None:
-        self.plan = plan
-        self._workdir = workdir
-        self._base_env = base_env
-        self._proc: Optional[subprocess.Popen] = None
-        self._reaped = False
-
-    def start(self) -> None:
-        """Start the task with stdout and stderr on one pipe; StartError if exec fails."""
-        env = {**self._base_env, **self.plan.env_dict}
-        try:
-            self._proc = subprocess.Popen(
-                list(self.plan.argv), cwd=self._workdir, env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_child_setup(os.getpid()),
-            )
-        except OSError as e:
-            raise StartError(
-                f"{self.plan.label}: cannot run {self.plan.argv[0]!r}: {e.strerror}; check"
-                f" the command (run:) and the working directory {self._workdir}"
-            ) from e
-
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None, "start() first"
-        return self._proc.pid
-
-    @property
-    def pgid(self) -> int:
-        return self.pid  # start_new_session makes the task its group's leader
-
-    @property
-    def stdout(self) -> IO[bytes]:
-        assert self._proc is not None and self._proc.stdout is not None
-        return self._proc.stdout
-
-    def wait_exit(self) -> int:
-        """Block until the leader exits; return its code (-N if killed by signal N)."""
-        while True:
-            try:
-                info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
-            except ChildProcessError:
-                return self._proc.wait() if self._proc else -1
-            except InterruptedError:
-                continue
-            if info is None:
-                continue
-            if info.si_code == os.CLD_EXITED:
-                return info.si_status
-            return -info.si_status
-
-    def signal_group(self, sig: int) -> None:
-        """Send `sig` to the task's whole process group, unless it is already reaped."""
-        if self._proc is None or self._reaped:
-            return
-        try:
-            os.killpg(self.pgid, sig)
+            os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
-    def stop_group(self, grace: float) -> None:
-        """After the leader exited: TERM what is left of its group, KILL it after `grace`."""
-        if not group_members(self.pgid, exclude=self.pid):
-            return
-        self.signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and group_members(self.pgid, exclude=self.pid):
-            time.sleep(0.05)
-        self.signal_group(signal.SIGKILL)
-
-    def reap(self) -> None:
-        """Collect the exited leader (idempotent); the group id is free after this."""
-        if self._proc is not None and not self._reaped:
-            self._proc.wait()
-            self._reaped = True
-
-
-def group_members(pgid: int, exclude: int = 0) -> list[int]:
-    """Live (non-zombie) processes of group `pgid`, read from /proc; [] elsewhere."""
-    out = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
+    def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
+        total = psutil.virtual_memory().total
+        trees: dict[str, list[psutil.Process]] = {}
+        for name, ref in refs.items():
+            leader = same_process(ref.pid, ref.started)
+            if leader is None:
+                continue
+            try:
+                trees[name] = [leader, *leader.children(recursive=True)]
+            except psutil.Error:
+                continue
+        for procs in trees.values():
+            for proc in procs:
+                _cpu(proc)
+        time.sleep(interval)
+        gpus = gpu_usage()
+        out = {}
+        for name, procs in trees.items():
+            pids = {p.pid for p in procs}
+            gpu_pct = gpu_mem = None
+            if gpus is not None:
+                used = [(pct, mem) for pid, pct, mem in gpus if pid in pids]
+                gpu_pct = max((pct for pct, _ in used), default=0.0)
+                gpu_mem = sum(mem for _, mem in used)
+            out[name] = Usage(sum(_cpu(p) for p in procs), sum(_rss(p) for p in procs),
+                              total, gpu_pct, gpu_mem)
         return out
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == exclude:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
-    return out
+
+
+def _cpu(proc: psutil.Process) -> float:
+    try:
+        return proc.cpu_percent(None)
+    except psutil.Error:
+        return 0.0
+
+
+def _rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0

@@ -1,7 +1,7 @@
 """The job's watchdog: a tiny process that kills the job's process groups when the
 launcher dies, however it dies (even SIGKILL, which no handler can catch).
 
-Run as `python -I reaper.py GRACE` by `executor_local.Reaper`, in its own session. The
+Run as `python -I reaper.py GRACE` by `local_reaper.Reaper`, in its own session. The
 launcher writes "+PGID" / "-PGID" lines on its stdin as task groups come and go. On EOF —
 the launcher closed the pipe or the kernel did because the launcher died — every group
 still registered gets SIGTERM, then SIGKILL after GRACE seconds, and the reaper exits.

@@ -1,8 +1,11 @@
 """`JobStore`: the job records, an SQLite file under $SHOAL_HOME (jobs.db).
 
-The launcher writes a job's states, its tasks' states and every process it started; other
-terminals read them (`shoal status`, `logs`, `kill`, `monitor`). Methods are thread-safe
-(one connection behind a lock); SQLite's own locking makes several processes safe.
+The launcher writes a job's states, its tasks' states and every process it started (as
+its executor's TaskRef); other terminals read them (`shoal status`, `logs`, `kill`,
+`monitor`). States come back as TaskState / JobState. Methods are thread-safe (one
+connection behind a lock); SQLite's own locking makes several processes safe. The file
+and its WAL/SHM files are 0600, a directory created for them 0700. The schema is
+versioned; `open` migrates an older file (records_schema.py).
 """
 
 from __future__ import annotations
@@ -14,26 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from shoal.launch.errors import JobNotFound
+from shoal.launch.errors import JobNotFound, WorkspaceError
+from shoal.launch.executor import TaskRef
+from shoal.launch.files import private_dirs, private_file, tighten_file
 from shoal.launch.plan import JobPlan
+from shoal.launch.records_schema import ensure_schema
+from shoal.launch.states import JobState, TaskState
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-  id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
-  ended REAL, exit_code INTEGER, reason TEXT NOT NULL DEFAULT '',
-  launcher_pid INTEGER, launcher_started REAL, job_dir TEXT NOT NULL,
-  model_dir TEXT NOT NULL, step INTEGER, loss REAL
-);
-CREATE TABLE IF NOT EXISTS tasks (
-  job_id TEXT NOT NULL, name TEXT NOT NULL, label TEXT NOT NULL, address TEXT NOT NULL,
-  state TEXT NOT NULL, pid INTEGER, restarts INTEGER NOT NULL DEFAULT 0,
-  detail TEXT NOT NULL DEFAULT '', log_path TEXT NOT NULL, position INTEGER NOT NULL,
-  PRIMARY KEY (job_id, name)
-);
-CREATE TABLE IF NOT EXISTS processes (
-  job_id TEXT NOT NULL, name TEXT NOT NULL, pid INTEGER NOT NULL, started REAL
-);
-"""
+_PRIVATE_SIDE_FILES = ("-wal", "-shm")
 
 
 @dataclass(frozen=True)
@@ -43,24 +34,22 @@ class TaskRecord:
     name: str
     label: str
     address: str
-    state: str
+    state: TaskState
     pid: Optional[int]
     restarts: int
     detail: str
     log_path: str
 
     def as_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "state": self.state.value}
 
 
 @dataclass(frozen=True)
 class ProcessRecord:
-    """A process the launcher started (one per task attempt); `started` is its
-    create time (psutil), to tell it from a later process that reuses the pid."""
+    """One task attempt the launcher started, as its executor's reference."""
 
     name: str
-    pid: int
-    started: Optional[float]
+    ref: TaskRef
 
 
 @dataclass(frozen=True)
@@ -69,7 +58,7 @@ class JobRecord:
 
     id: str
     name: str
-    state: str
+    state: JobState
     created: float
     ended: Optional[float]
     exit_code: Optional[int]
@@ -80,6 +69,7 @@ class JobRecord:
     model_dir: str
     step: Optional[int]
     loss: Optional[float]
+    executor: str
     tasks: tuple[TaskRecord, ...]
 
     def task(self, name: str) -> TaskRecord:
@@ -92,7 +82,9 @@ class JobRecord:
         )
 
     def as_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "tasks"}
+        """What `shoal status --json` prints (the executor kind is internal for now)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("tasks", "executor")}
+        out["state"] = self.state.value
         out["tasks"] = [t.as_json() for t in self.tasks]
         return out
 
@@ -106,12 +98,29 @@ class JobStore:
         self._lock = threading.Lock()
 
     def open(self) -> "JobStore":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False,
-                                   isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per write
-        self._db.executescript(_SCHEMA)
+        """Create or open the file (migrating an older schema); WorkspaceError if it
+        cannot be. Blocks on SQLite's locks."""
+        fix = "set SHOAL_HOME to a writable directory (default ~/.shoal)"
+        private_dirs(self.path.parent, "the folder of the job records", fix)
+        private_file(self.path, "the job records", fix)
+        for suffix in _PRIVATE_SIDE_FILES:  # left 0644 by an older shoal
+            tighten_file(self.path.with_name(self.path.name + suffix), "the job records", fix)
+        try:
+            db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False,
+                                 isolation_level=None)
+        except sqlite3.Error as e:
+            raise WorkspaceError(f"cannot open the job records {self.path}: {e}; {fix}") from e
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per write
+            ensure_schema(db, self.path)
+        except sqlite3.Error as e:
+            db.close()
+            raise WorkspaceError(f"cannot use the job records {self.path}: {e}; {fix}") from e
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
         return self
 
     def close(self) -> None:
@@ -128,13 +137,16 @@ class JobStore:
 
     # --- writes (the launcher) ------------------------------------------------------
 
-    def create_job(self, plan: JobPlan, launcher_pid: int, launcher_started: float) -> None:
+    def create_job(self, plan: JobPlan, launcher_pid: int, launcher_started: float,
+                   executor: str = "local") -> None:
+        """Record a new job PENDING, run by `executor` (its kind) from the launcher
+        process `launcher_pid` created at `launcher_started`."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO jobs (id, name, state, created, launcher_pid, launcher_started,"
-                " job_dir, model_dir) VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?)",
+                " job_dir, model_dir, executor) VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)",
                 (plan.job_id, plan.name, time.time(), launcher_pid, launcher_started,
-                 plan.job_dir, plan.model_dir),
+                 plan.job_dir, plan.model_dir, executor),
             )
             db.executemany(
                 "INSERT INTO tasks (job_id, name, label, address, state, log_path, position)"
@@ -143,27 +155,36 @@ class JobStore:
                  for i, t in enumerate(plan.tasks)],
             )
 
-    def set_job_state(self, job_id: str, state: str, reason: str = "",
+    def set_job_state(self, job_id: str, state: JobState, reason: str = "",
                       exit_code: Optional[int] = None, ended: bool = False) -> None:
         with self._tx() as db:
             db.execute(
                 "UPDATE jobs SET state = ?, reason = ?, exit_code = COALESCE(?, exit_code),"
                 " ended = CASE WHEN ? THEN ? ELSE ended END WHERE id = ?",
-                (state, reason, exit_code, ended, time.time(), job_id),
+                (JobState(state).value, reason, exit_code, ended, time.time(), job_id),
             )
 
-    def set_task(self, job_id: str, name: str, state: str, detail: str, restarts: int,
-                 pid: Optional[int] = None) -> None:
+    def set_exit_code(self, job_id: str, exit_code: int) -> None:
+        """Record the exit code `shoal` returned for the job."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET exit_code = ? WHERE id = ?", (exit_code, job_id))
+
+    def set_task(self, job_id: str, name: str, state: TaskState, detail: str, restarts: int,
+                 ref: Optional[TaskRef] = None) -> None:
+        """Record a task's state; `ref`, when given, is its current attempt."""
+        pid = ref.pid if ref is not None else None
         with self._tx() as db:
             db.execute(
                 "UPDATE tasks SET state = ?, detail = ?, restarts = ?, pid = COALESCE(?, pid)"
                 " WHERE job_id = ? AND name = ?",
-                (state, detail, restarts, pid, job_id, name),
+                (TaskState(state).value, detail, restarts, pid, job_id, name),
             )
 
-    def add_process(self, job_id: str, name: str, pid: int, started: Optional[float]) -> None:
+    def add_process(self, job_id: str, name: str, ref: TaskRef) -> None:
+        """Record one started attempt of task `name`."""
         with self._tx() as db:
-            db.execute("INSERT INTO processes VALUES (?, ?, ?, ?)", (job_id, name, pid, started))
+            db.execute("INSERT INTO processes VALUES (?, ?, ?, ?, ?)",
+                       (job_id, name, ref.pid, ref.started, ref.to_json()))
 
     def set_progress(self, job_id: str, step: int, loss: float) -> None:
         with self._tx() as db:
@@ -202,19 +223,21 @@ class JobStore:
             return self._job(db, row)
 
     def processes(self, job_id: str) -> list[ProcessRecord]:
-        """Every process started for the job, in start order."""
+        """Every task attempt started for the job, in start order."""
         with self._tx() as db:
-            rows = db.execute("SELECT name, pid, started FROM processes WHERE job_id = ?"
+            rows = db.execute("SELECT name, ref FROM processes WHERE job_id = ?"
                               " ORDER BY rowid", (job_id,)).fetchall()
-        return [ProcessRecord(*row) for row in rows]
+        return [ProcessRecord(name, TaskRef.from_json(ref)) for name, ref in rows]
 
     def _job(self, db: sqlite3.Connection, row: sqlite3.Row) -> JobRecord:
         data = dict(row)
+        data["state"] = JobState(data["state"])
         tasks = db.execute(
             "SELECT name, label, address, state, pid, restarts, detail, log_path FROM tasks"
             " WHERE job_id = ? ORDER BY position", (data["id"],),
         ).fetchall()
-        return JobRecord(**data, tasks=tuple(TaskRecord(*t) for t in tasks))
+        return JobRecord(**data, tasks=tuple(
+            TaskRecord(t[0], t[1], t[2], TaskState(t[3]), *t[4:]) for t in tasks))
 
     def _tx(self) -> "_Tx":
         if self._db is None:

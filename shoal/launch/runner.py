@@ -1,32 +1,46 @@
-"""`run_job`: run a planned job in the foreground — records, console, supervisor and the
-launcher's signal handling wired together. Blocks until the job is over.
+"""`run_job`: run a planned job in the foreground — records, console, supervisor, executor
+and the launcher's signal handling wired together. Blocks until the job is over.
 
 Must be called from the main thread (it installs SIGINT/SIGTERM/SIGHUP handlers: the
-first asks the supervisor to stop the job, a second skips the grace period).
+first asks the supervisor to stop the job, a second skips the grace period). The caller
+owns the executor and closes it afterwards.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Mapping
+from pathlib import Path
 from typing import IO
 
-from shoal.launch.console import ConsoleObserver, Observers, RecordsObserver, process_started
+from shoal.launch.console import ConsoleObserver, Observers, RecordsObserver
+from shoal.launch.errors import WorkspaceError
+from shoal.launch.executor import Executor
+from shoal.launch.files import private_dirs
 from shoal.launch.logmux import LogMux
 from shoal.launch.plan import JobPlan
+from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
 from shoal.launch.supervisor import JobResult, Supervisor
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_job(plan: JobPlan, *, store: JobStore, out: IO[bytes], base_env: Mapping[str, str],
+def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes],
             live_status: bool = False) -> JobResult:
-    """Record the job, run it, record how it ended; returns the JobResult."""
-    os.makedirs(os.path.join(plan.job_dir, "logs"), exist_ok=True)
-    os.makedirs(plan.model_dir, exist_ok=True)
-    store.create_job(plan, os.getpid(), process_started(os.getpid()) or 0.0)
+    """Make the job's folders, record the job, run it; returns the JobResult (the
+    records hold its end state; the exit code is the caller's to record)."""
+    private_dirs(Path(plan.job_dir) / "logs", "the job's folder",
+                 "set SHOAL_HOME to a writable directory (default ~/.shoal)")
+    try:
+        os.makedirs(plan.model_dir, exist_ok=True)
+    except OSError as e:
+        raise WorkspaceError(
+            f"cannot create the model dir {plan.model_dir}: {e.strerror or e}; pick a"
+            " writable output_dir (--output-dir), or leave it out to use the job's folder"
+        ) from e
+    store.create_job(plan, os.getpid(), process_started(os.getpid()) or 0.0,
+                     executor=executor.kind)
     console_holder: list = []  # the console needs the mux, the mux's callback the console
     records = RecordsObserver(plan, store)
 
@@ -38,7 +52,7 @@ def run_job(plan: JobPlan, *, store: JobStore, out: IO[bytes], base_env: Mapping
     console = ConsoleObserver(plan, mux, live=live_status)
     console_holder.append(console)
     mux.note(f"shoal | job {plan.job_id}: {len(plan.tasks)} tasks, logs in {plan.job_dir}/logs")
-    supervisor = Supervisor(plan, base_env=base_env, mux=mux,
+    supervisor = Supervisor(plan, executor=executor, mux=mux,
                             observer=Observers(console, records))
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -46,10 +60,7 @@ def run_job(plan: JobPlan, *, store: JobStore, out: IO[bytes], base_env: Mapping
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     try:
-        result = supervisor.run()
+        return supervisor.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    store.set_job_state(plan.job_id, result.state.value, result.reason,
-                        exit_code=result.exit_code, ended=True)
-    return result

@@ -1,17 +1,21 @@
-"""`Supervisor`: runs a JobPlan's tasks and applies the job's policies.
+"""`Supervisor`: runs a JobPlan's tasks through an Executor and applies the job's policies.
 
 Teardown policy: the chief (chief:0, else worker:0) succeeding with a chief job, or every
 worker succeeding without one, makes the job SUCCEEDED and stops the rest (ps servers,
 evaluators); any chief/worker/ps task failing for good stops every task and makes the job
-FAILED with the chief's exit code if the chief failed, else 1; an evaluator's failure is
-reported and ignored. Restart policy: a task exiting non-zero is restarted with the same
-identity (argv, address, TF_CONFIG) after a doubling backoff, up to max_restarts times.
-Deadline: past it every task stops and the job FAILS with code 124. Stopping is
-TERM to the task's process group -> grace period -> KILL.
+FAILED (CHIEF_FAILED with the chief's exit code if the chief failed, else TASK_FAILED); an
+evaluator's failure is reported and ignored. Restart policy: a task exiting non-zero is
+restarted with the same identity (argv, address, TF_CONFIG) after a doubling backoff, up
+to max_restarts times. Deadline: past it every task stops and the job FAILS (DEADLINE).
+Stopping is TERM to the task's process group -> grace period -> KILL.
+
+Policy only: processes, hosts and pipes are the executor's (executor.py), so the policies
+are tested with a fake executor and an injected clock. The job ends with an `EndReason`;
+`shoal.cli` turns it into an exit code.
 
 `run` blocks until the job is over and must be called from a thread that outlives the
-job (tasks die with the thread that forked them, see executor_local). `request_stop` is
-the only thread- and signal-safe method.
+job (the executor may tie tasks to the thread that starts them). `request_stop` is the
+only thread- and signal-safe method.
 """
 
 from __future__ import annotations
@@ -21,33 +25,56 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Callable, Optional, Protocol
 
 from shoal.launch.errors import StartError
-from shoal.launch.executor_local import LocalProcess, Reaper
+from shoal.launch.executor import Executor, TaskHandle, TaskRef
 from shoal.launch.logmux import LogMux
+from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.spec import RestartPolicy
 from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState
 
 log = logging.getLogger(__name__)
 
-EXIT_DEADLINE = 124
-EXIT_KILLED = 130
-EXIT_START_FAILED = 127
 _MAX_BACKOFF = 30.0
 _KILL_WAIT = 5.0
+_POLL = 0.1
+_READER_JOIN = 2.0
+
+
+class EndReason(str, Enum):
+    """Why a job ended; `state` is the JobState it ends in."""
+
+    SUCCEEDED = "succeeded"        # the chief, or every worker, succeeded
+    CHIEF_FAILED = "chief-failed"  # the chief failed for good; JobResult.chief_exit says how
+    TASK_FAILED = "task-failed"    # a worker or ps (not the chief) failed for good
+    DEADLINE = "deadline"          # the job ran past its deadline
+    STOPPED = "stopped"            # request_stop (a signal to the launcher, shoal kill)
+    START_FAILED = "start-failed"  # a task's program could not be started
+
+    @property
+    def state(self) -> JobState:
+        if self is EndReason.SUCCEEDED:
+            return JobState.SUCCEEDED
+        return JobState.KILLED if self is EndReason.STOPPED else JobState.FAILED
 
 
 @dataclass(frozen=True)
 class JobResult:
-    """How a job ended: its final state, the exit code for the launcher, and why."""
+    """How a job ended: why (`reason`, and in words `detail`), and for CHIEF_FAILED the
+    chief's exit code (-N: killed by signal N)."""
 
-    state: JobState
-    exit_code: int
-    reason: str
+    reason: EndReason
+    detail: str
+    chief_exit: Optional[int] = None
+
+    @property
+    def state(self) -> JobState:
+        """The job's final state."""
+        return self.reason.state
 
 
 class JobObserver(Protocol):
@@ -56,14 +83,14 @@ class JobObserver(Protocol):
     def job_changed(self, state: JobState, reason: str) -> None: ...
 
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
-                     pid: Optional[int], restarts: int) -> None: ...
+                     ref: Optional[TaskRef], restarts: int) -> None: ...
 
 
 @dataclass
 class _Slot:
     plan: TaskPlan
     state: TaskState = TaskState.PENDING
-    proc: Optional[LocalProcess] = None
+    handle: Optional[TaskHandle] = None
     attempt: int = 0
     restarts: int = 0
     restart_at: float = 0.0
@@ -83,16 +110,15 @@ def describe_exit(code: int) -> str:
 class Supervisor:
     """Runs one job to its end. Not reusable: one `run` per instance."""
 
-    def __init__(self, plan: JobPlan, *, base_env: Mapping[str, str], mux: LogMux,
+    def __init__(self, plan: JobPlan, *, executor: Executor, mux: LogMux,
                  observer: JobObserver, clock: Callable[[], float] = time.monotonic) -> None:
         self._plan = plan
-        self._base_env = base_env
+        self._executor = executor
         self._mux = mux
         self._observer = observer
         self._clock = clock
         self._slots = {t.name: _Slot(t) for t in plan.tasks}
         self._events: queue.Queue = queue.Queue()
-        self._reaper = Reaper(grace=min(plan.grace_period, 3.0))
         self._job_state = JobState.PENDING
         self._result: Optional[JobResult] = None
         self._stop_reason: Optional[str] = None
@@ -108,8 +134,8 @@ class Supervisor:
         self._stop_reason = reason
 
     def run(self) -> JobResult:
-        """Start every task, supervise until the job is over, stop what is left; blocks."""
-        self._reaper.start()
+        """Start every task, supervise until the job is over, stop what is left; blocks.
+        The executor stays open (its owner closes it)."""
         try:
             self._set_job(JobState.RUNNING, "")
             deadline = self._clock() + self._plan.deadline if self._plan.deadline else None
@@ -121,20 +147,19 @@ class Supervisor:
             return self._result
         finally:
             self._last_resort()
-            self._reaper.close()
 
     # --- the loop -------------------------------------------------------------------
 
     def _step(self, deadline: Optional[float]) -> None:
         if self._stop_reason is not None:
-            self._finish(JobState.KILLED, EXIT_KILLED, self._stop_reason)
+            self._finish(EndReason.STOPPED, self._stop_reason)
             return
         now = self._clock()
         if deadline is not None and now >= deadline:
-            self._finish(JobState.FAILED, EXIT_DEADLINE,
+            self._finish(EndReason.DEADLINE,
                          f"deadline of {self._plan.deadline:g}s exceeded")
             return
-        timeout = 0.1
+        timeout = _POLL
         for slot in self._slots.values():
             if slot.state is TaskState.RESTARTING:
                 if slot.restart_at <= now:
@@ -153,32 +178,26 @@ class Supervisor:
         self._move(slot, TaskState.STARTING, "")
         slot.attempt += 1
         slot.stopping = False
-        proc = LocalProcess(slot.plan, workdir=self._plan.workdir, base_env=self._base_env)
         try:
-            proc.start()
+            handle = self._executor.start(self._plan, slot.plan)
         except StartError as e:
             self._move(slot, TaskState.FAILED, str(e))
-            self._finish(JobState.FAILED, EXIT_START_FAILED, str(e))
+            self._finish(EndReason.START_FAILED, str(e))
             return
-        slot.proc = proc
-        self._reaper.add(proc.pgid)
-        # Observers hear of RUNNING before the watcher exists, so the process cannot have
-        # been reaped yet and its pid still names it (records read its create time).
-        self._move(slot, TaskState.RUNNING, f"pid {proc.pid}", pid=proc.pid)
-        reader = self._mux.attach(slot.plan.label, slot.plan.name, proc.stdout,
-                                  slot.plan.log_path)
+        slot.handle = handle
+        self._move(slot, TaskState.RUNNING, handle.ref.describe(), ref=handle.ref)
+        reader = attach_output(self._mux, slot.plan.label, slot.plan.name, handle.output(),
+                               slot.plan.log_path)
         threading.Thread(
-            target=self._watch, args=(slot.plan.name, slot.attempt, proc, reader),
+            target=self._watch, args=(slot.plan.name, slot.attempt, handle, reader),
             name=f"watch-{slot.plan.name}", daemon=True,
         ).start()
 
-    def _watch(self, name: str, attempt: int, proc: LocalProcess,
+    def _watch(self, name: str, attempt: int, handle: TaskHandle,
                reader: threading.Thread) -> None:
-        code = proc.wait_exit()
-        proc.stop_group(self._plan.grace_period)
-        self._reaper.remove(proc.pgid)  # before reaping: after it the pgid may be reused
-        proc.reap()
-        reader.join(timeout=2.0)
+        code = handle.wait()
+        reader.join(timeout=_READER_JOIN)
+        handle.close()
         self._events.put((name, attempt, code))
 
     def _on_exit(self, name: str, attempt: int, code: int) -> None:
@@ -205,9 +224,11 @@ class Supervisor:
         if slot.plan.task.job == "evaluator":
             self._mux.note(f"shoal | {slot.plan.label} failed; an evaluator does not stop the job")
             return
-        is_primary = slot.plan.task == self._plan.primary
-        job_code = (code if code > 0 else 128 - code) if is_primary else 1
-        self._finish(JobState.FAILED, job_code, f"{slot.plan.label} failed ({detail})")
+        why = f"{slot.plan.label} failed ({detail})"
+        if slot.plan.task == self._plan.primary:
+            self._finish(EndReason.CHIEF_FAILED, why, chief_exit=code)
+        else:
+            self._finish(EndReason.TASK_FAILED, why)
 
     def _check_success(self) -> None:
         chief = self._slots.get("chief.0")
@@ -217,11 +238,11 @@ class Supervisor:
             done = all(s.state is TaskState.SUCCEEDED for s in self._slots.values()
                        if s.plan.task.job == "worker")
         if done:
-            self._finish(JobState.SUCCEEDED, 0, "all training tasks succeeded")
+            self._finish(EndReason.SUCCEEDED, "all training tasks succeeded")
 
     # --- teardown -------------------------------------------------------------------
 
-    def _finish(self, state: JobState, exit_code: int, reason: str) -> None:
+    def _finish(self, reason: EndReason, detail: str, chief_exit: Optional[int] = None) -> None:
         """Stop every task (TERM, grace, KILL), then record the job's end."""
         if self._finishing:
             return
@@ -230,25 +251,25 @@ class Supervisor:
         for slot in self._slots.values():
             if slot.state in (TaskState.PENDING, TaskState.RESTARTING):
                 self._move(slot, TaskState.KILLED, "job stopped before it ran")
-            elif slot.state is TaskState.RUNNING and slot.proc is not None:
+            elif slot.state is TaskState.RUNNING and slot.handle is not None:
                 slot.stopping = True
                 live.append(slot)
         if live:
-            self._mux.note(f"shoal | {self._plan.name}: {reason}; stopping"
+            self._mux.note(f"shoal | {self._plan.name}: {detail}; stopping"
                            f" {', '.join(s.plan.name for s in live)}")
         for slot in live:
-            slot.proc.signal_group(signal.SIGTERM)  # type: ignore[union-attr]
+            slot.handle.signal(signal.SIGTERM)  # type: ignore[union-attr]
         self._drain(self._plan.grace_period)
         for slot in self._slots.values():
-            if slot.state is TaskState.RUNNING and slot.proc is not None:
-                slot.proc.signal_group(signal.SIGKILL)
+            if slot.state is TaskState.RUNNING and slot.handle is not None:
+                slot.handle.signal(signal.SIGKILL)
         self._drain(_KILL_WAIT, force_ok=False)
         for slot in self._slots.values():
             if slot.state is TaskState.RUNNING:
                 log.warning("%s did not exit after SIGKILL", slot.plan.label)
                 self._move(slot, TaskState.KILLED, "did not exit after SIGKILL")
-        self._set_job(state, reason)
-        self._result = JobResult(state, exit_code, reason)
+        self._set_job(reason.state, detail)
+        self._result = JobResult(reason, detail, chief_exit)
 
     def _drain(self, seconds: float, force_ok: bool = True) -> None:
         end = self._clock() + seconds
@@ -259,7 +280,7 @@ class Supervisor:
             if left <= 0:
                 return
             try:
-                event = self._events.get(timeout=min(left, 0.1))
+                event = self._events.get(timeout=min(left, _POLL))
             except queue.Empty:
                 continue
             self._on_exit(*event)
@@ -267,17 +288,18 @@ class Supervisor:
     def _last_resort(self) -> None:
         """On the way out (even by exception): no task process may survive run()."""
         for slot in self._slots.values():
-            if slot.proc is not None and slot.state is TaskState.RUNNING:
-                slot.proc.signal_group(signal.SIGKILL)
+            if slot.handle is not None and slot.state is TaskState.RUNNING:
+                slot.handle.signal(signal.SIGKILL)
 
     # --- state bookkeeping ----------------------------------------------------------
 
-    def _move(self, slot: _Slot, new: TaskState, detail: str, pid: Optional[int] = None) -> None:
+    def _move(self, slot: _Slot, new: TaskState, detail: str,
+              ref: Optional[TaskRef] = None) -> None:
         old = slot.state
         if new not in TASK_TRANSITIONS[old]:
             raise AssertionError(f"{slot.plan.name}: illegal transition {old} -> {new}")
         slot.state = new
-        self._observer.task_changed(slot.plan, old, new, detail, pid, slot.restarts)
+        self._observer.task_changed(slot.plan, old, new, detail, ref, slot.restarts)
 
     def _set_job(self, state: JobState, reason: str) -> None:
         if state not in JOB_TRANSITIONS[self._job_state]:

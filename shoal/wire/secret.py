@@ -10,6 +10,9 @@ Where the secret comes from (first match wins):
 
 Programs resolve it once, at their edge: `shoal.resolve_job_secret(os.environ)`.
 
+A secret file that others may read (any group or other permission bit) is refused, as ssh
+refuses such a private key: fix it with `chmod 600 FILE`.
+
 The secret itself never crosses the network: peers present an HMAC-derived token.
 """
 
@@ -19,6 +22,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -58,10 +62,16 @@ class JobSecret:
 
 def _read_file(path: Path, what: str) -> JobSecret:
     try:
-        value = path.read_bytes().strip()
+        with open(path, "rb") as f:
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+            value = f.read().strip()
     except OSError as e:
         raise SecretError(f"cannot read the job secret file {path} named by {what}: {e.strerror}; "
                           "create it (e.g. `openssl rand -hex 32 > FILE`) or fix the path") from e
+    if mode & 0o077:
+        raise SecretError(f"the job secret file {path} named by {what} can be read or changed by others "
+                          f"(mode {mode:04o}); anyone who reads it can join the job: "
+                          f"chmod 600 {path}")
     return JobSecret(value, f"{what}={path}")
 
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.launch.plan import free_ports  # noqa: F401 (the launcher picks ports the same way)
+from shoal.launch.ports import free_ports  # noqa: F401 (the launcher picks ports the same way)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 from pathlib import Path
 
 from shoal.cli.environment import Environment
@@ -95,13 +96,14 @@ def test_usage_error_exits_2(tmp_path):
 
 def test_tensorboard_without_tensorboard_says_how_to_install_it(tmp_path, monkeypatch):
     from shoal.cli import cmd_tensorboard
+    from shoal.launch.executor_local import LocalExecutor
     from shoal.launch.plan import make_plan
     from shoal.launch.spec import spec_from_dict
 
     shoal = Captured(tmp_path)
     spec = spec_from_dict({"name": "tb", "run": "true", "roles": {"worker": {}}})
-    plan = make_plan(spec, job_id="tb-1", shoal_home=tmp_path / "home", workdir=tmp_path,
-                     python="/py")
+    plan = make_plan(spec, LocalExecutor(python="/py").allocate(spec), job_id="tb-1",
+                     shoal_home=tmp_path / "home", workdir=tmp_path)
     with shoal.env.store() as store:
         store.create_job(plan, 1, 0.0)
     monkeypatch.setattr(cmd_tensorboard.importlib.util, "find_spec", lambda name: None)
@@ -117,6 +119,56 @@ def test_mnist_example_spec_plans_two_ps_and_two_workers(tmp_path):
     assert [line.split()[1] for line in text.splitlines() if line.startswith("# ")] == [
         "mnist.ps.0", "mnist.ps.1", "mnist.worker.0", "mnist.worker.1"]
     assert text.count("examples/mnist_softmax.py --steps 300") == 4
+
+
+def test_dry_run_hides_the_job_secret(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("train", write(tmp_path, GOOD), "--dry-run") == 0
+    text = shoal.out.getvalue()
+    assert text.count("SHOAL_JOB_SECRET='<hidden: fresh per job>'") == 3
+    assert not re.search(r"[0-9a-f]{64}", text)
+
+
+def test_shoal_home_that_is_a_file_is_an_environment_error(tmp_path):
+    shoal = Captured(tmp_path)
+    (tmp_path / "home").write_text("not a directory")
+    assert shoal("status") == ExitCode.ENVIRONMENT
+    err = shoal.err.getvalue()
+    assert err.startswith("shoal status: error: ") and err.count("\n") == 1
+    assert str(tmp_path / "home") in err and "Traceback" not in err
+
+
+def test_output_dir_that_cannot_be_created_is_an_environment_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    for out_dir in (str(tmp_path / "file" / "model"), "/sys/shoal-read-only-test"):
+        shoal = Captured(tmp_path)
+        assert shoal("run", "--output-dir", out_dir, "--", "true") == ExitCode.ENVIRONMENT
+        err = shoal.err.getvalue()
+        assert err.startswith("shoal run: error: ") and err.count("\n") == 1, err
+        assert out_dir.rsplit("/", 1)[0] in err
+
+
+def test_os_and_recursion_errors_escaping_a_command_are_one_line(tmp_path, monkeypatch):
+    from shoal.cli import cmd_status
+
+    for error in (RecursionError("maximum recursion depth exceeded"),
+                  OSError(28, "No space left on device", "/x/jobs.db")):
+        def boom(args, env, error=error):
+            raise error
+
+        monkeypatch.setattr(cmd_status, "run", boom)
+        shoal = Captured(tmp_path)
+        assert shoal("status") == ExitCode.ENVIRONMENT
+        err = shoal.err.getvalue()
+        assert err.startswith("shoal status: error: ") and err.count("\n") == 1, err
+
+
+def test_spec_nested_5000_deep_is_one_clear_line(tmp_path):
+    shoal = Captured(tmp_path)
+    text = "name: j\nroles: {worker: {}}\nrun: " + "[" * 5000 + "]" * 5000 + "\n"
+    assert shoal("train", write(tmp_path, text)) in (ExitCode.SPEC_ERROR, ExitCode.ENVIRONMENT)
+    err = shoal.err.getvalue()
+    assert err.startswith("shoal train: error: ") and err.count("\n") == 1, err[:500]
 
 
 def test_alias_bomb_dry_run_exits_with_spec_error(tmp_path):

@@ -8,14 +8,16 @@ import pytest
 
 from shoal.cluster import parse_tf_config
 from shoal.launch.errors import PlanError
-from shoal.launch.plan import format_plan, make_plan
+from shoal.launch.executor_local import LocalExecutor
+from shoal.launch.plan import HIDDEN_SECRET, format_plan, make_plan
 from shoal.launch.spec import spec_from_dict
 
 
 def plan_of(roles, gpu_count=0, **extra):
     spec = spec_from_dict({"name": "m", "run": "python t.py --lr 0.1", "roles": roles, **extra})
-    return make_plan(spec, job_id="m-1", shoal_home=Path("/h"), workdir=Path("/w"),
-                     python="/py", gpu_count=gpu_count, secret="s" * 64)
+    allocation = LocalExecutor(python="/py", gpu_count=gpu_count).allocate(spec)
+    return make_plan(spec, allocation, job_id="m-1", shoal_home=Path("/h"), workdir=Path("/w"),
+                     secret="s" * 64)
 
 
 def test_plan_gives_each_task_a_distinct_loopback_address_and_its_tf_config():
@@ -77,5 +79,5 @@ def test_dry_run_text_has_one_runnable_line_per_task():
     words = shlex.split(commands[2])
     assert words[:4] == ["cd", "/w", "&&", "env"] and words[-4:] == ["/py", "t.py", "--lr", "0.1"]
     env = dict(w.split("=", 1) for w in words[4:-4])
-    assert env == plan.tasks[2].env_dict
+    assert env == {**plan.tasks[2].env_dict, "SHOAL_JOB_SECRET": HIDDEN_SECRET}
     assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}

@@ -156,10 +156,12 @@ def test_deep_nesting_is_a_spec_error_not_a_recursion_error(tmp_path, opening, c
 def argv_of(spec):
     from pathlib import Path
 
+    from shoal.launch.executor_local import LocalExecutor
     from shoal.launch.plan import make_plan
 
-    plan = make_plan(spec, job_id="x-1", shoal_home=Path("/h"), workdir=Path("/w"),
-                     python="/py", gpu_count=0, secret="s" * 64)
+    allocation = LocalExecutor(python="/py", gpu_count=0).allocate(spec)
+    plan = make_plan(spec, allocation, job_id="x-1", shoal_home=Path("/h"), workdir=Path("/w"),
+                     secret="s" * 64)
     return list(plan.tasks[0].argv)
 
 

@@ -28,3 +28,22 @@ def test_missing_secret_file_names_the_path(tmp_path):
 def test_empty_secret_is_refused():
     with pytest.raises(SecretError, match="empty"):
         resolve_job_secret({"SHOAL_JOB_SECRET": ""})
+
+
+def test_group_or_world_readable_secret_file_is_refused(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text("s3cret")
+    for mode in (0o644, 0o640, 0o604):
+        os.chmod(path, mode)
+        with pytest.raises(SecretError, match=f"chmod 600 {path}"):
+            resolve_job_secret({"SHOAL_JOB_SECRET_FILE": str(path)})
+    os.chmod(path, 0o600)
+    assert resolve_job_secret({"SHOAL_JOB_SECRET_FILE": str(path)}).value == b"s3cret"
+
+
+def test_world_readable_default_secret_file_is_refused(tmp_path):
+    env = {"SHOAL_HOME": str(tmp_path / "home")}
+    resolve_job_secret(env)
+    os.chmod(tmp_path / "home" / "job_secret", 0o644)
+    with pytest.raises(SecretError, match="read or changed by others"):
+        resolve_job_secret(env)

@@ -1,0 +1,77 @@
+"""`Allocation`: where each task of a job runs — host, port, GPUs — and which interpreter
+runs `python` commands. The part of planning that depends on the executor.
+
+Each executor provides `allocate(spec) -> Allocation` (the local one picks free ports on
+127.0.0.1 and counts this host's GPUs); `plan.make_plan` then renders argv, TF_CONFIG and
+the environment from it without any I/O. Pure data and pure helpers here; thread-safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shoal.cluster import TaskId
+from shoal.launch.errors import PlanError
+from shoal.launch.spec import JobSpec
+
+ROLE_ORDER = ("ps", "chief", "worker", "evaluator")
+"""The order tasks are planned and started in."""
+
+
+@dataclass(frozen=True)
+class TaskAllocation:
+    """Where one task runs. `gpus` are the device indexes it gets on its host;
+    `gpu_host` says whether that host has GPUs at all (then a task without any is kept off
+    them with CUDA_VISIBLE_DEVICES="")."""
+
+    task: TaskId
+    host: str
+    port: int
+    gpus: tuple[int, ...] = ()
+    gpu_host: bool = False
+
+    @property
+    def address(self) -> str:
+        """"host:port", as TF_CONFIG lists it."""
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A whole job's placement: its tasks in start order (ps, chief, worker, evaluator),
+    the rendezvous address for PyTorch-style programs, and the Python that runs a command
+    starting with `python`."""
+
+    tasks: tuple[TaskAllocation, ...]
+    master_host: str
+    master_port: int
+    python: str
+
+
+def task_ids(spec: JobSpec) -> list[TaskId]:
+    """Every task of `spec`, in start order."""
+    return [TaskId(job, i) for job in ROLE_ORDER for i in range(spec.count(job))]
+
+
+def assign_gpus(spec: JobSpec, ids: list[TaskId], gpu_count: int) -> dict[TaskId, tuple[int, ...]]:
+    """Distinct GPUs of one host for the tasks that ask for them, in task order; PlanError
+    if the host has none or too few."""
+    wanted = sum(spec.role(t.job).gpus for t in ids)
+    if wanted and gpu_count == 0:
+        roles = sorted({t.job for t in ids if spec.role(t.job).gpus})
+        raise PlanError(
+            f"roles {', '.join(roles)} ask for {wanted} GPU(s) in all, but no NVIDIA GPU was"
+            " found on this host (nvidia-ml-py missing or reports none); set gpus: 0, or"
+            " pip install nvidia-ml-py on a machine with GPUs"
+        )
+    if wanted > gpu_count:
+        raise PlanError(
+            f"the job asks for {wanted} GPUs in all but this host has {gpu_count};"
+            " lower roles.<role>.gpus or the counts"
+        )
+    out, next_gpu = {}, 0
+    for task in ids:
+        n = spec.role(task.job).gpus
+        out[task] = tuple(range(next_gpu, next_gpu + n))
+        next_gpu += n
+    return out

@@ -1,0 +1,85 @@
+"""The schema of the job records (jobs.db), its version, and the migrations that bring an
+older file up to date when a newer shoal opens it.
+
+The version is SQLite's `PRAGMA user_version`. Version 0 is the first, unversioned
+schema; version 1 records each job's executor kind and, per started process, the
+executor's TaskRef (JSON) instead of a bare pid. A migration runs inside one write
+transaction, so two shoal processes opening an old file at once migrate it once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from shoal.launch.errors import WorkspaceError
+from shoal.launch.executor import TaskRef
+
+SCHEMA_VERSION = 1
+
+_JOBS = """CREATE TABLE jobs (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
+  ended REAL, exit_code INTEGER, reason TEXT NOT NULL DEFAULT '',
+  launcher_pid INTEGER, launcher_started REAL, job_dir TEXT NOT NULL,
+  model_dir TEXT NOT NULL, step INTEGER, loss REAL, executor TEXT NOT NULL DEFAULT 'local'
+)"""
+_TASKS = """CREATE TABLE tasks (
+  job_id TEXT NOT NULL, name TEXT NOT NULL, label TEXT NOT NULL, address TEXT NOT NULL,
+  state TEXT NOT NULL, pid INTEGER, restarts INTEGER NOT NULL DEFAULT 0,
+  detail TEXT NOT NULL DEFAULT '', log_path TEXT NOT NULL, position INTEGER NOT NULL,
+  PRIMARY KEY (job_id, name)
+)"""
+_PROCESSES = """CREATE TABLE {name} (
+  job_id TEXT NOT NULL, name TEXT NOT NULL, pid INTEGER, started REAL, ref TEXT NOT NULL
+)"""
+
+
+def ensure_schema(db: sqlite3.Connection, path: object) -> None:
+    """Create the tables in a new file, or migrate an older one to SCHEMA_VERSION.
+    `db` is in autocommit mode (isolation_level=None). Blocks on SQLite's write lock."""
+    if _version(db) == SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = _version(db)  # again, under the lock: another process may have done it
+        if version > SCHEMA_VERSION:
+            raise WorkspaceError(
+                f"the job records {path} were written by a newer shoal (schema {version},"
+                f" this one knows {SCHEMA_VERSION}); use that shoal, or set SHOAL_HOME"
+                " elsewhere"
+            )
+        if version < SCHEMA_VERSION:
+            if _has_table(db, "jobs"):
+                _migrate_0_to_1(db)
+            else:
+                for statement in (_JOBS, _TASKS, _PROCESSES.format(name="processes")):
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _migrate_0_to_1(db: sqlite3.Connection) -> None:
+    """Jobs get an executor column (all old jobs ran locally); processes get a TaskRef
+    and a nullable pid (a task elsewhere may have none), so that table is rebuilt."""
+    db.execute("ALTER TABLE jobs ADD COLUMN executor TEXT NOT NULL DEFAULT 'local'")
+    db.execute(_PROCESSES.format(name="processes_v1"))
+    rows = db.execute("SELECT job_id, name, pid, started FROM processes ORDER BY rowid")
+    db.executemany(
+        "INSERT INTO processes_v1 VALUES (?, ?, ?, ?, ?)",
+        [(job_id, name, pid, started, TaskRef("local", pid=pid, started=started).to_json())
+         for job_id, name, pid, started in rows.fetchall()],
+    )
+    db.execute("DROP TABLE processes")
+    db.execute("ALTER TABLE processes_v1 RENAME TO processes")
+
+
+def _version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _has_table(db: sqlite3.Connection, name: str) -> bool:
+    row = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                     (name,)).fetchone()
+    return row is not None
