@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from shoal.launch.plan import free_ports  # noqa: F401 (the benchmarks import it from here)
+from shoal.launch.ports import free_ports  # noqa: F401 (the benchmarks import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     elif args.dry_run:
         from bench.peers.venv import peers_python as venv_python
         peers_python = str(venv_python())
-    ctx = systems.Context(sys.executable, peers_python, str(default_cache_dir()), plan.max_seconds)
+    ctx = systems.Context(sys.executable, peers_python, str(default_cache_dir(os.environ)), plan.max_seconds)
     if args.dry_run:
         for pairs_model in models:
             for pair in pair_sequence(selected, 0):

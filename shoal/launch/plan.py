@@ -17,7 +17,6 @@ from typing import Optional
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.launch.allocation import ROLE_ORDER, Allocation
-from shoal.launch.ports import free_ports  # noqa: F401  (bench/ imports it from here still)
 from shoal.launch.spec import JobSpec, RestartSpec
 
 PYTHON_NAMES = ("python", "python3")
