@@ -13,6 +13,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from shoal.wire.endpoint import connect_endpoint, is_ipv6
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
+from shoal.wire.limits import ConnectionLimits
 from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Message, decode, encode
 from shoal.wire.secret import USERNAME, JobSecret
@@ -34,10 +35,12 @@ class RpcClient:
     with `wait_all`, which is how a worker talks to every parameter server at once.
     """
 
-    def __init__(self, address: str, secret: JobSecret, peer_name: str, timeout_s: float = 30.0):
+    def __init__(self, address: str, secret: JobSecret, peer_name: str, timeout_s: float = 30.0, *,
+                 limits: ConnectionLimits = ConnectionLimits()):
         self.address = address
         self.peer_name = peer_name
         self.timeout_s = timeout_s
+        self.limits = limits
         self._secret = secret
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
@@ -53,6 +56,7 @@ class RpcClient:
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        self.limits.apply(sock)  # a server that is not ours must not flood us either
         sock.plain_username = USERNAME
         sock.plain_password = self._secret.token()
         sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)

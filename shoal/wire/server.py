@@ -14,6 +14,7 @@ import zmq.auth.thread
 from shoal.errors import ShoalError
 from shoal.wire.endpoint import bind_endpoint, is_ipv6
 from shoal.wire.errors import BindError, ProtocolError
+from shoal.wire.limits import ConnectionLimits
 from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Into, Message, decode, encode
 from shoal.wire.secret import USERNAME, JobSecret
@@ -57,9 +58,10 @@ class RpcServer:
     """
 
     def __init__(self, address: str, secret: JobSecret, handler: Handler, name: str = "server",
-                 into: Into | None = None):
+                 into: Into | None = None, *, limits: ConnectionLimits = ConnectionLimits()):
         self.address = address
         self.name = name
+        self.limits = limits
         self._into = into  # where request tensors may be decoded to (see message.decode)
         self._secret = secret
         self._handler = handler
@@ -76,6 +78,7 @@ class RpcServer:
         self._auth.configure_plain(domain="shoal", passwords={USERNAME.decode(): self._secret.token().decode()})
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        self.limits.apply(sock)
         sock.plain_server = True
         sock.zap_domain = b"shoal"
         if is_ipv6(self.address):
