@@ -49,6 +49,7 @@ class RpcClient:
         self._into: dict[int, Any] = {}
         self._auth_refused = False
         self._lost = False
+        self._up = False  # the current connection finished its handshake
 
     def connect(self) -> None:
         """Open the connection (zmq connects in the background; requests queue until it is up)."""
@@ -63,7 +64,8 @@ class RpcClient:
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         if is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_DISCONNECTED)
+        self._monitor = sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_DISCONNECTED)
         sock.connect(connect_endpoint(self.address))
         self._sock = sock
 
@@ -102,10 +104,17 @@ class RpcClient:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._up = True
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self._auth_refused = True
-            elif event["event"] == zmq.EVENT_DISCONNECTED and self._pending:
-                self._lost = True
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                # Only a connection that was up can have taken a request with it. One dropped
+                # during its handshake (a server shedding unauthenticated connections under
+                # load) delivered nothing: zmq reconnects and sends the queued requests.
+                if self._up and self._pending:
+                    self._lost = True
+                self._up = False
         while True:
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -160,6 +169,7 @@ class RpcClient:
         self._into.clear()
         self._auth_refused = False
         self._lost = False
+        self._up = False
 
     def close(self) -> None:
         """Close the connection. Idempotent."""

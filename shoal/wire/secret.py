@@ -42,6 +42,11 @@ class JobSecret:
         """The credential a task presents to its peers (not the secret itself)."""
         return hmac.new(self.value, _TOKEN_CONTEXT, hashlib.sha256).hexdigest().encode()
 
+    def plain_credentials_ok(self, credentials: list[bytes]) -> bool:
+        """Whether ZAP PLAIN credentials [username, password] are this job's. Constant time."""
+        return (len(credentials) == 2 and credentials[0] == USERNAME
+                and hmac.compare_digest(credentials[1], self.token()))
+
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> "JobSecret":
         """Read the secret as described in the module docstring. May create the default file."""

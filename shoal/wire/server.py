@@ -9,15 +9,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import zmq
-import zmq.auth.thread
 
 from shoal.errors import ShoalError
 from shoal.wire.endpoint import bind_endpoint, is_ipv6
 from shoal.wire.errors import BindError, ProtocolError
-from shoal.wire.limits import ConnectionLimits
+from shoal.wire.gatekeeper import ZAP_DOMAIN, Gatekeeper
+from shoal.wire.limits import ConnectionLimits, raise_open_file_limit
 from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Into, Message, decode, encode
-from shoal.wire.secret import USERNAME, JobSecret
+from shoal.wire.secret import JobSecret
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +66,26 @@ class RpcServer:
         self._secret = secret
         self._handler = handler
         self._ctx: zmq.Context | None = None
-        self._auth: zmq.auth.thread.ThreadAuthenticator | None = None
+        self._gate: Gatekeeper | None = None
         self._sock: zmq.Socket | None = None
 
     def start(self) -> None:
-        """Bind and start authenticating. Raises BindError if the address cannot be used."""
+        """Bind and start authenticating. Raises BindError if the address cannot be used.
+
+        Also raises this process's soft open-file limit to its hard limit (process-wide), so
+        that connections do not run it out of descriptors."""
         keep_freed_memory()
+        raise_open_file_limit()
         self._ctx = zmq.Context()
-        self._auth = zmq.auth.thread.ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
-        self._auth.start()
-        self._auth.configure_plain(domain="shoal", passwords={USERNAME.decode(): self._secret.token().decode()})
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         self.limits.apply(sock)
         sock.plain_server = True
-        sock.zap_domain = b"shoal"
+        sock.zap_domain = ZAP_DOMAIN
         if is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
+        self._gate = Gatekeeper(self._ctx, self.limits, self._check, self.name)
+        self._gate.start(sock)  # before bind: zmq lets everyone in while no ZAP handler listens
         endpoint = bind_endpoint(self.address)
         try:
             sock.bind(endpoint)
@@ -102,6 +105,7 @@ class RpcServer:
         if not self._sock.poll(timeout_ms):
             return False
         frames = self._sock.recv_multipart(copy=False)
+        self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
         peer = frames[0].bytes
         try:
             message = decode(frames[1:], self._into)
@@ -131,6 +135,9 @@ class RpcServer:
     def reply_error(self, request: Request, error: str) -> None:
         self._send(request.peer, {"rid": request.message.rid, "ok": False, "error": error}, None, False)
 
+    def _check(self, mechanism: bytes, credentials: list[bytes]) -> bool:
+        return mechanism == b"PLAIN" and self._secret.plain_credentials_ok(credentials)
+
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
         frames = [peer, *encode(header, tensors)]
         if not track:
@@ -151,9 +158,9 @@ class RpcServer:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
