@@ -15,9 +15,11 @@ from shoal.wire.endpoint import bind_endpoint, is_ipv6
 from shoal.wire.errors import BindError, ProtocolError
 from shoal.wire.gatekeeper import ZAP_DOMAIN, Gatekeeper
 from shoal.wire.limits import ConnectionLimits, raise_open_file_limit
+from shoal.wire.mechanisms import mechanism_for
 from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Into, Message, decode, encode
 from shoal.wire.secret import JobSecret
+from shoal.wire.security import Security
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +50,11 @@ Handler = Callable[[Request], None]
 class RpcServer:
     """Serves requests on one address; only peers holding the job secret get through.
 
-    A peer with the wrong secret is refused during the zmq handshake (ZAP, PLAIN mechanism)
+    A peer with the wrong secret is refused during the zmq handshake (ZAP; PLAIN or CURVE as
+    `security` resolves for the bound address: by default PLAIN on loopback, CURVE otherwise)
     and never reaches the handler; a peer that sends a malformed message gets an error reply.
-    Either way the server keeps serving everyone else.
+    Either way the server keeps serving everyone else. `limits` bound what peers that have not
+    authenticated can cost (shoal/wire/limits.py).
 
     Not thread-safe: `start`, `serve_once`, `reply` and `close` must be called from one
     thread (the serving thread). The handler runs on that thread and must reply to each
@@ -58,16 +62,23 @@ class RpcServer:
     """
 
     def __init__(self, address: str, secret: JobSecret, handler: Handler, name: str = "server",
-                 into: Into | None = None, *, limits: ConnectionLimits = ConnectionLimits()):
+                 into: Into | None = None, *, security: Security = Security.AUTO,
+                 limits: ConnectionLimits = ConnectionLimits()):
         self.address = address
         self.name = name
         self.limits = limits
+        self._requested_security = security
         self._into = into  # where request tensors may be decoded to (see message.decode)
         self._secret = secret
         self._handler = handler
         self._ctx: zmq.Context | None = None
         self._gate: Gatekeeper | None = None
         self._sock: zmq.Socket | None = None
+
+    @property
+    def security(self) -> Security:
+        """The mechanism this server uses: PLAIN or CURVE."""
+        return self._requested_security.resolve(self.address)
 
     def start(self) -> None:
         """Bind and start authenticating. Raises BindError if the address cannot be used.
@@ -80,11 +91,12 @@ class RpcServer:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         self.limits.apply(sock)
-        sock.plain_server = True
+        mechanism = mechanism_for(self._requested_security, self.address, self._secret)
+        mechanism.configure_server(sock)
         sock.zap_domain = ZAP_DOMAIN
         if is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
-        self._gate = Gatekeeper(self._ctx, self.limits, self._check, self.name)
+        self._gate = Gatekeeper(self._ctx, self.limits, mechanism.check, self.name)
         self._gate.start(sock)  # before bind: zmq lets everyone in while no ZAP handler listens
         endpoint = bind_endpoint(self.address)
         try:
@@ -98,7 +110,7 @@ class RpcServer:
             raise BindError(f"{self.name} cannot listen on {self.address} ({endpoint}): {e}; "
                             "use an address of this machine") from e
         self._sock = sock
-        log.debug("%s listening on %s", self.name, endpoint)
+        log.debug("%s listening on %s (%s)", self.name, endpoint, mechanism.security.name)
 
     def serve_once(self, timeout_ms: int) -> bool:
         """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
@@ -134,9 +146,6 @@ class RpcServer:
 
     def reply_error(self, request: Request, error: str) -> None:
         self._send(request.peer, {"rid": request.message.rid, "ok": False, "error": error}, None, False)
-
-    def _check(self, mechanism: bytes, credentials: list[bytes]) -> bool:
-        return mechanism == b"PLAIN" and self._secret.plain_credentials_ok(credentials)
 
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
         frames = [peer, *encode(header, tensors)]
