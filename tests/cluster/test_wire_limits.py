@@ -14,7 +14,7 @@ import pytest
 import shoal
 from shoal.wire import CHUNK_BYTES, JobSecret, RpcClient
 from shoal.wire.limits import ConnectionLimits
-from tests.cluster.ps_process import config_for, grads, secret_of, variables
+from tests.cluster.ps_process import PS_ONLY, config_for, grads, secret_of, variables
 from tests.cluster.zmtp import HalfHandshakes, command_header, greeting, send_until_refused
 
 MiB = 1 << 20
@@ -71,9 +71,10 @@ def test_largest_frames_shoal_sends_pass_the_frame_limit(make_cluster):
     assert echo_works(cluster, nbytes=2 * CHUNK_BYTES + 4)  # two full chunks and a small one, both ways
 
 
-PS_WITH_NOFILE = ("import os, resource, sys, shoal; "
+# The ps program every cluster test runs, after setting its open-file limit from argv.
+PS_WITH_NOFILE = ("import resource, sys; "
                   "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2]))); "
-                  "shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ)).join()")
+                  + PS_ONLY[1])
 
 
 def start_ps_with_nofile(cluster, soft: int, hard: int):

@@ -38,7 +38,8 @@ def main() -> int:
     if args.security is not None:
         from shoal.wire import Security
         kwargs["security"] = Security(args.security)
-    server = RpcServer(args.address, JobSecret.from_environ(os.environ), handle, "echo", **kwargs)
+    secret = JobSecret(os.environ["SHOAL_JOB_SECRET"].encode(), "SHOAL_JOB_SECRET")  # this program's edge
+    server = RpcServer(args.address, secret, handle, "echo", **kwargs)
     server.start()
     print("serving", flush=True)
     while True:
