@@ -13,9 +13,13 @@ from zmq.utils.monitor import recv_monitor_message
 
 from shoal.wire.endpoint import connect_endpoint, is_ipv6
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
+from shoal.wire.limits import ConnectionLimits
+from shoal.wire.mechanisms import Mechanism, mechanism_for
 from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Message, decode, encode
-from shoal.wire.secret import USERNAME, JobSecret
+from shoal.wire.secret import JobSecret
+from shoal.wire.security import Security
+from shoal.wire.watch import EVENTS, ConnectionWatch
 
 log = logging.getLogger(__name__)
 
@@ -30,22 +34,33 @@ HEARTBEAT_TIMEOUT_MS = 10000
 class RpcClient:
     """Sends requests to one server and waits for their replies.
 
+    `security` picks how the connection authenticates (shoal/wire/security.py): by default
+    PLAIN to a loopback address, CURVE (encrypted) otherwise; the server must resolve the same.
+
     Not thread-safe: use one client per thread. Several clients can be awaited together
     with `wait_all`, which is how a worker talks to every parameter server at once.
     """
 
-    def __init__(self, address: str, secret: JobSecret, peer_name: str, timeout_s: float = 30.0):
+    def __init__(self, address: str, secret: JobSecret, peer_name: str, timeout_s: float = 30.0, *,
+                 security: Security = Security.AUTO, limits: ConnectionLimits = ConnectionLimits()):
         self.address = address
         self.peer_name = peer_name
         self.timeout_s = timeout_s
+        self.limits = limits
+        self._requested_security = security
         self._secret = secret
+        self._mechanism: Mechanism | None = None
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
+        self._watch: ConnectionWatch | None = None
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
-        self._auth_refused = False
-        self._lost = False
+
+    @property
+    def security(self) -> Security:
+        """The mechanism this client uses: PLAIN or CURVE."""
+        return self._requested_security.resolve(self.address)
 
     def connect(self) -> None:
         """Open the connection (zmq connects in the background; requests queue until it is up)."""
@@ -53,13 +68,16 @@ class RpcClient:
         ctx = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.plain_username = USERNAME
-        sock.plain_password = self._secret.token()
+        self.limits.apply(sock)  # a server that is not ours must not flood us either
+        if self._mechanism is None:
+            self._mechanism = mechanism_for(self._requested_security, self.address, self._secret)
+        self._mechanism.configure_client(sock)
         sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         if is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_DISCONNECTED)
+        self._monitor = sock.get_monitor_socket(EVENTS)
+        self._watch = ConnectionWatch(self.peer_name, self.address, self._mechanism.security)
         sock.connect(connect_endpoint(self.address))
         self._sock = sock
 
@@ -98,10 +116,7 @@ class RpcClient:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                self._auth_refused = True
-            elif event["event"] == zmq.EVENT_DISCONNECTED and self._pending:
-                self._lost = True
+            self._watch.on_event(event["event"], event["value"], bool(self._pending))
         while True:
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -134,15 +149,14 @@ class RpcClient:
 
     def _fail(self, rid: int, timeout_s: float) -> None:
         op = self._pending.get(rid, "?")
-        refused, lost = self._auth_refused, self._lost
+        refusal = self._watch.refusal if self._watch is not None else None
+        lost = self._watch is not None and self._watch.lost
         self.reset()
-        if lost and not refused:
+        if lost and refusal is None:
             raise PeerLostError(f"lost the connection to {self.peer_name} at {self.address} while it handled "
                                 f"{op!r} (did the task die?)", self.peer_name)
-        if refused:
-            raise AuthRejectedError(
-                f"{self.peer_name} at {self.address} rejected this task's job secret; give every task of the job "
-                "the same SHOAL_JOB_SECRET (or SHOAL_JOB_SECRET_FILE)")
+        if refusal is not None:
+            raise AuthRejectedError(refusal)
         raise PeerTimeoutError(
             f"{self.peer_name} at {self.address} did not answer {op!r} within {timeout_s:.1f}s; check that the "
             "task is running and reachable, or raise the request timeout")
@@ -154,8 +168,6 @@ class RpcClient:
         self._pending.clear()
         self._replies.clear()
         self._into.clear()
-        self._auth_refused = False
-        self._lost = False
 
     def close(self) -> None:
         """Close the connection. Idempotent."""
@@ -166,6 +178,7 @@ class RpcClient:
         if self._monitor is not None:
             self._monitor.close(linger=0)
             self._monitor = None
+        self._watch = None
 
 
 def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float) -> list[Message]:
@@ -190,7 +203,8 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float) -> list
         if not missing:
             return [client._take(rid) for client, rid in pending]
         for client, rid in missing:
-            if client._auth_refused or client._lost:
+            watch = client._watch
+            if watch is not None and (watch.refusal is not None or watch.lost):
                 client._fail(rid, timeout_s)
         remaining = deadline - time.monotonic()
         if remaining <= 0:

@@ -36,6 +36,20 @@ def bind_endpoint(address: str) -> str:
     return f"tcp://{_bracket(host)}:{port}"
 
 
+def is_loopback(address: str) -> bool:
+    """Whether `address` names this machine's loopback: a loopback name, 127.0.0.0/8 or ::1.
+    Decided on the text alone (no name lookup), so both ends of a connection agree."""
+    host, _ = split_address(address)
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
 def is_ipv6(address: str) -> bool:
     host, _ = split_address(address)
     try:

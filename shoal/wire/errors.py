@@ -25,7 +25,8 @@ class PeerLostError(WireError):
 
 
 class AuthRejectedError(WireError):
-    """A peer refused this task's credentials: the two tasks hold different job secrets."""
+    """A peer refused this task's credentials: the two tasks hold different job secrets, or use
+    different security settings (PLAIN vs CURVE). The message says which it looks like."""
 
 
 class RemoteError(WireError):

@@ -64,7 +64,8 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
     """Frames for `header` + `tensors`: bytes for the header, memoryviews (no copy) for tensors.
 
     The caller must not modify the tensors until zmq has sent them (see RpcServer.reply's
-    `track`). Raises ProtocolError for a dtype the format does not carry.
+    `track`). Raises ProtocolError for a dtype the format does not carry, or a header over
+    MAX_HEADER_BYTES.
     """
     frames: list = [b""]
     descriptors = []
@@ -81,6 +82,9 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
         descriptors.append([name, dtype, list(array.shape), nchunks])
     header = dict(header, v=PROTOCOL_VERSION, t=descriptors)
     frames[0] = msgpack.packb(header, use_bin_type=True)
+    if len(frames[0]) > MAX_HEADER_BYTES:  # the peer would refuse it, or zmq drop the connection
+        raise ProtocolError(f"header of {len(frames[0])} bytes exceeds the {MAX_HEADER_BYTES}-byte limit; "
+                            "send fewer names per request or split the request")
     return frames
 
 

@@ -9,14 +9,17 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import zmq
-import zmq.auth.thread
 
 from shoal.errors import ShoalError
 from shoal.wire.endpoint import bind_endpoint, is_ipv6
 from shoal.wire.errors import BindError, ProtocolError
+from shoal.wire.gatekeeper import ZAP_DOMAIN, Gatekeeper
+from shoal.wire.limits import ConnectionLimits, raise_open_file_limit
+from shoal.wire.mechanisms import mechanism_for
 from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Into, Message, decode, encode
-from shoal.wire.secret import USERNAME, JobSecret
+from shoal.wire.secret import JobSecret
+from shoal.wire.security import Security
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +50,11 @@ Handler = Callable[[Request], None]
 class RpcServer:
     """Serves requests on one address; only peers holding the job secret get through.
 
-    A peer with the wrong secret is refused during the zmq handshake (ZAP, PLAIN mechanism)
+    A peer with the wrong secret is refused during the zmq handshake (ZAP; PLAIN or CURVE as
+    `security` resolves for the bound address: by default PLAIN on loopback, CURVE otherwise)
     and never reaches the handler; a peer that sends a malformed message gets an error reply.
-    Either way the server keeps serving everyone else.
+    Either way the server keeps serving everyone else. `limits` bound what peers that have not
+    authenticated can cost (shoal/wire/limits.py).
 
     Not thread-safe: `start`, `serve_once`, `reply` and `close` must be called from one
     thread (the serving thread). The handler runs on that thread and must reply to each
@@ -57,29 +62,42 @@ class RpcServer:
     """
 
     def __init__(self, address: str, secret: JobSecret, handler: Handler, name: str = "server",
-                 into: Into | None = None):
+                 into: Into | None = None, *, security: Security = Security.AUTO,
+                 limits: ConnectionLimits = ConnectionLimits()):
         self.address = address
         self.name = name
+        self.limits = limits
+        self._requested_security = security
         self._into = into  # where request tensors may be decoded to (see message.decode)
         self._secret = secret
         self._handler = handler
         self._ctx: zmq.Context | None = None
-        self._auth: zmq.auth.thread.ThreadAuthenticator | None = None
+        self._gate: Gatekeeper | None = None
         self._sock: zmq.Socket | None = None
 
+    @property
+    def security(self) -> Security:
+        """The mechanism this server uses: PLAIN or CURVE."""
+        return self._requested_security.resolve(self.address)
+
     def start(self) -> None:
-        """Bind and start authenticating. Raises BindError if the address cannot be used."""
+        """Bind and start authenticating. Raises BindError if the address cannot be used.
+
+        Also raises this process's soft open-file limit to its hard limit (process-wide), so
+        that connections do not run it out of descriptors."""
         keep_freed_memory()
+        raise_open_file_limit()
         self._ctx = zmq.Context()
-        self._auth = zmq.auth.thread.ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
-        self._auth.start()
-        self._auth.configure_plain(domain="shoal", passwords={USERNAME.decode(): self._secret.token().decode()})
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.plain_server = True
-        sock.zap_domain = b"shoal"
+        self.limits.apply(sock)
+        mechanism = mechanism_for(self._requested_security, self.address, self._secret)
+        mechanism.configure_server(sock)
+        sock.zap_domain = ZAP_DOMAIN
         if is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
+        self._gate = Gatekeeper(self._ctx, self.limits, mechanism.check, self.name)
+        self._gate.start(sock)  # before bind: zmq lets everyone in while no ZAP handler listens
         endpoint = bind_endpoint(self.address)
         try:
             sock.bind(endpoint)
@@ -92,13 +110,14 @@ class RpcServer:
             raise BindError(f"{self.name} cannot listen on {self.address} ({endpoint}): {e}; "
                             "use an address of this machine") from e
         self._sock = sock
-        log.debug("%s listening on %s", self.name, endpoint)
+        log.debug("%s listening on %s (%s)", self.name, endpoint, mechanism.security.name)
 
     def serve_once(self, timeout_ms: int) -> bool:
         """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
         if not self._sock.poll(timeout_ms):
             return False
         frames = self._sock.recv_multipart(copy=False)
+        self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
         peer = frames[0].bytes
         try:
             message = decode(frames[1:], self._into)
@@ -148,9 +167,9 @@ class RpcServer:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None

@@ -89,3 +89,9 @@ def test_decode_ignores_a_destination_that_does_not_fit(make_wrong):
     assert message.tensors["v"] is not wrong
     np.testing.assert_array_equal(message.tensors["v"], value)
     assert not wrong.any()
+
+
+def test_encode_refuses_a_header_over_the_limit():
+    from shoal.wire.message import MAX_HEADER_BYTES
+    with pytest.raises(ProtocolError, match=f"exceeds the {MAX_HEADER_BYTES}-byte limit"):
+        encode({"rid": 1, "names": ["x" * 100] * (MAX_HEADER_BYTES // 100)})

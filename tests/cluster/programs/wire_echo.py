@@ -1,0 +1,50 @@
+"""A bare RpcServer that answers each request with the request's own tensors: the peer that
+transport tests attack and talk to.
+
+    python tests/cluster/programs/wire_echo.py ADDRESS [--security auto|plain|curve]
+                                               [--nofile SOFT HARD]
+
+The job secret comes from SHOAL_JOB_SECRET. `--nofile` sets this process's open-file limit
+before the server starts (as a shell's `ulimit -n` would). Prints `serving` once bound and
+`handled <op>` for every request the handler receives, so a test can tell whether anything got
+through. Runs until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+
+from shoal.wire import JobSecret, Request, RpcServer
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("address")
+    parser.add_argument("--security", default=None, choices=["auto", "plain", "curve"])
+    parser.add_argument("--nofile", nargs=2, type=int, metavar=("SOFT", "HARD"))
+    args = parser.parse_args()
+    if args.nofile:
+        resource.setrlimit(resource.RLIMIT_NOFILE, tuple(args.nofile))
+    server: RpcServer
+
+    def handle(request: Request) -> None:
+        print(f"handled {request.op}", flush=True)
+        server.reply(request, {"echo": request.op}, dict(request.tensors))
+
+    kwargs = {}
+    if args.security is not None:
+        from shoal.wire import Security
+        kwargs["security"] = Security(args.security)
+    secret = JobSecret(os.environ["SHOAL_JOB_SECRET"].encode(), "SHOAL_JOB_SECRET")  # this program's edge
+    server = RpcServer(args.address, secret, handle, "echo", **kwargs)
+    server.start()
+    print("serving", flush=True)
+    while True:
+        server.serve_once(100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
