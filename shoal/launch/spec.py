@@ -30,6 +30,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ByteSize, Conf
 
 from shoal.cluster import JOBS
 from shoal.launch.errors import SpecError
+from shoal.launch.hosts import Host, host_name_problem
 from shoal.launch.template import dotted, parse_overrides, render_tree
 
 _DURATION_RE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*")
@@ -100,12 +101,30 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _host_name(value: Any) -> str:
+    problem = host_name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+HostName = Annotated[str, AfterValidator(_host_name)]
+
+
+class HostSpec(_Frozen):
+    """One host of `hosts:`: an ssh destination, and at most `slots` training tasks on it."""
+
+    name: HostName
+    slots: Optional[int] = Field(None, ge=1)
+
+
 class RoleSpec(_Frozen):
     """One role (chief, worker, ps, evaluator): how many tasks and what each gets.
 
     `cpus` sets OMP_NUM_THREADS for local runs; `memory` is recorded and shown by
     `shoal monitor` (not enforced locally); `gpus` per task become CUDA_VISIBLE_DEVICES.
-    `run` overrides the job's command for this role.
+    `run` overrides the job's command for this role; `hosts` pins its tasks to some of the
+    job's hosts.
     """
 
     count: int = Field(1, ge=0)
@@ -114,6 +133,7 @@ class RoleSpec(_Frozen):
     gpus: int = Field(0, ge=0)
     env: dict[str, str] = Field(default_factory=dict)
     run: Optional[Union[str, list[str]]] = None
+    hosts: Optional[list[HostName]] = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -153,6 +173,15 @@ class JobSpec(_Frozen):
     restart: RestartSpec = Field(default_factory=RestartSpec)
     deadline: Optional[float] = None
     grace_period: float = 5.0
+    hosts: list[HostSpec] = Field(default_factory=list)
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _hosts(cls, value: Any) -> Any:
+        """A host is a name, or {name, slots}."""
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
 
     @field_validator("run")
     @classmethod
@@ -180,6 +209,14 @@ class JobSpec(_Frozen):
                 "the job has no chief and no worker; add e.g. roles: {worker: {count: 1}}"
             )
         return self
+
+    def host_list(self) -> tuple[Host, ...]:
+        """The job's hosts (empty: this machine)."""
+        return tuple(Host(h.name, h.slots) for h in self.hosts)
+
+    def pinned_hosts(self) -> dict[str, list[str]]:
+        """Role -> the hosts its tasks are pinned to, for the roles that pin any."""
+        return {job: list(role.hosts) for job, role in self.roles.items() if role.hosts}
 
     def role(self, job: str) -> RoleSpec:
         """The RoleSpec of `job`, or a zero-count one if the spec has none."""
