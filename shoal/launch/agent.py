@@ -7,15 +7,28 @@ other program takes them meanwhile), starts each task in its own process group w
 environment the launcher sent (the job secret travels there, never in argv), streams the
 tasks' output lines back, reports exits and resource use, and stops every group it started
 when told to or when its stdin closes: the launcher died or the ssh connection dropped.
-Tasks also get SIGKILL from the kernel if the agent itself dies (parent-death signal).
+Tasks also get SIGKILL from the kernel if the agent itself dies (parent-death signal); SIGTERM
+or SIGHUP to the agent stop every group first, as a closed stdin does.
+
+With `--heartbeat S` the agent says `heartbeat` at least once a second and expects a line from
+the launcher at least every S seconds; after S seconds of silence (the launcher's host vanished
+from the network, no FIN ever came) it stops every group and exits, so a host cut off from its
+launcher does not keep the job's tasks running.
+
+One-shot mode, for checks from any process: `python -m shoal.launch.agent --find JOB_ID [--kill]
+[--usage S]` prints one JSON line listing this host's processes of job JOB_ID (those whose
+environment holds SHOAL_JOB_ID=JOB_ID, see job_processes.py), kills them with --kill (then
+lists what survived), measures them over S seconds with --usage, and exits.
 
 Standard library and psutil only, and nothing of Shoal's runtime, so it starts fast on a host.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import importlib.metadata
+import json
 import os
 import signal
 import socket
@@ -23,10 +36,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any
+from collections.abc import Mapping
+from typing import IO, Any, Optional
 
 import psutil
 
+from shoal.launch import job_processes
 from shoal.launch.agent_protocol import (LAUNCHER_TYPES, AgentProtocolError, decode, encode, field, line_text)
 
 _PR_SET_PDEATHSIG = 1
@@ -51,9 +66,10 @@ class Agent:
     the parent-death signal needs); each task has a reader and a waiter thread. `send` is
     thread-safe."""
 
-    def __init__(self, out: IO[bytes], host: str):
+    def __init__(self, out: IO[bytes], host: str, base_env: Optional[Mapping[str, str]] = None):
         self._out = out
         self._host = host
+        self._base_env = dict(base_env or {})
         self._lock = threading.Lock()
         self._held: dict[int, socket.socket] = {}
         self._tasks: dict[str, subprocess.Popen] = {}
@@ -74,8 +90,11 @@ class Agent:
     def handle(self, message: dict[str, Any]) -> bool:
         """Run one command; returns False when the agent should exit."""
         kind = message["type"]
-        if kind == "bind":
-            self._bind(field(message, "count", int), message.get("interface") or "0.0.0.0")
+        if kind == "heartbeat":
+            pass  # any line counts as one (main's watchdog)
+        elif kind == "bind":
+            self._bind(field(message, "count", int), message.get("interface") or "0.0.0.0",
+                       bool(message.get("gpus")))
         elif kind == "start":
             self._start(message)
         elif kind == "signal":
@@ -87,7 +106,7 @@ class Agent:
             return False
         return True
 
-    def _bind(self, count: int, interface: str) -> None:
+    def _bind(self, count: int, interface: str, gpus: bool) -> None:
         if not 0 < count <= 1024:
             raise AgentProtocolError(f"bind message: count must be 1..1024, got {count}")
         ports = []
@@ -97,12 +116,18 @@ class Agent:
             port = sock.getsockname()[1]
             self._held[port] = sock
             ports.append(port)
-        self.send({"type": "ports", "ports": ports})
+        reply: dict[str, Any] = {"type": "ports", "ports": ports}
+        if gpus:
+            from shoal.launch.nvml import gpu_count  # nvidia-ml-py only when GPUs are wanted
+            reply["gpus"] = gpu_count()
+        self.send(reply)
 
     def _start(self, message: dict[str, Any]) -> None:
         name = field(message, "task", str)
         argv = field(message, "argv", list)
         env = field(message, "env", dict)
+        if message.get("inherit"):  # the agent's own (login) environment, under the launcher's variables
+            env = {**self._base_env, **env}
         if name in self._tasks and self._tasks[name].poll() is None:
             raise AgentProtocolError(f"task {name} is already running")
         port = message.get("port")
@@ -168,7 +193,8 @@ class Agent:
 
     def stop_all(self, grace: float) -> None:
         """TERM every task's group, KILL what is left after `grace` seconds. Blocks."""
-        live = [p for p in self._tasks.values() if p.poll() is None or _group_alive(p.pid)]
+        tasks = list(self._tasks.values())  # the heartbeat watchdog may call this beside the main thread
+        live = [p for p in tasks if p.poll() is None or _group_alive(p.pid)]
         for proc in live:
             _killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -176,16 +202,17 @@ class Agent:
             time.sleep(0.05)
         for proc in live:
             _killpg(proc.pid, signal.SIGKILL)
-        for proc in self._tasks.values():
+        for proc in tasks:
             try:
                 proc.wait(5.0)
             except subprocess.TimeoutExpired:
                 pass
-        for sock in self._held.values():
+        for sock in list(self._held.values()):
             sock.close()
         self._held.clear()
-        for thread in self._threads:
-            thread.join(2.0)
+        deadline = time.monotonic() + _STOP_GRACE_S  # a relay blocked on a dead link must not hold us
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class _NoMem:
@@ -241,12 +268,68 @@ def _host_address(environ) -> str:
     return connection[2] if len(connection) == 4 else socket.gethostname()
 
 
-def main() -> int:
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds main, whose `finally` stops every group
+
+
+def _watch_heartbeat(agent: Agent, timeout: float, last_line: list[float]) -> None:
+    """Say `heartbeat` at least once a second; after `timeout` s without a line from the launcher,
+    stop every group and exit (the main thread may sit in a read that never returns)."""
+    every = min(1.0, timeout / 4)
+    while True:
+        time.sleep(every)
+        if time.monotonic() - last_line[0] > timeout:
+            agent.stop_all(_STOP_GRACE_S)
+            os._exit(3)
+        agent.send({"type": "heartbeat"})
+
+
+def _one_shot(args: argparse.Namespace) -> int:
+    if args.kill:
+        found, left = job_processes.kill(args.find)
+        report = {"processes": [p.as_json() for p in found], "survivors": [p.as_json() for p in left]}
+    else:
+        found = job_processes.find(args.find)
+        if args.usage is not None:
+            found = job_processes.measure(found, args.usage)
+        report = {"processes": [p.as_json() for p in found]}
+    if args.usage is not None:
+        from shoal.launch.nvml import gpu_usage  # nvidia-ml-py, when it is installed
+        report["mem_total"] = psutil.virtual_memory().total
+        report["gpus"] = gpu_usage()
+    report["host"] = socket.gethostname()
+    sys.stdout.write(json.dumps(report) + "\n")
+    return 0
+
+
+def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m shoal.launch.agent",
+                                     description="Shoal's host agent (spoken to over stdin and stdout).")
+    parser.add_argument("--heartbeat", type=float, default=None, metavar="S",
+                        help="exit, stopping every task, after S seconds without a line from the launcher")
+    parser.add_argument("--find", metavar="JOB_ID", help="one shot: list this host's processes of the job")
+    parser.add_argument("--kill", action="store_true", help="with --find: SIGKILL them, list survivors")
+    parser.add_argument("--usage", type=float, default=None, metavar="S",
+                        help="with --find: measure CPU and memory over S seconds")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = _parse(argv)
+    if args.find:
+        return _one_shot(args)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it, not us
-    agent = Agent(sys.stdout.buffer, _host_address(os.environ))
-    agent.hello()
+    agent = Agent(sys.stdout.buffer, _host_address(os.environ), os.environ)
+    last_line = [time.monotonic()]
     try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _exit_on_signal)
+        agent.hello()
+        if args.heartbeat:
+            threading.Thread(target=_watch_heartbeat, args=(agent, args.heartbeat, last_line), daemon=True,
+                             name="heartbeat").start()
         for line in sys.stdin.buffer:
+            last_line[0] = time.monotonic()
             if not line.strip():
                 continue
             try:
@@ -255,6 +338,8 @@ def main() -> int:
             except (AgentProtocolError, OSError) as e:
                 agent.send({"type": "error", "message": str(e)})
     finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second one must not cut the stop short
         agent.stop_all(_STOP_GRACE_S)
     return 0
 

@@ -163,3 +163,28 @@ def test_task_dies_when_its_agent_is_killed(agent):
     os.kill(a.proc.pid, signal.SIGKILL)  # only the agent: no cleanup code of its own runs
     a.proc.wait(10)
     task.wait(10)  # raises TimeoutExpired if the task outlived its agent
+
+
+def test_sigterm_to_the_agent_stops_every_group_grandchildren_included(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]},
+           argv=["sh", "-c", "sleep 300 & sleep 300 & echo up; wait"])
+    pid = a.expect("started", task="worker.0")["pid"]
+    a.expect("output", task="worker.0")
+    group = [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
+    try:
+        assert len(group) == 3
+        os.kill(a.proc.pid, signal.SIGTERM)  # sshd, or an admin, ends the agent
+        a.proc.wait(15)
+        gone, alive = psutil.wait_procs(group, timeout=10)
+        assert not alive
+    finally:
+        _killpg_quietly(pid)
+
+
+def _killpg_quietly(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
