@@ -4,22 +4,29 @@ is the ssh channel itself, so what travels here (a task's environment, the job s
 never appears on a command line.
 
 Launcher -> agent:
-    {"type": "bind", "count": N, "interface": "0.0.0.0"}   bind N ports and hold them
+    {"type": "bind", "count": N, "interface": "0.0.0.0", "gpus": BOOL}
+                                                            bind N ports and hold them (and count
+                                                            this host's GPUs when "gpus" is true)
     {"type": "start", "task": NAME, "argv": [...], "env": {...}, "cwd": DIR, "port": P | null,
-     "log": PATH | null}                                    release port P, start the task
+     "inherit": BOOL}                                       release port P, start the task; with
+                                                            "inherit" its environment is the
+                                                            agent's (the login one) under "env"
     {"type": "signal", "task": NAME, "signal": N}           signal the task's process group
     {"type": "sample", "interval": S}                       CPU and memory of every task
     {"type": "stop", "grace": S}                            TERM every group, KILL after S, exit
+    {"type": "heartbeat"}                                   nothing; with --heartbeat S, the agent
+                                                            stops everything after S s of silence
     (end of input)                                          the same as stop, grace 2 s
 
 Agent -> launcher:
     {"type": "hello", "version": V, "python": PATH, "host": ADDRESS, "pid": PID}   first line
-    {"type": "ports", "ports": [...]}
+    {"type": "ports", "ports": [...], "gpus": N}             "gpus" only when asked for
     {"type": "started", "task": NAME, "pid": PID, "started": CREATE_TIME}
     {"type": "output", "task": NAME, "data": TEXT}           the task's next output bytes (<= 64 KiB)
     {"type": "exit", "task": NAME, "code": CODE}             after its group is gone
     {"type": "usage", "tasks": {NAME: {"cpu": %, "rss": BYTES, "mem_total": BYTES}}}
     {"type": "error", "message": TEXT}                       a command that could not be done
+    {"type": "heartbeat"}                                    with --heartbeat: at least once a second
 
 Output bytes are decoded as UTF-8 with surrogateescape, so any bytes survive the trip
 (`line_bytes` restores them). Pure: no I/O here; thread-safe.
@@ -35,8 +42,8 @@ from shoal.launch.errors import LaunchError
 MAX_MESSAGE = 1 << 20
 """The longest line either side accepts (64 KiB of output escapes to at most 384 KiB)."""
 
-LAUNCHER_TYPES = frozenset({"bind", "start", "signal", "sample", "stop"})
-AGENT_TYPES = frozenset({"hello", "ports", "started", "output", "exit", "usage", "error"})
+LAUNCHER_TYPES = frozenset({"bind", "start", "signal", "sample", "stop", "heartbeat"})
+AGENT_TYPES = frozenset({"hello", "ports", "started", "output", "exit", "usage", "error", "heartbeat"})
 
 
 class AgentProtocolError(LaunchError):

@@ -21,8 +21,8 @@ SECRET = "f00dfeed" * 8
 
 
 class AgentUnderTest:
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "shoal.launch.agent"], stdin=subprocess.PIPE,
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, "-m", "shoal.launch.agent", *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, start_new_session=True)
         self.messages: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -59,8 +59,8 @@ class AgentUnderTest:
 def agent():
     started = []
 
-    def make():
-        started.append(AgentUnderTest())
+    def make(*args):
+        started.append(AgentUnderTest(*args))
         return started[-1]
 
     yield make
@@ -188,3 +188,92 @@ def _killpg_quietly(pgid):
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def test_agent_stops_its_tasks_and_exits_after_heartbeat_silence(agent):
+    a = agent("--heartbeat", "1.5")
+    a.expect("hello")
+    a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]},
+           argv=["sh", "-c", "sleep 300 & echo up; wait"])
+    pid = a.expect("started", task="worker.0")["pid"]
+    a.expect("output", task="worker.0")
+    group = [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
+    try:
+        assert len(group) == 2
+        a.expect("heartbeat")  # it says it is alive while we say nothing ...
+        assert a.proc.wait(15) != 0  # ... and gives up on us (stdin still open)
+        gone, alive = psutil.wait_procs(group, timeout=10)
+        assert not alive
+    finally:
+        _killpg_quietly(pid)
+
+
+def test_heartbeats_from_the_launcher_keep_the_agent_running(agent):
+    a = agent("--heartbeat", "1.0")
+    a.expect("hello")
+    for _ in range(8):
+        a.send(type="heartbeat")
+        time.sleep(0.25)
+    assert a.proc.poll() is None
+
+
+def test_inherit_gives_the_task_the_agents_environment_under_the_launchers(agent):
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.0", inherit=True, env={"SHOAL_TASK": "worker:0", "HOME": "/nowhere"},
+           argv=task_program("import os; print(os.environ['SHOAL_TASK'], os.environ['HOME'], 'PATH' in os.environ)"))
+    assert a.expect("exit", task="worker.0")["code"] == 0
+    assert a.output["worker.0"] == b"worker:0 /nowhere True\n"
+
+
+def find_job(*args):
+    out = subprocess.run([sys.executable, "-m", "shoal.launch.agent", "--find", *args], capture_output=True,
+                         timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
+def test_find_lists_the_jobs_processes_by_environment_even_after_setsid_and_kill_ends_them():
+    job = f"probe-{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(os.environ, SHOAL_JOB_ID=job, SHOAL_TASK="worker:3")
+    # A task whose child left the task's session (setsid): no group signal reaches it.
+    task = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                             "subprocess.Popen(['setsid', 'sleep', '300']); print('up', flush=True); time.sleep(300)"],
+                            env=env, stdout=subprocess.PIPE, start_new_session=True)
+    other = subprocess.Popen(["sleep", "300"], env=dict(os.environ, SHOAL_JOB_ID=job + "-other"),
+                             start_new_session=True)
+    try:
+        assert task.stdout.readline() == b"up\n"
+        deadline = time.monotonic() + 10
+        while len(found := find_job(job)["processes"]) < 2:
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        assert {p["task"] for p in found} == {"worker:3"}
+        assert task.pid in {p["pid"] for p in found} and other.pid not in {p["pid"] for p in found}
+        assert any(p["pgid"] != task.pid and "sleep 300" in p["command"] for p in found)
+        report = find_job(job, "--kill")
+        assert {p["pid"] for p in report["processes"]} == {p["pid"] for p in found}
+        assert report["survivors"] == []
+        assert find_job(job)["processes"] == []
+        assert other.poll() is None
+    finally:
+        for proc in (task, other):
+            _killpg_quietly(proc.pid)
+            proc.wait(10)
+        for p in find_job(job, "--kill")["processes"]:
+            _killpg_quietly(p["pgid"])
+
+
+def test_find_with_usage_measures_cpu_and_memory():
+    job = f"probe-{os.getpid()}-{time.monotonic_ns()}"
+    task = subprocess.Popen([sys.executable, "-c", "x = bytearray(40_000_000); print('up', flush=True); "
+                             "import time; time.sleep(300)"], env=dict(os.environ, SHOAL_JOB_ID=job),
+                            stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert task.stdout.readline() == b"up\n"
+        report = find_job(job, "--usage", "0.2")
+        [proc] = report["processes"]
+        assert proc["pid"] == task.pid and proc["rss"] > 40_000_000 and proc["cpu"] >= 0
+        assert report["mem_total"] > proc["rss"]
+    finally:
+        _killpg_quietly(task.pid)
+        task.wait(10)
