@@ -2,10 +2,17 @@
 through a command that runs it there (`ssh HOST python -m shoal.launch.agent`, or an `srun`
 step), and `AgentTask`, one task started through it (an executor.TaskHandle).
 
-The command runs in its own session and dies with the launcher (parent-death signal): when it
-goes, the agent's stdin closes and the agent stops every task it started. One reader thread
-per connection routes the agent's messages: output and exits to their task, answers to the
-one request waiting for them. Requests are serialized by a lock; every wait is bounded.
+The command runs in its own session and dies with the launcher (parent-death signal, tied to the
+thread that calls `launch`/`open`: call it from one that outlives the job): when it goes, the
+agent's stdin closes and the agent stops every task it started. One reader thread per connection
+routes the agent's messages: output and exits to their task, answers to the one request waiting
+for them. Requests are serialized by a lock, writes by another; every wait is bounded.
+
+With `heartbeat=S` both ends watch the line: the agent (`--heartbeat S` in its command) says
+`heartbeat` every second and a keepalive thread here does the same; after S seconds without a
+line from the agent the connection counts as lost (a host that vanished from the network sends
+no FIN, so ssh itself would wait for minutes): the command is killed, and every task on it ends
+with LOST after a last output line that says why. The agent, hearing nothing, stops its tasks.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from shoal.launch.agent_protocol import AGENT_TYPES, AgentProtocolError, decode, encode, line_bytes
 from shoal.launch.errors import LaunchError, StartError
@@ -46,65 +54,109 @@ class AgentHello:
     pid: int
 
 
-def _die_with_launcher() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+@dataclass(frozen=True)
+class Bound:
+    """Ports an agent holds for the job, and its host's GPU count when it was asked for."""
+
+    ports: tuple[int, ...]
+    gpus: Optional[int] = None
+
+
+def _die_with_launcher(launcher_pid: int):
+    """preexec_fn: SIGKILL the command when the launcher's thread that started it ends."""
+    def setup() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
+            os._exit(1)
+    return setup
 
 
 class AgentConnection:
-    """One agent. The constructor does no I/O; `open` starts `argv` and waits for the agent's
-    hello; `close` stops every task and the agent (idempotent). Thread-safe."""
+    """One agent. The constructor does no I/O; `launch` starts `argv` (non-blocking) and `ready`
+    waits for the agent's hello (`open` does both); `close` stops every task and the agent
+    (idempotent). Thread-safe, but `launch` must run on a thread that outlives the job."""
 
-    def __init__(self, argv: Sequence[str], name: str, kind: str, *, env: Optional[Mapping[str, str]] = None):
+    def __init__(self, argv: Sequence[str], name: str, kind: str, *, env: Optional[Mapping[str, str]] = None,
+                 heartbeat: Optional[float] = None):
         self.name = name
         self._argv = list(argv)
         self._kind = kind
         self._env = dict(env) if env is not None else None
+        self._heartbeat = heartbeat
         self._proc: Optional[subprocess.Popen] = None
         self._replies: queue.Queue = queue.Queue()
         self._request_lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self._tasks: dict[str, AgentTask] = {}
         self._tasks_lock = threading.Lock()
         self._reader: Optional[threading.Thread] = None
         self._stderr: list[bytes] = []
+        self._stderr_done = threading.Event()
+        self._last_heard = time.monotonic()
+        self._closing = threading.Event()
+        self.lost: Optional[str] = None
+        """Why the connection was given up (no heartbeat), None while it was not."""
         self.hello: Optional[AgentHello] = None
 
-    def open(self, timeout: float) -> AgentHello:
-        """Start the agent and wait for its hello. AgentError (with what the command printed
-        on stderr) if it does not come within `timeout`."""
+    def launch(self) -> None:
+        """Start the command; does not wait. Call it from a thread that outlives the job."""
+        if self._proc is not None:
+            return
+        self._last_heard = time.monotonic()
         self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, env=self._env, start_new_session=True,
-                                      preexec_fn=_die_with_launcher)
+                                      preexec_fn=_die_with_launcher(os.getpid()))
         threading.Thread(target=self._read_stderr, daemon=True, name=f"agent-err-{self.name}").start()
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{self.name}")
         self._reader.start()
+
+    def ready(self, timeout: float) -> AgentHello:
+        """Wait for the agent's hello; AgentError (with what the command printed on stderr) if it
+        does not come within `timeout` seconds or the command exits. Blocks."""
         message = self._reply("hello", timeout)
         self.hello = AgentHello(str(message.get("version")), str(message.get("python")), str(message.get("host")),
                                 int(message.get("pid") or 0))
+        if self._heartbeat:
+            threading.Thread(target=self._keepalive, daemon=True, name=f"agent-beat-{self.name}").start()
         return self.hello
 
-    def bind(self, count: int, interface: str, timeout: float) -> list[int]:
-        """Have the agent bind and hold `count` ports; returns them."""
+    def open(self, timeout: float) -> AgentHello:
+        """`launch`, then `ready(timeout)`."""
+        self.launch()
+        return self.ready(timeout)
+
+    def bind(self, count: int, interface: str, timeout: float, gpus: bool = False) -> Bound:
+        """Have the agent bind and hold `count` ports on `interface` (and count its GPUs)."""
         with self._request_lock:
-            self._send({"type": "bind", "count": count, "interface": interface})
-            return [int(p) for p in self._reply("ports", timeout)["ports"]]
+            self._send({"type": "bind", "count": count, "interface": interface, "gpus": gpus})
+            reply = self._reply("ports", timeout)
+        return Bound(tuple(int(p) for p in reply["ports"]), int(reply["gpus"]) if "gpus" in reply else None)
 
     def start(self, task: str, argv: Sequence[str], env: Mapping[str, str], cwd: str, port: Optional[int],
-              timeout: float) -> "AgentTask":
-        """Start a task through the agent; StartError if its program cannot be run there."""
+              timeout: float, *, inherit_env: bool = False,
+              extra: Sequence[tuple[str, str]] = ()) -> "AgentTask":
+        """Start a task through the agent; StartError if its program cannot be run there, AgentError
+        if the agent does not answer. `inherit_env`: the task gets the agent's environment under
+        `env`. `extra` goes into the task's TaskRef."""
         handle = AgentTask(self, task)
         with self._tasks_lock:
             self._tasks[task] = handle
-        with self._request_lock:
-            self._send({"type": "start", "task": task, "argv": list(argv), "env": dict(env), "cwd": cwd,
-                        "port": port})
-            message = self._reply(("started", "exit"), timeout, task=task)
+        try:
+            with self._request_lock:
+                self._send({"type": "start", "task": task, "argv": list(argv), "env": dict(env), "cwd": cwd,
+                            "port": port, "inherit": inherit_env})
+                message = self._reply(("started", "exit"), timeout, task=task)
+        except AgentError:
+            handle._exited(LOST)
+            raise
         if message["type"] == "exit":
             raise StartError(f"{task} on {self.name}: {message.get('error') or 'could not start'}")
         handle.ref = TaskRef(self._kind, pid=int(message["pid"]), started=message.get("started"), host=self.name,
-                             extra=(("agent_pid", str(self.hello.pid if self.hello else 0)),))
+                             extra=tuple(sorted({"agent_pid": str(self.hello.pid if self.hello else 0),
+                                                 **dict(extra)}.items())))
         return handle
 
     def signal(self, task: str, sig: int) -> None:
@@ -119,10 +171,12 @@ class AgentConnection:
     def close(self, grace: float = 2.0, timeout: float = 15.0) -> None:
         """Stop every task (TERM, `grace`, KILL) and the agent. Idempotent; blocks up to
         `timeout` seconds, then kills the command."""
+        self._closing.set()
         proc = self._proc
         if proc is None:
             return
-        self._send({"type": "stop", "grace": grace})
+        if proc.poll() is None:
+            self._send({"type": "stop", "grace": grace})
         try:
             proc.stdin.close()
         except OSError:
@@ -137,7 +191,19 @@ class AgentConnection:
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        """Whether the command runs and the connection was not given up."""
+        return self._proc is not None and self._proc.poll() is None and self.lost is None
+
+    @property
+    def returncode(self) -> Optional[int]:
+        """The command's exit code once it exited (ssh: 255 for its own errors)."""
+        return None if self._proc is None else self._proc.poll()
+
+    def stderr_text(self, wait: float = 0.0) -> str:
+        """What the command printed on stderr (its first 20 lines); waits up to `wait` s for
+        the stream to end."""
+        self._stderr_done.wait(wait)
+        return b"".join(self._stderr).decode(errors="replace").strip()
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -146,17 +212,19 @@ class AgentConnection:
         if proc is None or proc.stdin is None:
             raise AgentError(f"the agent on {self.name} is not running")
         try:
-            proc.stdin.write(encode(message))
-            proc.stdin.flush()
+            with self._send_lock:
+                proc.stdin.write(encode(message))
+                proc.stdin.flush()
         except (BrokenPipeError, ValueError, OSError) as e:
-            if message["type"] != "stop":
+            if message["type"] not in ("stop", "heartbeat"):
                 raise AgentError(f"lost the connection to the agent on {self.name}{self._why()}") from e
 
-    def _reply(self, kinds, timeout: float, **match) -> dict[str, Any]:
+    def _reply(self, kinds: Union[str, Sequence[str]], timeout: float, **match: Any) -> dict[str, Any]:
         kinds = (kinds,) if isinstance(kinds, str) else kinds
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                message = self._replies.get(timeout=timeout)
+                message = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise AgentError(f"the agent on {self.name} did not answer within {timeout:g}s{self._why()}") from None
             if message is _END:
@@ -170,11 +238,14 @@ class AgentConnection:
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:
+            self._last_heard = time.monotonic()
             try:
                 message = decode(line, AGENT_TYPES)
             except AgentProtocolError:
                 continue  # e.g. a login banner; the agent's own lines are always JSON
             kind, task = message["type"], self._tasks.get(message.get("task", ""))
+            if kind == "heartbeat":
+                continue
             if kind == "output" and task is not None:
                 task._chunks.put(line_bytes(str(message.get("data", ""))))
             elif kind == "exit" and task is not None and task._started:
@@ -186,14 +257,31 @@ class AgentConnection:
         self._replies.put(_END)
         with self._tasks_lock:
             tasks = list(self._tasks.values())
-        for task in tasks:
-            task._exited(LOST)  # no-op for those that already ended
+        if not self._closing.is_set():
+            self._stderr_done.wait(1.0)
+        why = self.lost or self._why().lstrip(": ") or "the agent's connection closed"
+        for task in tasks:  # no-op for those that already ended
+            task._exited(LOST, f"shoal: lost the agent on {self.name} ({why}); the task counts as failed\n")
 
     def _read_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
         for line in self._proc.stderr:
             if len(self._stderr) < 20:
                 self._stderr.append(line)
+        self._stderr_done.set()
+
+    def _keepalive(self) -> None:
+        """Say `heartbeat` every second (or every S/4); give the connection up after S seconds
+        without a line from the agent."""
+        assert self._heartbeat and self._proc is not None
+        every = min(1.0, self._heartbeat / 4)
+        while not self._closing.wait(every) and self._proc.poll() is None:
+            silent = time.monotonic() - self._last_heard
+            if silent > self._heartbeat:
+                self.lost = f"no heartbeat for {silent:.0f}s"
+                _killpg(self._proc.pid, signal.SIGKILL)
+                return
+            self._send({"type": "heartbeat"})
 
     def _why(self) -> str:
         text = b"".join(self._stderr).decode(errors="replace").strip()
@@ -211,11 +299,16 @@ class AgentTask:
         self._done = threading.Event()
         self._code: Optional[int] = None
         self._started = False  # set by the reader thread when the agent said "started"
+        self._lock = threading.Lock()
         self.ref: Optional[TaskRef] = None
 
-    def _exited(self, code: int) -> None:
-        if not self._done.is_set():
+    def _exited(self, code: int, last_words: str = "") -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
             self._code = code
+            if last_words and self._started:
+                self._chunks.put(last_words.encode())
             self._chunks.put(_END)
             self._done.set()
 
