@@ -6,7 +6,7 @@ import argparse
 
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
-from shoal.launch.control import kill_job
+from shoal.launch.control import describe_checks, kill_job, sweep_job
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job = store.find(args.job)
-        job = kill_job(store, job, env.executor(job.executor), timeout=args.timeout)
+        executor = env.executor(job.executor)
+        job = kill_job(store, job, executor, timeout=args.timeout)
+        checks = sweep_job(store, job, executor, kill=True)  # verified: nothing of it is left anywhere
     env.say(f"job {job.id}: {job.state.value}" + (f" ({job.reason})" if job.reason else ""))
+    for line in describe_checks(checks or [], killed=True):
+        env.say(line)
     return int(ExitCode.OK)

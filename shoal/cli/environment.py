@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import IO, Optional
 
 from shoal.home import shoal_home
-from shoal.launch.errors import LaunchError
+from shoal.cli.executors import recorded_executor
 from shoal.launch.executor import Executor
-from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.records import JobStore
 
 
@@ -46,16 +45,11 @@ class Environment:
         """The job records (open it with `with env.store() as store:`)."""
         return JobStore(self.shoal_home / "jobs.db")
 
-    def executor(self, kind: str = LocalExecutor.kind) -> Executor:
+    def executor(self, kind: str = "local") -> Executor:
         """A new executor of `kind`, configured from this environment (local: tasks
-        inherit it): for a job started now, or the kind a recorded job names (to reach its
-        tasks). LaunchError for a kind this shoal does not know."""
-        if kind == LocalExecutor.kind:
-            return LocalExecutor(python=self.python, base_env=self.environ)
-        raise LaunchError(
-            f"the job ran on the {kind!r} executor, which this shoal does not know (it knows"
-            f" {LocalExecutor.kind!r}); use the shoal that started the job"
-        )
+        inherit it), for the tasks a recorded job names. LaunchError for a kind this shoal
+        does not know. (A job started now gets its executor from cli/executors.py.)"""
+        return recorded_executor(kind, self)
 
     def say(self, text: str, *, err: bool = False, end: str = "\n") -> None:
         stream: Optional[IO[str]] = self.stderr if err else self.stdout

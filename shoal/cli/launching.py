@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from shoal.cli.environment import Environment
+from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.plan import format_plan, make_plan, new_job_id
 from shoal.launch.runner import run_job
@@ -16,11 +17,12 @@ from shoal.launch.spec import JobSpec
 def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (every task's command and environment) and exit")
+    add_host_flags(parser)
 
 
 def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     """Plan `spec`; print the plan if --dry-run, else run the job. Returns the exit code."""
-    executor = env.executor()
+    executor = executor_for(spec, args, env)
     try:
         plan = make_plan(spec, executor.allocate(spec), job_id=new_job_id(spec.name),
                          shoal_home=env.shoal_home, workdir=env.cwd)

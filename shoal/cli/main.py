@@ -6,13 +6,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from shoal.cli import (cmd_kill, cmd_logs, cmd_monitor, cmd_run, cmd_status, cmd_tensorboard,
-                       cmd_train)
+from shoal.cli import (cmd_check, cmd_kill, cmd_logs, cmd_monitor, cmd_run, cmd_status,
+                       cmd_tensorboard, cmd_train)
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode, exit_code_for
 from shoal.errors import ShoalError
 
-COMMANDS = (cmd_train, cmd_run, cmd_status, cmd_logs, cmd_kill, cmd_monitor, cmd_tensorboard)
+COMMANDS = (cmd_train, cmd_run, cmd_status, cmd_logs, cmd_kill, cmd_check, cmd_monitor,
+            cmd_tensorboard)
 
 
 def build_parser() -> argparse.ArgumentParser:

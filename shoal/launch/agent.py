@@ -15,10 +15,11 @@ the launcher at least every S seconds; after S seconds of silence (the launcher'
 from the network, no FIN ever came) it stops every group and exits, so a host cut off from its
 launcher does not keep the job's tasks running.
 
-One-shot mode, for checks from any process: `python -m shoal.launch.agent --find JOB_ID [--kill]
-[--usage S]` prints one JSON line listing this host's processes of job JOB_ID (those whose
-environment holds SHOAL_JOB_ID=JOB_ID, see job_processes.py), kills them with --kill (then
-lists what survived), measures them over S seconds with --usage, and exits.
+One-shot mode, for checks from any process: `python -m shoal.launch.agent --find JOB_ID
+[--task worker:1] [--kill] [--usage S]` prints one JSON line listing this host's processes of
+job JOB_ID (those whose environment holds SHOAL_JOB_ID=JOB_ID, and SHOAL_TASK=worker:1 with
+--task; see job_processes.py), kills them with --kill (then lists what survived), measures them
+over S seconds with --usage, and exits.
 
 Standard library and psutil only, and nothing of Shoal's runtime, so it starts fast on a host.
 """
@@ -84,7 +85,7 @@ class Agent:
                 pass  # the launcher is gone; stdin's end will stop us
 
     def hello(self) -> None:
-        self.send({"type": "hello", "version": _version(), "python": sys.executable, "host": self._host,
+        self.send({"type": "hello", "version": shoal_version(), "python": sys.executable, "host": self._host,
                    "pid": os.getpid()})
 
     def handle(self, message: dict[str, Any]) -> bool:
@@ -255,7 +256,8 @@ def _stop_group(pgid: int, grace: float) -> None:
     _killpg(pgid, signal.SIGKILL)
 
 
-def _version() -> str:
+def shoal_version() -> str:
+    """The installed Shoal's version (package metadata), "unknown" without it."""
     try:
         return importlib.metadata.version("shoal")
     except importlib.metadata.PackageNotFoundError:
@@ -286,10 +288,10 @@ def _watch_heartbeat(agent: Agent, timeout: float, last_line: list[float]) -> No
 
 def _one_shot(args: argparse.Namespace) -> int:
     if args.kill:
-        found, left = job_processes.kill(args.find)
+        found, left = job_processes.kill(args.find, args.task)
         report = {"processes": [p.as_json() for p in found], "survivors": [p.as_json() for p in left]}
     else:
-        found = job_processes.find(args.find)
+        found = job_processes.find(args.find, args.task)
         if args.usage is not None:
             found = job_processes.measure(found, args.usage)
         report = {"processes": [p.as_json() for p in found]}
@@ -308,6 +310,7 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--heartbeat", type=float, default=None, metavar="S",
                         help="exit, stopping every task, after S seconds without a line from the launcher")
     parser.add_argument("--find", metavar="JOB_ID", help="one shot: list this host's processes of the job")
+    parser.add_argument("--task", help="with --find: only the processes of this task (worker:1)")
     parser.add_argument("--kill", action="store_true", help="with --find: SIGKILL them, list survivors")
     parser.add_argument("--usage", type=float, default=None, metavar="S",
                         help="with --find: measure CPU and memory over S seconds")

@@ -20,32 +20,38 @@ ROLE_ORDER = ("ps", "chief", "worker", "evaluator")
 
 @dataclass(frozen=True)
 class TaskAllocation:
-    """Where one task runs. `gpus` are the device indexes it gets on its host;
-    `gpu_host` says whether that host has GPUs at all (then a task without any is kept off
-    them with CUDA_VISIBLE_DEVICES="")."""
+    """Where one task runs. `host` is the address it listens on (as TF_CONFIG lists it);
+    `node` the machine as the executor names it (an ssh destination, a Slurm node; "" for
+    this machine). `gpus` are the device indexes it gets on its host; `gpu_host` says
+    whether that host has GPUs at all (then a task without any is kept off them with
+    CUDA_VISIBLE_DEVICES="")."""
 
     task: TaskId
     host: str
     port: int
     gpus: tuple[int, ...] = ()
     gpu_host: bool = False
+    node: str = ""
 
     @property
     def address(self) -> str:
-        """"host:port", as TF_CONFIG lists it."""
-        return f"{self.host}:{self.port}"
+        """"host:port", as TF_CONFIG lists it ("[::1]:port" for an IPv6 host)."""
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port}"
 
 
 @dataclass(frozen=True)
 class Allocation:
     """A whole job's placement: its tasks in start order (ps, chief, worker, evaluator),
-    the rendezvous address for PyTorch-style programs, and the Python that runs a command
-    starting with `python`."""
+    the rendezvous address for PyTorch-style programs, the Python that runs a command
+    starting with `python`, and the variables the executor passes on to every task (an
+    ssh executor: the launcher's PYTHONPATH ...; the spec's env: comes after them)."""
 
     tasks: tuple[TaskAllocation, ...]
     master_host: str
     master_port: int
     python: str
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def task_ids(spec: JobSpec) -> list[TaskId]:

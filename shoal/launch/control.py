@@ -3,7 +3,9 @@ job's tasks still run, `kill_job`, and `reconcile` for jobs whose launcher died.
 
 Tasks are reached through the executor recorded for the job (its TaskRefs), so a reused
 pid is never signalled and tasks elsewhere are found too. The launcher itself always ran
-on this machine. Blocking where it waits (bounded); thread-safe.
+on this machine. An executor that is a `Sweeper` can also find every process of the job on
+its hosts (`sweep_job`), whatever became of their groups: `reconcile` kills those too, and
+`shoal check` lists them. Blocking where it waits (bounded); thread-safe.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import time
 
 import psutil
 
-from shoal.launch.executor import Executor
+from typing import Optional
+
+from shoal.launch.executor import Executor, HostCheck
 from shoal.launch.processes import same_process
 from shoal.launch.records import JobRecord, JobStore, ProcessRecord
 from shoal.launch.states import JobState, TaskState
@@ -40,8 +44,37 @@ def reconcile(store: JobStore, job: JobRecord, executor: Executor) -> JobRecord:
         return job
     for rec in live_tasks(store, job, executor):
         executor.kill(rec.ref)
-    _mark_killed(store, job, LAUNCHER_DIED)
+    checks = sweep_job(store, job, executor, kill=True) or []
+    left = describe_checks(checks, clean=False, killed=True)
+    _mark_killed(store, job, LAUNCHER_DIED + "".join(f"; {line}" for line in left))
     return store.find(job.id)
+
+
+def sweep_job(store: JobStore, job: JobRecord, executor: Executor, kill: bool) -> Optional[list[HostCheck]]:
+    """Every host the job ran on, checked for processes of the job (killed when `kill`); None
+    if the executor cannot tell (it is not a Sweeper). Blocks (bounded)."""
+    sweep = getattr(executor, "sweep", None)
+    if sweep is None:
+        return None
+    return sweep(job.id, [rec.ref for rec in store.processes(job.id)], kill)
+
+
+def describe_checks(checks: list[HostCheck], *, clean: bool = True, killed: bool = False) -> list[str]:
+    """One line per process found ("host2: worker:1 pid 42 still runs: python t.py"; "was left
+    running, killed" after a sweep that killed) and per host that could not be checked; a line
+    per clean host too when `clean`."""
+    lines = []
+    for check in checks:
+        where = check.host or "this machine"
+        if check.error:
+            lines.append(f"could not check {check.error}")
+        elif not check.found and clean:
+            lines.append(f"{where}: no process of the job")
+        for proc in check.found:
+            fate = ("survived SIGKILL" if proc in check.survivors
+                    else "was left running; killed" if killed else "still runs")
+            lines.append(f"{where}: {proc.task or 'a process'} pid {proc.pid} {fate}: {proc.command}")
+    return lines
 
 
 def kill_job(store: JobStore, job: JobRecord, executor: Executor,

@@ -46,3 +46,9 @@ class StartError(LaunchError):
 class WorkspaceError(LaunchError):
     """A file or directory the launcher needs cannot be created, read or written
     (SHOAL_HOME, the job records, a job's folder, the model dir)."""
+
+
+class HostsError(PlanError):
+    """Some of the job's hosts cannot run it (unreachable, key refused, no interpreter or
+    workdir, another Shoal version, a failed sync), found before any task started. The
+    message has one line per bad host."""

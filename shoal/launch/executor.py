@@ -12,13 +12,17 @@ An `Executor` does two things:
   the `TaskRef` the job records store: `alive`, `kill`, `sample`. The records name the
   executor kind of every job, so these calls go to the executor that started it.
 
+An executor that can also find *every* process of a job on its hosts, whatever became of
+their process groups (by the SHOAL_JOB_ID in their environment), is a `Sweeper`: `shoal check`
+and the clean-up of a job whose launcher died use it to confirm that nothing is left.
+
 This module is pure data and protocols: no I/O.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Protocol
 
@@ -91,6 +95,42 @@ class Usage:
     @property
     def mem_percent(self) -> float:
         return 100.0 * self.mem_used / self.mem_total if self.mem_total else 0.0
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A process of a job found on a host after it should have ended: its pid, the task it
+    belongs to ("worker:1") and its command line."""
+
+    pid: int
+    task: str
+    command: str
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """What a sweep found on one host ("" for this machine): the job's processes still there
+    (killed if the sweep was asked to kill), those that survived even SIGKILL, or `error`:
+    why the host could not be checked."""
+
+    host: str
+    found: tuple[Leftover, ...] = ()
+    survivors: tuple[Leftover, ...] = ()
+    error: str = ""
+
+    @property
+    def clean(self) -> bool:
+        return not self.found and not self.error
+
+
+class Sweeper(Protocol):
+    """An executor that can find every process of a job on the hosts it ran on."""
+
+    def sweep(self, job_id: str, refs: Sequence[TaskRef], kill: bool) -> list[HostCheck]:
+        """Each host of `refs` (the job's task attempts) checked for processes of `job_id`
+        (found by SHOAL_JOB_ID in their environment, so also those that left their group);
+        SIGKILLed when `kill`. Blocks (bounded)."""
+        ...
 
 
 class TaskHandle(Protocol):

@@ -15,13 +15,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Optional
 
 import psutil
 
 from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
-from shoal.launch.executor import TaskRef, Usage
+from shoal.launch import job_processes
+from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
 from shoal.launch.local_process import LocalProcess
 from shoal.launch.local_reaper import Reaper
 from shoal.launch.nvml import gpu_count, gpu_usage
@@ -175,6 +176,14 @@ class LocalExecutor:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def sweep(self, job_id: str, refs: Sequence[TaskRef], kill: bool) -> list[HostCheck]:
+        """This machine checked for processes of `job_id` (see executor.Sweeper)."""
+        if kill:
+            found, left = job_processes.kill(job_id)
+        else:
+            found, left = job_processes.find(job_id), []
+        return [HostCheck("", tuple(_leftover(p) for p in found), tuple(_leftover(p) for p in left))]
+
     def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
         total = psutil.virtual_memory().total
         trees: dict[str, list[psutil.Process]] = {}
@@ -202,6 +211,10 @@ class LocalExecutor:
             out[name] = Usage(sum(_cpu(p) for p in procs), sum(_rss(p) for p in procs),
                               total, gpu_pct, gpu_mem)
         return out
+
+
+def _leftover(proc: job_processes.JobProcess) -> Leftover:
+    return Leftover(proc.pid, proc.task, proc.command)
 
 
 def _cpu(proc: psutil.Process) -> float:

@@ -52,9 +52,9 @@ class JobProcess:
                    rss=None if data.get("rss") is None else int(data["rss"]))
 
 
-def find(job_id: str) -> list[JobProcess]:
-    """The live (non-zombie) processes of this host whose environment holds SHOAL_JOB_ID=job_id,
-    by pid."""
+def find(job_id: str, task: Optional[str] = None) -> list[JobProcess]:
+    """The live (non-zombie) processes of this host whose environment holds SHOAL_JOB_ID=job_id
+    (and SHOAL_TASK=task, when given), by pid."""
     if not job_id:
         return []
     me = os.getpid()
@@ -66,6 +66,8 @@ def find(job_id: str) -> list[JobProcess]:
             environ = proc.environ()
             if environ.get(JOB_VARIABLE) != job_id or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
+            if task is not None and environ.get(TASK_VARIABLE) != task:
+                continue
             out.append(JobProcess(proc.pid, os.getpgid(proc.pid), proc.create_time(),
                                   environ.get(TASK_VARIABLE, ""),
                                   " ".join(proc.cmdline())[:_COMMAND_CHARS]))
@@ -74,10 +76,12 @@ def find(job_id: str) -> list[JobProcess]:
     return sorted(out, key=lambda p: p.pid)
 
 
-def kill(job_id: str, wait: float = 5.0) -> tuple[list[JobProcess], list[JobProcess]]:
-    """SIGKILL every process of the job on this host (their groups too); returns (what was
-    found, what still ran `wait` seconds later). Blocks up to `wait` seconds."""
-    found = find(job_id)
+def kill(job_id: str, task: Optional[str] = None,
+         wait: float = 5.0) -> tuple[list[JobProcess], list[JobProcess]]:
+    """SIGKILL every process of the job (of its task `task`, when given) on this host, their
+    groups too; returns (what was found, what still ran `wait` seconds later). Blocks up to
+    `wait` seconds."""
+    found = find(job_id, task)
     leaders = {proc.pid for proc in found}
     for proc in found:
         # Its group too, when a process of the job leads it (never a group of someone else's).

@@ -39,6 +39,8 @@ class TaskPlan:
     env: tuple[tuple[str, str], ...]
     log_path: str
     gpus: tuple[int, ...] = ()
+    node: str = ""
+    """The machine it runs on as the executor names it ("" for this machine)."""
 
     @property
     def name(self) -> str:
@@ -73,6 +75,12 @@ def new_job_id(name: str, now: Optional[_dt.datetime] = None) -> str:
     return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def job_workdir(spec: JobSpec, cwd: Path) -> Path:
+    """Where the job's tasks run: spec.workdir (relative to `cwd`, where shoal was started),
+    else `cwd`; absolute."""
+    return (cwd / spec.workdir if spec.workdir else cwd).resolve()
+
+
 def make_plan(
     spec: JobSpec,
     allocation: Allocation,
@@ -86,7 +94,7 @@ def make_plan(
     spec). `workdir` (absolute) is where shoal was started; a relative spec.workdir or
     output_dir is taken from there. `secret` defaults to a fresh random one."""
     job_dir = (shoal_home / "jobs" / job_id).resolve()
-    workdir = (workdir / spec.workdir if spec.workdir else workdir).resolve()
+    workdir = job_workdir(spec, workdir)
     if spec.output_dir:
         out = Path(spec.output_dir).expanduser()
         model_dir = out if out.is_absolute() else workdir / out
@@ -112,8 +120,8 @@ def make_plan(
     tasks = []
     for place in places:
         task, role = place.task, spec.role(place.task.job)
-        env = {"TF_CONFIG": ClusterConfig(cluster, task).to_tf_config(), **common,
-               "SHOAL_TASK": str(task)}
+        env = {**dict(allocation.env), "TF_CONFIG": ClusterConfig(cluster, task).to_tf_config(),
+               **common, "SHOAL_TASK": str(task)}
         if task in replicas:
             env["RANK"] = str(replicas.index(task))
         if place.gpus:
@@ -132,6 +140,7 @@ def make_plan(
             env=tuple(env.items()),
             log_path=str(job_dir / "logs" / f"{task.job}.{task.index}.log"),
             gpus=place.gpus,
+            node=place.node,
         ))
     return JobPlan(
         job_id=job_id, name=spec.name, job_dir=str(job_dir), model_dir=str(model_dir),
@@ -158,14 +167,22 @@ def format_plan(plan: JobPlan) -> str:
         f"  grace:      {plan.grace_period:g}s",
         "",
     ]
-    for task in plan.tasks:
-        gpus = f"  gpus {','.join(map(str, task.gpus))}" if task.gpus else ""
-        lines.append(f"# {task.label}  {task.address}{gpus}  log {task.log_path}")
-        env = " ".join(f"{k}={shlex.quote(HIDDEN_SECRET if k == SECRET_VARIABLE else v)}"
-                       for k, v in task.env)
-        lines.append(f"cd {shlex.quote(plan.workdir)} && env {env} {shlex.join(task.argv)}")
-        lines.append("")
+    nodes = list(dict.fromkeys(task.node for task in plan.tasks))
+    for node in nodes:
+        if node:  # tasks elsewhere: grouped by host, each shell line is what runs there
+            names = ", ".join(t.name for t in plan.tasks if t.node == node)
+            lines += [f"## on {node}: {names}", ""]
+        for task in (t for t in plan.tasks if t.node == node):
+            lines += _task_lines(plan, task)
     return "\n".join(lines)
+
+
+def _task_lines(plan: JobPlan, task: TaskPlan) -> list[str]:
+    gpus = f"  gpus {','.join(map(str, task.gpus))}" if task.gpus else ""
+    env = " ".join(f"{k}={shlex.quote(HIDDEN_SECRET if k == SECRET_VARIABLE else v)}"
+                   for k, v in task.env)
+    return [f"# {task.label}  {task.address}{gpus}  log {task.log_path}",
+            f"cd {shlex.quote(plan.workdir)} && env {env} {shlex.join(task.argv)}", ""]
 
 
 def _argv(run: object, python: str) -> tuple[str, ...]:

@@ -14,6 +14,9 @@ YAML form::
       worker: {count: 2, cpus: 1, memory: 2GiB, gpus: 0, env: {FOO: bar}}
     restart: {policy: on-failure, max_restarts: 2, backoff: 1s}
     deadline: 10m
+    hosts: [node1, {name: node2, slots: 4}]      # ssh destinations; default: this machine
+    ssh: {config: ~/.ssh/config, connect_timeout: 10s, heartbeat_timeout: 10s}
+    sync: false                                  # true: rsync the workdir to every host first
 """
 
 from __future__ import annotations
@@ -141,6 +144,25 @@ class RoleSpec(_Frozen):
         return _env_strings(value)
 
 
+class SshSpec(_Frozen):
+    """How the launcher reaches the job's hosts (`hosts:` other than localhost) with ssh.
+
+    `config` is an ssh_config file for `ssh -F` (default: ssh's own, ~/.ssh/config);
+    `python` the interpreter on the hosts (default: the launcher's, the same path);
+    `connect_timeout` bounds each connection attempt; a host whose agent is silent for
+    `heartbeat_timeout` counts as lost (its tasks fail, the job's restart policy applies)."""
+
+    config: Optional[str] = None
+    python: Optional[str] = None
+    connect_timeout: float = Field(10.0, gt=0)
+    heartbeat_timeout: float = Field(10.0, gt=0)
+
+    @field_validator("connect_timeout", "heartbeat_timeout", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float:
+        return parse_duration(value)
+
+
 class RestartSpec(_Frozen):
     """Restart policy: up to `max_restarts` restarts per task, waiting `backoff` seconds
     before the first and doubling (capped at 30 s) before each next one."""
@@ -174,6 +196,8 @@ class JobSpec(_Frozen):
     deadline: Optional[float] = None
     grace_period: float = 5.0
     hosts: list[HostSpec] = Field(default_factory=list)
+    ssh: SshSpec = Field(default_factory=SshSpec)
+    sync: bool = False
 
     @field_validator("hosts", mode="before")
     @classmethod

@@ -1,0 +1,43 @@
+"""`shoal check JOB [--kill]`: is any process of the job left on any of its hosts?"""
+
+from __future__ import annotations
+
+import argparse
+
+from shoal.cli.environment import Environment
+from shoal.cli.exit_codes import ExitCode
+from shoal.launch.control import describe_checks, sweep_job
+from shoal.launch.errors import LaunchError
+
+
+class LeftoversFound(LaunchError):
+    """A check found processes of a job that should have none (or could not reach a host)."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("check", help="look for processes a job left on its hosts",
+                            description="Look on every host a job ran on for its processes (by the"
+                            " SHOAL_JOB_ID in their environment, so also those that left their process"
+                            " group); exit 0 if none is left.")
+    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    parser.add_argument("--kill", action="store_true", help="SIGKILL what is found")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, env: Environment) -> int:
+    with env.store() as store:
+        job = store.find(args.job)
+        if not job.state.is_terminal and not args.kill:
+            env.say(f"job {job.id} is {job.state.value}: its tasks are meant to run; checking anyway")
+        checks = sweep_job(store, job, env.executor(job.executor), kill=args.kill)
+    if checks is None:
+        raise LaunchError(f"the {job.executor!r} executor cannot look for a job's processes")
+    for line in describe_checks(checks, killed=args.kill):
+        env.say(line)
+    bad = [c for c in checks if c.error or c.survivors or (c.found and not args.kill)]
+    if bad:
+        raise LeftoversFound(f"job {job.id}: {len(bad)} of {len(checks)} hosts are not clean"
+                             + ("" if args.kill else "; shoal check --kill stops what is left"))
+    if any(c.found for c in checks):
+        env.say(f"job {job.id}: killed what was left; nothing runs now")
+    return int(ExitCode.OK)

@@ -1,0 +1,284 @@
+"""`SshExecutor`: runs a job's tasks on other machines, through one host agent per machine
+(`python -m shoal.launch.agent`, started with the system's ssh; see agent.py).
+
+Running a job:
+
+* `allocate` places the tasks (hosts.place_tasks: ps spread first, workers fill slots, roles
+  may pin hosts), copies the workdir first when the spec says `sync: true` (ssh_sync), starts
+  every host's agent at once — which is the check that each host can run the job, failing
+  with one line per bad host before anything starts (ssh_preflight) — and has each agent bind
+  and *hold* its tasks' ports (and count its GPUs when the job wants some). Tasks listen on
+  the address ssh reached their host at (the agent's hello).
+* `start` has the task's agent start it: argv, workdir and the environment (the job secret in
+  it) travel over the ssh channel's stdin, never on a command line. The task's output and exit
+  come back through the agent (AgentTask is the TaskHandle). A host whose agent is silent for
+  the heartbeat timeout is given up: its tasks end LOST (255) and the job's policy applies; a
+  task restarted there reconnects first (StartError while the host stays unreachable).
+* `close` stops every agent (each stops its tasks: TERM, grace, KILL), then checks every host
+  for processes of the job (by SHOAL_JOB_ID in their environment), kills any it finds, and
+  reports through `notify`: "no process left on ..." or the survivors by host and pid.
+
+Control from any process (`shoal kill`, `status`, `monitor`, `check`) uses the TaskRefs: each
+names its host and how to run the agent there (ssh_control.AgentSite), and one ssh call per
+host runs the agent's one-shot mode. `alive` results are kept for a second per host, so a
+loop over a job's tasks costs one call per host.
+
+The constructor does no I/O. `allocate` and `start` must run on one thread that outlives the
+job (the agents' ssh commands die with it); `close` and the control calls from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Optional
+
+from shoal.cluster import TaskId
+from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
+from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
+from shoal.launch.errors import HostsError, PlanError, StartError
+from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
+from shoal.launch.hosts import Host, place_tasks
+from shoal.launch.job_processes import JobProcess
+from shoal.launch.plan import JobPlan, TaskPlan, job_workdir
+from shoal.launch.spec import JobSpec
+from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
+from shoal.launch.ssh_control import AgentSite, HostScan, scan
+from shoal.launch.ssh_preflight import close_all, open_agents
+from shoal.launch.ssh_sync import sync_workdir
+
+KIND = "ssh"
+_HELLO_GRACE = 20.0
+"""Seconds an agent may take to start on a reachable host (beyond the connect timeout)."""
+_REQUEST_TIMEOUT = 30.0
+_ALIVE_CACHE_S = 1.0
+
+
+def _ignore(_line: str) -> None:
+    pass
+
+
+class SshExecutor:
+    """Tasks on remote hosts through their agents (see the module docstring).
+
+    `hosts` are the job's hosts (none for an executor that only controls recorded tasks);
+    `python` the interpreter on the hosts; `cwd` where shoal was started (the workdir, same
+    path on every host); `forward_env` the launcher's variables every task gets (PYTHONPATH
+    and such; never the secret); `version` this launcher's Shoal version, which every agent
+    must match; `notify` takes the lines that report on the hosts (lost agents, the final
+    check)."""
+
+    kind = KIND
+
+    def __init__(self, hosts: Sequence[Host] = (), *, python: str, cwd: Path,
+                 options: SshOptions = SshOptions(), forward_env: Optional[Mapping[str, str]] = None,
+                 version: str = "", notify: Callable[[str], None] = _ignore) -> None:
+        self._hosts = tuple(hosts)
+        self._python = python
+        self._cwd = cwd
+        self._options = options
+        self._forward = dict(forward_env or {})
+        self._version = version
+        self._notify = notify
+        self._workdir = ""
+        self._conns: dict[str, AgentConnection] = {}
+        self._job_id: Optional[str] = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._alive_cache: dict[tuple[str, str], tuple[float, HostScan]] = {}
+
+    # --- running a job --------------------------------------------------------------
+
+    def allocate(self, spec: JobSpec) -> Allocation:
+        ids = task_ids(spec)
+        placement = place_tasks(ids, self._hosts, spec.pinned_hosts())
+        used = [h.name for h in self._hosts if any(p.name == h.name for p in placement.values())]
+        self._workdir = str(job_workdir(spec, self._cwd))
+        if spec.sync:
+            sync_workdir(used, self._workdir, self._options)
+        conns = open_agents(used, self._connection, timeout=self._options.connect_timeout + _HELLO_GRACE,
+                            python=self._python, workdir=self._workdir, version=self._version)
+        with self._lock:
+            self._conns.update(conns)
+        try:
+            return self._place(spec, ids, {t: h.name for t, h in placement.items()}, used)
+        except BaseException:
+            self.close()
+            raise
+
+    def _place(self, spec: JobSpec, ids: list[TaskId], node_of: dict[TaskId, str],
+               used: list[str]) -> Allocation:
+        replicas = [t for t in ids if t.job in ("chief", "worker")]
+        master_node = node_of[replicas[0]]
+        wants_gpus = any(spec.role(t.job).gpus for t in ids)
+        places: dict[TaskId, TaskAllocation] = {}
+        master: tuple[str, int] = ("", 0)
+        for node in used:
+            conn = self._conns[node]
+            assert conn.hello is not None
+            mine = [t for t in ids if node_of[t] == node]
+            bound = conn.bind(len(mine) + (node == master_node), conn.hello.host, _REQUEST_TIMEOUT, gpus=wants_gpus)
+            try:
+                gpus = assign_gpus(spec, mine, bound.gpus or 0)
+            except PlanError as e:
+                raise PlanError(f"{node}: {e}") from e
+            for task, port in zip(mine, bound.ports, strict=False):
+                places[task] = TaskAllocation(task, conn.hello.host, port, gpus[task],
+                                              gpu_host=bool(bound.gpus), node=node)
+            if node == master_node:
+                master = (conn.hello.host, bound.ports[-1])
+        return Allocation(tasks=tuple(places[t] for t in ids), master_host=master[0], master_port=master[1],
+                          python=self._python, env=tuple(self._forward.items()))
+
+    def start(self, job: JobPlan, task: TaskPlan) -> AgentTask:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("SshExecutor.start after close")
+            self._job_id = job.job_id
+            conn = self._conns.get(task.node)
+        if conn is None or not conn.alive:
+            conn = self._reconnect(task)
+        site = self._site(task.node)
+        extra = (("job", job.job_id), ("task", str(task.task)), *site.to_extra())
+        try:
+            return conn.start(task.name, task.argv, task.env_dict, job.workdir, _port(task.address),
+                              _REQUEST_TIMEOUT, inherit_env=True, extra=extra)
+        except AgentError as e:
+            raise StartError(f"{task.label} could not be started on {task.node}: {e}") from e
+
+    def _reconnect(self, task: TaskPlan) -> AgentConnection:
+        """A new agent on the host of `task`, whose old one was lost (StartError if the host
+        still cannot be reached)."""
+        try:
+            conns = open_agents([task.node], self._connection,
+                                timeout=self._options.connect_timeout + _HELLO_GRACE,
+                                python=self._python, workdir=self._workdir or str(self._cwd), version=self._version)
+        except HostsError as e:
+            raise StartError(f"{task.label} cannot be restarted on {task.node}: "
+                             f"{str(e).splitlines()[-1].strip()}") from e
+        conn = conns[task.node]
+        with self._lock:
+            old, self._conns[task.node] = self._conns.get(task.node), conn
+        if old is not None:
+            threading.Thread(target=old.close, args=(0.5, 2.0), daemon=True).start()
+        self._notify(f"shoal | {task.node}: reconnected to restart {task.name}")
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            conns, self._conns = dict(self._conns), {}
+            job_id = self._job_id
+        close_all(conns.values())
+        for node, conn in conns.items():
+            if conn.lost:
+                self._notify(f"shoal | {node}: lost its agent ({conn.lost})")
+        if job_id is not None:
+            self._report(self._sweep_sites([self._site(node) for node in conns], job_id, kill=True), job_id)
+
+    def _report(self, checks: list[HostCheck], job_id: str) -> None:
+        clean = [c.host for c in checks if c.clean]
+        if clean:
+            self._notify(f"shoal | checked {', '.join(clean)}: no process of job {job_id} is left")
+        for check in checks:
+            for proc in check.found:
+                fate = "survived SIGKILL" if proc in check.survivors else "killed"
+                self._notify(f"shoal | {check.host}: {proc.task or 'a process'} pid {proc.pid} ({proc.command})"
+                             f" of job {job_id} still ran after the job; {fate}")
+            if check.error:
+                self._notify(f"shoal | could not check {check.error}; an agent cut off from the launcher stops"
+                             f" its tasks after {self._options.heartbeat:g}s by itself")
+
+    def _connection(self, node: str) -> AgentConnection:
+        site = self._site(node)
+        argv = ssh_argv(node, site.command(agent_args(self._options.heartbeat)), self._options)
+        return AgentConnection(argv, node, KIND, heartbeat=self._options.heartbeat)
+
+    def _site(self, node: str) -> AgentSite:
+        return AgentSite(node, self._python, self._workdir or str(self._cwd), tuple(self._forward.items()),
+                         self._options.config)
+
+    # --- control of recorded tasks (any process) ------------------------------------
+
+    def alive(self, ref: TaskRef) -> bool:
+        found = self._scan_host(ref)
+        return any(_member(proc, ref) for proc in found.processes)
+
+    def kill(self, ref: TaskRef) -> None:
+        job, task = dict(ref.extra).get("job"), dict(ref.extra).get("task")
+        if not job:
+            return
+        scan([AgentSite.from_ref(ref)], job, options=self._options, kill=True, task=task)
+        with self._lock:
+            self._alive_cache.pop((ref.host, job), None)
+
+    def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
+        by_job: dict[str, list[TaskRef]] = {}
+        for ref in refs.values():
+            job = dict(ref.extra).get("job")
+            if job:
+                by_job.setdefault(job, []).append(ref)
+        scans: dict[str, HostScan] = {}
+        for job, job_refs in by_job.items():
+            scans.update(scan([AgentSite.from_ref(r) for r in job_refs], job, options=self._options,
+                              usage=interval))
+        out = {}
+        for name, ref in refs.items():
+            host = scans.get(ref.host)
+            if host is None or host.error:
+                continue
+            procs = [p for p in host.processes if _member(p, ref)]
+            if not any(p.pid == ref.pid for p in procs):
+                continue
+            pids = {p.pid for p in procs}
+            gpu_pct = gpu_mem = None
+            if host.gpus is not None:
+                used = [(pct, mem) for pid, pct, mem in host.gpus if pid in pids]
+                gpu_pct = max((pct for pct, _ in used), default=0.0)
+                gpu_mem = sum(mem for _, mem in used)
+            out[name] = Usage(sum(p.cpu or 0.0 for p in procs), sum(p.rss or 0 for p in procs),
+                              host.mem_total, gpu_pct, gpu_mem)
+        return out
+
+    def sweep(self, job_id: str, refs: Sequence[TaskRef], kill: bool) -> list[HostCheck]:
+        """Every host of `refs` checked for processes of `job_id` (see executor.Sweeper)."""
+        return self._sweep_sites([AgentSite.from_ref(r) for r in refs], job_id, kill)
+
+    def _sweep_sites(self, sites: Sequence[AgentSite], job_id: str, kill: bool) -> list[HostCheck]:
+        if not sites:
+            return []
+        scans = scan(sites, job_id, options=self._options, kill=kill)
+        return [HostCheck(host, tuple(_leftover(p) for p in s.processes), tuple(_leftover(p) for p in s.survivors),
+                          s.error) for host, s in scans.items()]
+
+    def _scan_host(self, ref: TaskRef) -> HostScan:
+        job = dict(ref.extra).get("job", "")
+        key = (ref.host, job)
+        with self._lock:
+            cached = self._alive_cache.get(key)
+        if cached is not None and time.monotonic() - cached[0] < _ALIVE_CACHE_S:
+            return cached[1]
+        result = scan([AgentSite.from_ref(ref)], job, options=self._options)[ref.host] if job else HostScan(ref.host)
+        with self._lock:
+            self._alive_cache[key] = (time.monotonic(), result)
+        return result
+
+
+def _member(proc: JobProcess, ref: TaskRef) -> bool:
+    """Whether `proc` belongs to the attempt `ref`: it is the task itself (same pid and create
+    time) or in its process group (the job's processes only, so a reused group id cannot fool)."""
+    if proc.pid == ref.pid:
+        return ref.started is not None and abs(proc.started - ref.started) <= 0.05
+    return proc.pgid == ref.pid
+
+
+def _leftover(proc: JobProcess) -> Leftover:
+    return Leftover(proc.pid, proc.task, proc.command)
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])

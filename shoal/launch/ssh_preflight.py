@@ -1,0 +1,117 @@
+"""Before any task starts: reach every host of a job at once and start its agent, or fail with
+one clear line per bad host (unreachable, key refused, unknown host key, no such interpreter or
+workdir, Shoal missing or of another version).
+
+The check *is* the start of the agents: each host's agent command (ssh.agent_command) first
+tests the workdir and the interpreter, then the agent says hello with its Shoal version. So a
+good host costs one ssh connection, which the job then keeps.
+
+`open_agents` blocks for at most its timeout (all hosts are waited for together);
+`explain` is pure. Thread-safe, but `open_agents` must run on a thread that outlives the job
+(the agents' commands die with it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Optional
+
+from shoal.launch.agent_client import AgentConnection, AgentError
+from shoal.launch.errors import HostsError
+from shoal.launch.ssh import NO_PYTHON, NO_WORKDIR
+
+SSH_FAILED = 255
+"""ssh's exit code for its own errors (connection, authentication)."""
+
+_UNREACHABLE = ("timed out", "No route to host", "Network is unreachable", "Connection refused",
+                "Connection reset", "Connection closed", "not responding")
+
+
+def explain(host: str, returncode: Optional[int], stderr: str, *, python: str, workdir: str,
+            version: str, waited: float) -> str:
+    """What went wrong on `host`, in one line that says how to fix it, from how its agent
+    command ended (`returncode` None: it still ran after `waited` seconds) and its stderr."""
+    last = stderr.strip().splitlines()[-1].strip() if stderr.strip() else ""
+    said = f" ({last})" if last else ""
+    if returncode is None:
+        return f"{host}: no answer within {waited:g}s{said}; check that it is up, or raise ssh.connect_timeout"
+    if returncode == NO_WORKDIR:
+        return (f"{host}: no directory {workdir} there; use the same paths on every host, or set"
+                " sync: true to copy the working directory there first")
+    if returncode == NO_PYTHON:
+        return (f"{host}: no interpreter {python} there; install the same Python at the same path,"
+                " or name the hosts' one with ssh.python in the spec")
+    if returncode == SSH_FAILED:
+        return ssh_problem(host, stderr) or f"{host}: ssh failed{said}"
+    if "No module named" in stderr:
+        return (f"{host}: {python} cannot import Shoal there{said}; install Shoal {version} there, or set"
+                " sync: true if it lives in the working directory")
+    return f"{host}: the agent exited with code {returncode}{said}"
+
+
+def ssh_problem(host: str, stderr: str) -> Optional[str]:
+    """The line for an ssh failure that `stderr` shows (refused key, unknown host key, unknown
+    name, unreachable host), None if it shows none."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    said = f" ({lines[-1]})" if lines else ""
+    if "Permission denied" in stderr:
+        return (f"{host}: ssh refused the login{said}; add your key there (ssh-copy-id {host}) or load it"
+                " into your ssh-agent")
+    if "Host key verification failed" in stderr or "IDENTIFICATION HAS CHANGED" in stderr:
+        return f"{host}: its host key is unknown or changed{said}; run `ssh {host}` once to check and accept it"
+    if "Could not resolve hostname" in stderr:
+        return f"{host}: unknown host name{said}; fix the name, or add it to your ssh config"
+    if any(word in stderr for word in _UNREACHABLE):
+        return f"{host}: unreachable{said}; check that it is up and runs sshd"
+    return None
+
+
+def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection], *, timeout: float,
+                python: str, workdir: str, version: str) -> dict[str, AgentConnection]:
+    """Start an agent on every host in parallel and wait for their hellos (at most `timeout`
+    seconds in all); check each one's Shoal version. Returns the connections by host;
+    HostsError (one line per bad host) after closing them all if any host failed."""
+    conns = {host: connect(host) for host in hosts}
+    problems = []
+    try:
+        for conn in conns.values():
+            conn.launch()  # all of them first: the connections go on in parallel
+        deadline = time.monotonic() + timeout
+        for host, conn in conns.items():
+            try:
+                hello = conn.ready(max(0.0, deadline - time.monotonic()))
+            except AgentError:
+                problems.append(_failed(host, conn, python=python, workdir=workdir, version=version,
+                                        waited=timeout))
+                continue
+            if hello.version != version:
+                problems.append(f"{host}: runs Shoal {hello.version}, this launcher {version}; install the"
+                                " same version on every host")
+    except BaseException:
+        close_all(conns.values(), timeout=2.0)
+        raise
+    if problems:
+        close_all(conns.values(), timeout=2.0)
+        count = f"{len(problems)} of {len(hosts)} hosts" if len(hosts) > 1 else "the host"
+        raise HostsError(f"{count} cannot run the job (nothing was started):\n  " + "\n  ".join(problems))
+    return conns
+
+
+def close_all(conns: Iterable[AgentConnection], grace: float = 2.0, timeout: float = 15.0) -> None:
+    """Close every connection in parallel (each: stop its tasks, TERM -> `grace` -> KILL, and
+    kill the command after `timeout` s); blocks until all are closed."""
+    threads = [threading.Thread(target=conn.close, args=(grace, timeout), daemon=True) for conn in list(conns)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 10)
+
+
+def _failed(host: str, conn: AgentConnection, **context) -> str:
+    # ssh's own errors come as it exits; give it a moment to say why.
+    end = time.monotonic() + 2.0
+    while conn.returncode is None and time.monotonic() < end:
+        time.sleep(0.02)
+    return explain(host, conn.returncode, conn.stderr_text(wait=1.0), **context)
