@@ -259,7 +259,13 @@ class AgentConnection:
             tasks = list(self._tasks.values())
         if not self._closing.is_set():
             self._stderr_done.wait(1.0)
-        why = self.lost or self._why().lstrip(": ") or "the agent's connection closed"
+            try:
+                self._proc.wait(1.0)
+            except subprocess.TimeoutExpired:
+                pass
+        code = self._proc.poll()
+        why = self.lost or self._why().lstrip(": ") or \
+            f"its command ended{'' if code is None else f' with exit code {code}'}"
         for task in tasks:  # no-op for those that already ended
             task._exited(LOST, f"shoal: lost the agent on {self.name} ({why}); the task counts as failed\n")
 
@@ -278,7 +284,7 @@ class AgentConnection:
         while not self._closing.wait(every) and self._proc.poll() is None:
             silent = time.monotonic() - self._last_heard
             if silent > self._heartbeat:
-                self.lost = f"no heartbeat for {silent:.0f}s"
+                self.lost = f"no heartbeat for {self._heartbeat:g}s"
                 _killpg(self._proc.pid, signal.SIGKILL)
                 return
             self._send({"type": "heartbeat"})

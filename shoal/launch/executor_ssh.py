@@ -174,11 +174,14 @@ class SshExecutor:
             conns, self._conns = dict(self._conns), {}
             job_id = self._job_id
         close_all(conns.values())
-        for node, conn in conns.items():
-            if conn.lost:
-                self._notify(f"shoal | {node}: lost its agent ({conn.lost})")
+        lost = [node for node, conn in conns.items() if conn.lost]
+        for node in lost:
+            self._notify(f"shoal | {node}: not checked, its agent was lost ({conns[node].lost}); cut off from the"
+                         f" launcher, it stops the job's tasks after {self._options.heartbeat:g}s by itself"
+                         f" (shoal check {job_id or 'JOB'} confirms it once {node} is back)")
         if job_id is not None:
-            self._report(self._sweep_sites([self._site(node) for node in conns], job_id, kill=True), job_id)
+            sites = [self._site(node) for node in conns if node not in lost]
+            self._report(self._sweep_sites(sites, job_id, kill=True), job_id)
 
     def _report(self, checks: list[HostCheck], job_id: str) -> None:
         clean = [c.host for c in checks if c.clean]
@@ -190,8 +193,7 @@ class SshExecutor:
                 self._notify(f"shoal | {check.host}: {proc.task or 'a process'} pid {proc.pid} ({proc.command})"
                              f" of job {job_id} still ran after the job; {fate}")
             if check.error:
-                self._notify(f"shoal | could not check {check.error}; an agent cut off from the launcher stops"
-                             f" its tasks after {self._options.heartbeat:g}s by itself")
+                self._notify(f"shoal | could not check {check.error}; then run shoal check {job_id}")
 
     def _connection(self, node: str) -> AgentConnection:
         site = self._site(node)

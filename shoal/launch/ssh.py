@@ -3,7 +3,7 @@
 Shoal has no keys or passwords of its own: ssh uses the user's agent, `~/.ssh/config` (or
 `-F FILE`) and `known_hosts`. Every call adds `BatchMode=yes` (never a prompt: a refused key
 fails at once), a `ConnectTimeout`, and `ServerAliveInterval`/`ServerAliveCountMax` (ssh
-gives up on a silent server by itself too). A remote command is one `sh -c SCRIPT` word
+gives up on a silent server by itself too, a little after Shoal's own heartbeat would). A remote command is one `sh -c SCRIPT` word
 list, quoted for whatever login shell the user has.
 
 Nothing secret ever goes into these argvs, which anyone on either host can read with `ps`:
@@ -41,7 +41,9 @@ class SshOptions:
 
 def ssh_base(options: SshOptions) -> list[str]:
     """`ssh` and its options, without the destination (rsync's `-e` takes this)."""
-    alive = max(1, math.ceil(options.heartbeat / 3))
+    # ssh's own keepalive gives up after about 1.5 heartbeat timeouts: Shoal's heartbeat comes
+    # first and says why, ssh's is the backstop.
+    alive = max(1, math.ceil(options.heartbeat / 2))
     argv = [options.ssh]
     if options.config:
         argv += ["-F", options.config]
