@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -14,6 +15,7 @@ from shoal.launch.agent_client import LOST, AgentConnection, AgentError
 
 pytestmark = pytest.mark.timeout(60)
 AGENT = [sys.executable, "-m", "shoal.launch.agent"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -70,3 +72,41 @@ def test_a_silent_agent_is_given_up_after_the_heartbeat_timeout_and_its_tasks_en
             os.kill(conn.hello.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def local_agent(workdir, python=sys.executable):
+    """The agent's command line exactly as ssh would hand it to the host's shell, run here."""
+    from shoal.launch.ssh import agent_command
+    return ["sh", "-c", agent_command(python, str(workdir), {"PYTHONPATH": os.environ.get("PYTHONPATH", "")})]
+
+
+def test_preflight_names_each_bad_host_and_stops_the_good_ones(tmp_path):
+    from shoal.launch.agent import shoal_version
+    from shoal.launch.errors import HostsError
+    from shoal.launch.ssh_preflight import open_agents
+
+    made = {}
+    commands = {"good": local_agent(REPO), "nodir": local_agent(tmp_path / "missing"),
+                "nopython": local_agent(REPO, python=str(tmp_path / "python9"))}
+
+    def connect(host):
+        made[host] = AgentConnection(commands[host], host, "test")
+        return made[host]
+
+    with pytest.raises(HostsError) as error:
+        open_agents(list(commands), connect, timeout=20, python=sys.executable, workdir=str(REPO),
+                    version=shoal_version())
+    lines = str(error.value).splitlines()
+    assert lines[0] == "2 of 3 hosts cannot run the job (nothing was started):"
+    assert lines[1].strip().startswith(f"nodir: no directory {REPO} there")  # the workdir the job names
+    assert lines[2].strip().startswith(f"nopython: no interpreter {sys.executable} there")
+    assert made["good"].returncode is not None  # its agent was stopped
+
+
+def test_preflight_refuses_an_agent_of_another_shoal_version():
+    from shoal.launch.errors import HostsError
+    from shoal.launch.ssh_preflight import open_agents
+
+    with pytest.raises(HostsError, match=r"the host cannot run the job .*\n  h: runs Shoal \S+, this launcher 0\.0\.0-other"):
+        open_agents(["h"], lambda host: AgentConnection(local_agent(REPO), host, "test"), timeout=20,
+                    python=sys.executable, workdir=str(REPO), version="0.0.0-other")
