@@ -98,6 +98,7 @@ class SshExecutor:
         self._workdir = str(job_workdir(spec, self._cwd))
         if spec.sync:
             sync_workdir(used, self._workdir, self._options)
+            self._notify(f"shoal | copied {self._workdir} to {', '.join(used)} (sync: true)")
         conns = open_agents(used, self._connection, timeout=self._options.connect_timeout + _HELLO_GRACE,
                             python=self._python, workdir=self._workdir, version=self._version)
         with self._lock:

@@ -1,0 +1,362 @@
+"""The SSH executor end to end: `shoal` as a real process on this machine, its tasks on three
+network-namespace hosts reached through their own sshd (`--ssh-config` with the run's
+ssh_config), the seed job and its failures. Every wait is bounded; launchers are killed by
+process group; the hosts' reset kills whatever a test left there."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.multihost import procs
+
+pytestmark = pytest.mark.timeout(180)
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+UNTIL_FILE = str(Path(__file__).parent / "programs" / "until_file.py")
+HOSTS = "host1,host2,host3"
+
+
+class Shoal:
+    """`shoal` for one test: its own SHOAL_HOME, the run's ssh_config, the launchers it started."""
+
+    def __init__(self, home: Path, ssh_config: Path):
+        self.home = home
+        self.ssh_config = str(ssh_config)
+        self.launchers: list[subprocess.Popen] = []
+
+    def env(self) -> dict:
+        env = dict(os.environ, SHOAL_HOME=str(self.home), PYTHONUNBUFFERED="1")
+        env.pop("TF_CONFIG", None)
+        return env
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """`shoal ARGS` to its end; stdout and stderr together, as text."""
+        return subprocess.run([PY, "-m", "shoal.cli.main", *args], cwd=REPO, env=self.env(), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen:
+        """`shoal ARGS` in its own session, output to a file (read it with `output`)."""
+        log = open(self.home.parent / f"launcher-{len(self.launchers)}.out", "wb")
+        proc = subprocess.Popen([PY, "-m", "shoal.cli.main", *args], cwd=REPO, env=self.env(), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        proc.log = log.name  # type: ignore[attr-defined]
+        self.launchers.append(proc)
+        return proc
+
+    @staticmethod
+    def output(proc: subprocess.Popen) -> str:
+        return Path(proc.log).read_text(errors="replace")  # type: ignore[attr-defined]
+
+    def jobs(self) -> list[dict]:
+        out = self.run("status", "--json", timeout=60)
+        assert out.returncode == 0, out.stdout
+        return json.loads(out.stdout)
+
+    def job(self) -> dict:
+        [job] = self.jobs()
+        return job
+
+    def close(self) -> None:
+        for proc in self.launchers:
+            procs.stop(proc, grace=5)
+
+
+@pytest.fixture
+def shoal(tmp_path, host_network):
+    s = Shoal(tmp_path / "home", host_network.ssh_config)
+    yield s
+    s.close()
+
+
+def job_processes(hosts, job_id: str) -> dict[str, list[int]]:
+    """Per host, the processes whose environment holds the job's id (all of a task's tree)."""
+    out = {}
+    for host in hosts:
+        found = []
+        for pid in host.pids(include_sshd=False):
+            try:
+                if psutil.Process(pid).environ().get("SHOAL_JOB_ID") == job_id:
+                    found.append(pid)
+            except psutil.Error:
+                continue
+        out[host.name] = found
+    return out
+
+
+def agents(hosts) -> dict[str, list[int]]:
+    """Per host, the host agents running there."""
+    out = {}
+    for host in hosts:
+        found = []
+        for pid in host.pids(include_sshd=False):
+            try:
+                if "shoal.launch.agent" in psutil.Process(pid).cmdline():
+                    found.append(pid)
+            except psutil.Error:
+                continue
+        out[host.name] = found
+    return out
+
+
+def wait_nothing_left(hosts, timeout: float = 15) -> None:
+    """Every host back to its sshd alone (ssh sessions end a moment after their command)."""
+    procs.wait_until(lambda: all(h.pids() == [h.sshd_pid] for h in hosts), timeout=timeout,
+                     what="no process but sshd on any host",
+                     detail=lambda: "\n".join(f"{h.name}: {_describe(h.pids(include_sshd=False))}" for h in hosts))
+
+
+def _describe(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        try:
+            out.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:120]}")
+        except psutil.Error:
+            pass
+    return "; ".join(out) or "none"
+
+
+def wait_running(shoal: Shoal, count: int, timeout: float = 60) -> dict:
+    """The job once `count` of its tasks run and a step was recorded."""
+    def ready():
+        jobs = shoal.jobs()
+        if not jobs:
+            return None
+        job = jobs[0]
+        running = [t for t in job["tasks"] if t["state"] == "RUNNING"]
+        return job if len(running) == count and job["step"] else None
+    job = None
+    deadline = time.monotonic() + timeout
+    while job is None:
+        assert time.monotonic() < deadline, f"the job did not run {count} tasks within {timeout}s"
+        for launcher in shoal.launchers:
+            assert launcher.poll() is None, shoal.output(launcher)
+        job = ready()
+        if job is None:
+            time.sleep(0.2)
+    return job
+
+
+def accuracies(text: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\S+\.(worker\.\d) \| accuracy: (\d\.\d+)$",
+                                                                text, re.M)}
+
+
+SEED = {
+    "1ps-run-hostfile": ["run", "--name", "seed", "--ps", "1", "--workers", "2", "--hostfile", "HOSTFILE", "--",
+                         "python", "examples/mnist_softmax.py", "--steps", "1000"],
+    "2ps-train-hosts": ["train", "examples/mnist.yaml", "--hosts", HOSTS],
+}
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("shape", list(SEED))
+def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, hosts, tmp_path, shape, mode):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# the seed's three machines\nhost1 slots=1\nhost2 slots=1\nhost3 slots=1\n")
+    command, *args = [str(hostfile) if a == "HOSTFILE" else a for a in SEED[shape]]
+    if mode == "sync":
+        args += ["--sync"] if shape.startswith("1ps") else ["-p", "sync=--sync"]
+    out = shoal.run(command, "--ssh-config", shoal.ssh_config, *args, timeout=150)
+    assert out.returncode == 0, out.stdout
+    job = shoal.job()
+    assert job["state"] == "SUCCEEDED"
+    where = {t["name"]: t["detail"] for t in job["tasks"]}
+    assert all(re.fullmatch(r"exit 0|killed by SIGTERM", d) for d in where.values()), where
+    hosts_of = {t["name"]: t["address"].rsplit(":", 1)[0] for t in job["tasks"]}
+    address = {h.name: h.address for h in hosts}
+    if shape.startswith("1ps"):
+        assert hosts_of == {"ps.0": address["host1"], "worker.0": address["host2"], "worker.1": address["host3"]}
+    else:
+        assert hosts_of == {"ps.0": address["host1"], "ps.1": address["host2"], "worker.0": address["host3"],
+                            "worker.1": address["host1"]}
+    found = accuracies(out.stdout)
+    assert set(found) == {"worker.0", "worker.1"} and min(found.values()) >= 0.90, found
+    assert f"checked host1, host2, host3: no process of job {job['id']} is left" in out.stdout
+    logs = Path(job["job_dir"]) / "logs"
+    assert "accuracy: 0.9" in (logs / "worker.1.log").read_text()  # a remote task's log, on the launcher
+    wait_nothing_left(hosts)
+
+
+def test_dry_run_prints_per_host_what_runs_there_and_starts_nothing(shoal, hosts):
+    out = shoal.run("train", "examples/mnist.yaml", "--hosts", HOSTS, "--ssh-config", shoal.ssh_config,
+                    "--dry-run", timeout=60)
+    assert out.returncode == 0, out.stdout
+    text = out.stdout
+    assert text.index("## on host1: ps.0, worker.1") < text.index("## on host2: ps.1") \
+        < text.index("## on host3: worker.0")
+    assert f"# mnist.ps.1  {hosts[1].address}:" in text and f"# mnist.worker.0  {hosts[2].address}:" in text
+    assert "SHOAL_JOB_SECRET='<hidden: fresh per job>'" in text
+    assert not (shoal.home / "jobs.db").exists()
+    wait_nothing_left(hosts)
+
+
+def test_the_job_secret_is_in_no_argv_on_any_host(shoal, hosts):
+    launcher = shoal.start("run", "--name", "secret", "--ps", "1", "--workers", "2", "--hosts", HOSTS,
+                           "--ssh-config", shoal.ssh_config, "--", "python", "examples/mnist_softmax.py",
+                           "--steps", "1000000")
+    job = wait_running(shoal, 3)
+    task_pids = [pid for pids in job_processes(hosts, job["id"]).values() for pid in pids]
+    assert len(task_pids) >= 3
+    secret = psutil.Process(task_pids[0]).environ()["SHOAL_JOB_SECRET"]
+    assert len(secret) == 64
+    # Every process of this machine: the launcher, its ssh clients, the hosts' sshd sessions, the
+    # agents, the tasks (the hosts share this machine's PID namespace).
+    for proc in psutil.process_iter(["cmdline"]):
+        assert secret not in " ".join(proc.info["cmdline"] or ()), proc
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(60) == 130
+    wait_nothing_left(hosts)
+
+
+def test_sigkill_of_the_launcher_leaves_no_process_of_the_job_on_any_host_within_10s(shoal, hosts):
+    launcher = shoal.start("run", "--name", "orphan", "--ps", "1", "--workers", "2", "--hosts", HOSTS,
+                           "--ssh-config", shoal.ssh_config, "--", "python", "examples/mnist_softmax.py",
+                           "--steps", "1000000")
+    job = wait_running(shoal, 3)
+    assert all(job_processes(hosts, job["id"]).values())
+    os.kill(launcher.pid, signal.SIGKILL)
+    procs.wait_until(lambda: not any(job_processes(hosts, job["id"]).values()) and not any(agents(hosts).values()),
+                     timeout=10, what="no process of the job and no agent on any host",
+                     detail=lambda: str(job_processes(hosts, job["id"])))
+    status = shoal.run("status", job["id"], timeout=60)
+    assert "KILLED" in status.stdout and "the launcher died" in status.stdout
+    check = shoal.run("check", job["id"], timeout=60)
+    assert check.returncode == 0, check.stdout
+    assert check.stdout.splitlines() == [f"{h}: no process of the job" for h in ("host1", "host2", "host3")]
+    wait_nothing_left(hosts)
+
+
+def test_shoal_kill_from_another_terminal_and_status_logs_monitor_show_remote_tasks(shoal, hosts):
+    launcher = shoal.start("run", "--name", "watched", "--ps", "1", "--workers", "2", "--hosts", HOSTS,
+                           "--ssh-config", shoal.ssh_config, "--", "python", "examples/mnist_softmax.py",
+                           "--steps", "1000000")
+    job = wait_running(shoal, 3)
+    status = shoal.run("status", "watched", timeout=60).stdout
+    for task, host in (("ps.0", hosts[0]), ("worker.0", hosts[1]), ("worker.1", hosts[2])):
+        line = next(line for line in status.splitlines() if line.startswith(f"watched.{task} "))
+        assert "RUNNING" in line and f"{host.address}:" in line and line.endswith(f"on {host.name}"), line
+    monitor = shoal.run("monitor", "watched", "--once", timeout=60)
+    assert monitor.returncode == 0, monitor.stdout
+    rows = {line.split()[0]: line.split() for line in monitor.stdout.splitlines()[2:]}
+    assert set(rows) == {"ps.0", "worker.0", "worker.1"}
+    for row in rows.values():
+        assert row[1] == "RUNNING" and float(row[3]) >= 0 and row[5].endswith("iB"), row  # CPU%, memory measured
+    logs = shoal.run("logs", "watched", "--task", "worker.1", timeout=60).stdout
+    assert "worker:1 starts at global step" in logs
+    killed = shoal.run("kill", "watched", timeout=90)
+    assert killed.returncode == 0, killed.stdout
+    assert killed.stdout.splitlines()[0].startswith(f"job {job['id']}: KILLED")
+    assert killed.stdout.splitlines()[1:] == [f"{h}: no process of the job" for h in ("host1", "host2", "host3")]
+    assert launcher.wait(30) == 130
+    assert not any(job_processes(hosts, job["id"]).values())
+    wait_nothing_left(hosts)
+
+
+def test_a_down_host_and_a_refused_key_are_named_before_any_task_starts(shoal, hosts, host_network, tmp_path):
+    wrong_key = tmp_path / "not_authorized"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong_key)], check=True, timeout=30)
+    config = host_network.ssh_config.read_text()
+    block = config.index("Host host2")
+    config = config[:block] + config[block:].replace(str(host_network.identity), str(wrong_key), 1)
+    (tmp_path / "ssh_config").write_text(config)
+    (tmp_path / "job.yaml").write_text(
+        "name: blocked\nrun: python examples/mnist_softmax.py --steps 100\n"
+        "roles: {ps: {count: 1}, worker: {count: 2}}\nssh: {connect_timeout: 2s}\n")
+    hosts[2].link_down()
+    out = shoal.run("train", str(tmp_path / "job.yaml"), "--hosts", HOSTS, "--ssh-config",
+                    str(tmp_path / "ssh_config"), timeout=60)
+    assert out.returncode == 4, out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0] == "shoal train: error: 2 of 3 hosts cannot run the job (nothing was started):"
+    assert lines[1].startswith("  host2: ssh refused the login (") and "Permission denied" in lines[1]
+    assert lines[2].startswith("  host3: unreachable (") and "host3" not in lines[1]
+    assert len(lines) == 3
+    assert not (shoal.home / "jobs.db").exists()  # no job was recorded, none started
+    hosts[2].link_up()
+    wait_nothing_left(hosts[:2])
+
+
+def test_a_missing_interpreter_is_named_per_host_before_any_task_starts(shoal, hosts, tmp_path):
+    (tmp_path / "job.yaml").write_text(
+        "name: nopy\nrun: python examples/mnist_softmax.py --steps 100\n"
+        "roles: {worker: {count: 3}}\nssh: {python: /opt/nowhere/bin/python}\n")
+    out = shoal.run("train", str(tmp_path / "job.yaml"), "--hosts", HOSTS, "--ssh-config", shoal.ssh_config,
+                    timeout=60)
+    assert out.returncode == 4, out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[1:] == [f"  {h}: no interpreter /opt/nowhere/bin/python there; install the same Python at the"
+                         " same path, or name the hosts' one with ssh.python in the spec"
+                         for h in ("host1", "host2", "host3")]
+    wait_nothing_left(hosts)
+
+
+def test_a_worker_host_that_vanishes_is_detected_and_fails_the_job_and_its_agent_cleans_up(shoal, hosts, tmp_path):
+    (tmp_path / "job.yaml").write_text(
+        "name: vanish\nrun: python examples/mnist_softmax.py --steps 1000000\n"
+        "roles: {ps: {count: 1}, worker: {count: 2}}\nssh: {heartbeat_timeout: 3s}\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hosts", HOSTS, "--ssh-config", shoal.ssh_config)
+    job = wait_running(shoal, 3)
+    hosts[2].link_down()  # worker.1's host: gone without a FIN
+    assert launcher.wait(60) == 1
+    text = shoal.output(launcher)
+    assert "vanish.worker.1 | shoal: lost the agent on host3 (no heartbeat for 3s); the task counts as failed" in text
+    assert "shoal | host3: not checked, its agent was lost (no heartbeat for 3s)" in text
+    assert f"shoal | checked host1, host2: no process of job {job['id']} is left" in text
+    job = shoal.job()
+    assert job["state"] == "FAILED" and job["reason"] == "vanish.worker.1 failed (exit 255)"
+    hosts[2].link_up()
+    # Cut off from its launcher, host3's agent stopped the task by itself.
+    procs.wait_until(lambda: not job_processes(hosts, job["id"])["host3"] and not agents(hosts[2:])["host3"],
+                     timeout=20, what="nothing of the job on host3 once it is back")
+    check = shoal.run("check", job["id"], timeout=60)
+    assert check.returncode == 0, check.stdout
+    wait_nothing_left(hosts[:2])
+
+
+def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, hosts, tmp_path):
+    stop = tmp_path / "stop"
+    (tmp_path / "job.yaml").write_text(
+        f"name: comeback\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
+        "restart: {policy: on-failure, max_restarts: 3, backoff: 2s}\nssh: {heartbeat_timeout: 2s}\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hosts", "host1,host2", "--ssh-config",
+                           shoal.ssh_config)
+    wait_running(shoal, 2)
+    hosts[1].link_down()
+    procs.wait_until(lambda: "lost the agent on host2" in shoal.output(launcher), timeout=30,
+                     what="the launcher noticing host2 is gone")
+    hosts[1].link_up()
+    procs.wait_until(lambda: "shoal | host2: reconnected to restart worker.1" in shoal.output(launcher),
+                     timeout=60, what="worker.1 restarted on host2", detail=lambda: shoal.output(launcher)[-2000:])
+    wait_running(shoal, 2)
+    stop.write_text("")
+    assert launcher.wait(60) == 0, shoal.output(launcher)
+    job = shoal.job()
+    assert job["state"] == "SUCCEEDED"
+    assert {t["name"]: t["restarts"] for t in job["tasks"]} == {"worker.0": 0, "worker.1": 1}
+    wait_nothing_left(hosts[:1])
+
+
+def test_sync_copies_the_workdir_to_every_host_first(shoal, hosts, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "hello.py").write_text("import os; print('hello from', os.environ['SHOAL_TASK'])\n")
+    (tmp_path / "job.yaml").write_text(f"name: synced\nrun: python hello.py\nroles: {{worker: {{count: 2}}}}\n"
+                                       f"workdir: {work}\nsync: true\n")
+    out = shoal.run("train", str(tmp_path / "job.yaml"), "--hosts", "host1,host2", "--ssh-config",
+                    shoal.ssh_config, timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert f"shoal | copied {work} to host1, host2 (sync: true)" in out.stdout
+    assert "synced.worker.1 | hello from worker:1" in out.stdout
+    wait_nothing_left(hosts[:2])
