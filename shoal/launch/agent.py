@@ -16,10 +16,11 @@ from the network, no FIN ever came) it stops every group and exits, so a host cu
 launcher does not keep the job's tasks running.
 
 One-shot mode, for checks from any process: `python -m shoal.launch.agent --find JOB_ID
-[--task worker:1] [--kill] [--usage S]` prints one JSON line listing this host's processes of
-job JOB_ID (those whose environment holds SHOAL_JOB_ID=JOB_ID, and SHOAL_TASK=worker:1 with
---task; see job_processes.py), kills them with --kill (then lists what survived), measures them
-over S seconds with --usage, and exits.
+[--task worker:1] [--kill] [--usage S] [--has PATH]` prints one JSON line listing this host's
+processes of job JOB_ID (those whose environment holds SHOAL_JOB_ID=JOB_ID, and
+SHOAL_TASK=worker:1 with --task; see job_processes.py), kills them with --kill (then lists what
+survived), measures them over S seconds with --usage, says whether PATH exists here with --has
+(is the launcher's model dir shared?), and exits.
 
 Standard library and psutil only, and nothing of Shoal's runtime, so it starts fast on a host.
 """
@@ -299,6 +300,8 @@ def _one_shot(args: argparse.Namespace) -> int:
         from shoal.launch.nvml import gpu_usage  # nvidia-ml-py, when it is installed
         report["mem_total"] = psutil.virtual_memory().total
         report["gpus"] = gpu_usage()
+    if args.has:
+        report["has"] = os.path.exists(args.has)
     report["host"] = socket.gethostname()
     sys.stdout.write(json.dumps(report) + "\n")
     return 0
@@ -312,6 +315,7 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--find", metavar="JOB_ID", help="one shot: list this host's processes of the job")
     parser.add_argument("--task", help="with --find: only the processes of this task (worker:1)")
     parser.add_argument("--kill", action="store_true", help="with --find: SIGKILL them, list survivors")
+    parser.add_argument("--has", metavar="PATH", help="with --find: also say whether PATH exists on this host")
     parser.add_argument("--usage", type=float, default=None, metavar="S",
                         help="with --find: measure CPU and memory over S seconds")
     return parser.parse_args(argv)

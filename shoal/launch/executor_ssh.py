@@ -16,7 +16,10 @@ Running a job:
   task restarted there reconnects first (StartError while the host stays unreachable).
 * `close` stops every agent (each stops its tasks: TERM, grace, KILL), then checks every host
   for processes of the job (by SHOAL_JOB_ID in their environment), kills any it finds, and
-  reports through `notify`: "no process left on ..." or the survivors by host and pid.
+  reports through `notify`: "no process left on ..." or the survivors by host and pid. The
+  same check says whether the host sees the launcher's model dir (a marker file the launcher
+  left there); from a host that does not, what the tasks wrote into the model dir there
+  (summaries; not checkpoints, which only the chief writes) is copied back (ssh_sync).
 
 Control from any process (`shoal kill`, `status`, `monitor`, `check`) uses the TaskRefs: each
 names its host and how to run the agent there (ssh_control.AgentSite), and one ssh call per
@@ -47,13 +50,15 @@ from shoal.launch.spec import JobSpec
 from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
 from shoal.launch.ssh_control import AgentSite, HostScan, scan
 from shoal.launch.ssh_preflight import close_all, open_agents
-from shoal.launch.ssh_sync import sync_workdir
+from shoal.launch.ssh_sync import collect_model_dirs, sync_workdir
 
 KIND = "ssh"
 _HELLO_GRACE = 20.0
 """Seconds an agent may take to start on a reachable host (beyond the connect timeout)."""
 _REQUEST_TIMEOUT = 30.0
 _ALIVE_CACHE_S = 1.0
+MARKER_PREFIX = ".shoal-launcher-"
+"""A file the launcher leaves in the model dir while the job runs (see `close`)."""
 
 
 def _ignore(_line: str) -> None:
@@ -88,6 +93,7 @@ class SshExecutor:
         self._lock = threading.Lock()
         self._closed = False
         self._alive_cache: dict[tuple[str, str], tuple[float, HostScan]] = {}
+        self._marker = ""
 
     # --- running a job --------------------------------------------------------------
 
@@ -137,8 +143,10 @@ class SshExecutor:
         with self._lock:
             if self._closed:
                 raise RuntimeError("SshExecutor.start after close")
-            self._job_id = job.job_id
+            first, self._job_id = self._job_id is None, job.job_id
             conn = self._conns.get(task.node)
+        if first:
+            self._mark_model_dir(job)
         if conn is None or not conn.alive:
             conn = self._reconnect(task)
         site = self._site(task.node)
@@ -167,6 +175,16 @@ class SshExecutor:
         self._notify(f"shoal | {task.node}: reconnected to restart {task.name}")
         return conn
 
+    def _mark_model_dir(self, job: JobPlan) -> None:
+        """Leave a file in the launcher's model dir; a host that does not see it at the end
+        does not share the model dir (its tasks' summaries are then copied back)."""
+        marker = Path(job.model_dir) / f"{MARKER_PREFIX}{job.job_id}"
+        try:
+            marker.touch()
+        except OSError:
+            return  # the model dir cannot be written here; the tasks will say so
+        self._marker = str(marker)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -180,9 +198,26 @@ class SshExecutor:
             self._notify(f"shoal | {node}: not checked, its agent was lost ({conns[node].lost}); cut off from the"
                          f" launcher, it stops the job's tasks after {self._options.heartbeat:g}s by itself"
                          f" (shoal check {job_id or 'JOB'} confirms it once {node} is back)")
-        if job_id is not None:
-            sites = [self._site(node) for node in conns if node not in lost]
-            self._report(self._sweep_sites(sites, job_id, kill=True), job_id)
+        if job_id is None:
+            return
+        sites = [self._site(node) for node in conns if node not in lost]
+        scans = scan(sites, job_id, options=self._options, kill=True, has=self._marker) if sites else {}
+        self._report([_check(s) for s in scans.values()], job_id)
+        if self._marker:
+            self._collect([s.host for s in scans.values() if s.has is False], str(Path(self._marker).parent))
+            Path(self._marker).unlink(missing_ok=True)
+
+    def _collect(self, nodes: list[str], model_dir: str) -> None:
+        """Copy the model dirs of hosts that do not share the launcher's into it."""
+        if not nodes:
+            return
+        for node, problem in collect_model_dirs(nodes, model_dir, self._options).items():
+            if problem:
+                self._notify(f"shoal | {node} does not share the model dir {model_dir}, and its files could not"
+                             f" be copied here: {problem}")
+            else:
+                self._notify(f"shoal | {node} does not share the model dir: copied what its tasks wrote there"
+                             f" (not checkpoints) into {model_dir}")
 
     def _report(self, checks: list[HostCheck], job_id: str) -> None:
         clean = [c.host for c in checks if c.clean]
@@ -254,9 +289,7 @@ class SshExecutor:
     def _sweep_sites(self, sites: Sequence[AgentSite], job_id: str, kill: bool) -> list[HostCheck]:
         if not sites:
             return []
-        scans = scan(sites, job_id, options=self._options, kill=kill)
-        return [HostCheck(host, tuple(_leftover(p) for p in s.processes), tuple(_leftover(p) for p in s.survivors),
-                          s.error) for host, s in scans.items()]
+        return [_check(s) for s in scan(sites, job_id, options=self._options, kill=kill).values()]
 
     def _scan_host(self, ref: TaskRef) -> HostScan:
         job = dict(ref.extra).get("job", "")
@@ -277,6 +310,11 @@ def _member(proc: JobProcess, ref: TaskRef) -> bool:
     if proc.pid == ref.pid:
         return ref.started is not None and abs(proc.started - ref.started) <= 0.05
     return proc.pgid == ref.pid
+
+
+def _check(found: HostScan) -> HostCheck:
+    return HostCheck(found.host, tuple(_leftover(p) for p in found.processes),
+                     tuple(_leftover(p) for p in found.survivors), found.error)
 
 
 def _leftover(proc: JobProcess) -> Leftover:

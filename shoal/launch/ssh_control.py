@@ -66,24 +66,26 @@ class AgentSite:
 @dataclass(frozen=True)
 class HostScan:
     """What one host said: the job's processes there (with CPU and RSS when measured), those
-    that survived a kill, its memory and GPU use (pid, %, bytes); or `error`, one line."""
+    that survived a kill, its memory and GPU use (pid, %, bytes), whether the path asked about
+    exists there (`has`); or `error`, one line."""
 
     host: str
     processes: tuple[JobProcess, ...] = ()
     survivors: tuple[JobProcess, ...] = ()
     mem_total: int = 0
     gpus: Optional[tuple[tuple[int, float, int], ...]] = None
+    has: Optional[bool] = None
     error: str = ""
 
 
 def scan(sites: Sequence[AgentSite], job_id: str, *, options: SshOptions, kill: bool = False,
-         task: Optional[str] = None, usage: Optional[float] = None,
+         task: Optional[str] = None, usage: Optional[float] = None, has: Optional[str] = None,
          timeout: Optional[float] = None) -> dict[str, HostScan]:
     """Ask every site's host (each host once) about job `job_id`; by host. Blocks for at most
     `timeout` seconds (default: the connect timeout plus 20 s); a host that does not answer
     gets an `error`."""
     args = ["--find", job_id] + (["--task", task] if task else []) + (["--kill"] if kill else []) + \
-        (["--usage", f"{usage:g}"] if usage is not None else [])
+        (["--usage", f"{usage:g}"] if usage is not None else []) + (["--has", has] if has else [])
     unique = {site.host: site for site in sites}
     timeout = timeout if timeout is not None else options.connect_timeout + 20.0 + (usage or 0.0)
     procs = {}
@@ -134,6 +136,7 @@ def _host_scan(host: str, report: dict[str, Any]) -> HostScan:
             survivors=tuple(JobProcess.from_json(p) for p in report.get("survivors") or ()),
             mem_total=int(report.get("mem_total") or 0),
             gpus=None if gpus is None else tuple((int(pid), float(pct), int(mem)) for pid, pct, mem in gpus),
+            has=None if report.get("has") is None else bool(report["has"]),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         return HostScan(host, error=f"{host}: the agent's report is damaged ({e}); is the same Shoal installed there?")

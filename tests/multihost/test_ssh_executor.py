@@ -360,3 +360,38 @@ def test_sync_copies_the_workdir_to_every_host_first(shoal, hosts, tmp_path):
     assert f"shoal | copied {work} to host1, host2 (sync: true)" in out.stdout
     assert "synced.worker.1 | hello from worker:1" in out.stdout
     wait_nothing_left(hosts[:2])
+
+
+def test_a_host_that_does_not_share_the_model_dir_gets_its_tasks_files_copied_back(shoal, hosts, host_network,
+                                                                                     tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    # host3 once more, reached at port 2222 through an sshd in a mount namespace of its own, where
+    # a tmpfs hides the launcher's model dir: a machine with a disk of its own.
+    host = hosts[2]
+    sshd_config = tmp_path / "sshd_config"
+    sshd_config.write_text((host.workdir / "sshd_config").read_text().replace("Port 22\n", "Port 2222\n")
+                           .replace(str(host.workdir / "sshd.pid"), str(tmp_path / "sshd.pid")))
+    host.popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                f"mount -t tmpfs none {model} && exec /usr/sbin/sshd -D -f {sshd_config} -E {tmp_path / 'sshd.log'}"])
+    procs.wait_until(lambda: procs.tcp_open(host.address, 2222), timeout=15, what="the second sshd of host3")
+    config = host_network.ssh_config.read_text()
+    block = config[config.index("Host host3"):].split("\n\n")[0]
+    config += "\n" + block.replace("Host host3", "Host apart").replace("Port 22", "Port 2222") \
+        + "\n    HostKeyAlias host3\n"
+    (tmp_path / "ssh_config").write_text(config)
+    # ps.0 and worker.1 on `apart`, worker.0 (the chief) on host1
+    out = shoal.run("run", "--name", "apart", "--ps", "1", "--workers", "2", "--hosts", "apart,host1",
+                    "--ssh-config", str(tmp_path / "ssh_config"), "--output-dir", str(model), "--",
+                    "python", "examples/mnist_softmax.py", "--steps", "300", "--log_every", "10",
+                    timeout=120)
+    assert out.returncode == 0, out.stdout
+    assert f"shoal | apart does not share the model dir: copied what its tasks wrote there (not checkpoints)" \
+           f" into {model}" in out.stdout
+    assert "host1 does not share" not in out.stdout
+    assert list((model / "worker_1").glob("events.out.tfevents.*"))  # worker.1's summaries, from apart
+    assert list(model.glob("events.out.tfevents.*")) and (model / "checkpoints").is_dir()  # the chief's, here
+    assert not list(model.glob(".shoal-launcher-*"))
+    job = shoal.job()
+    assert not any(job_processes(hosts, job["id"]).values())
+    wait_nothing_left(hosts[:2])
