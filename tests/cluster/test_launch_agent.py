@@ -277,3 +277,9 @@ def test_find_with_usage_measures_cpu_and_memory():
     finally:
         _killpg_quietly(task.pid)
         task.wait(10)
+
+
+def test_find_says_whether_a_path_exists_on_this_host(tmp_path):
+    (tmp_path / "marker").write_text("")
+    assert find_job("no-such-job", "--has", str(tmp_path / "marker"))["has"] is True
+    assert find_job("no-such-job", "--has", str(tmp_path / "absent"))["has"] is False
