@@ -126,7 +126,11 @@ class SshExecutor:
             conn = self._conns[node]
             assert conn.hello is not None
             mine = [t for t in ids if node_of[t] == node]
-            bound = conn.bind(len(mine) + (node == master_node), conn.hello.host, _REQUEST_TIMEOUT, gpus=wants_gpus)
+            try:
+                bound = conn.bind(len(mine) + (node == master_node), conn.hello.host, _REQUEST_TIMEOUT,
+                                  gpus=wants_gpus)
+            except AgentError as e:
+                raise HostsError(f"{node} cannot hold ports for the job (nothing was started): {e}") from e
             try:
                 gpus = assign_gpus(spec, mine, bound.gpus or 0)
             except PlanError as e:
