@@ -17,7 +17,6 @@ with LOST after a last output line that says why. The agent, hearing nothing, st
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import signal
@@ -31,11 +30,11 @@ from typing import Any, Optional, Union
 from shoal.launch.agent_protocol import AGENT_TYPES, AgentProtocolError, decode, encode, line_bytes
 from shoal.launch.errors import LaunchError, StartError
 from shoal.launch.executor import TaskRef
+from shoal.launch.parent_death import die_with_parent
 
 LOST = 255
 """The exit code of a task whose agent connection was lost (ssh's own code for that)."""
 
-_PR_SET_PDEATHSIG = 1
 _END = object()
 
 
@@ -60,18 +59,6 @@ class Bound:
 
     ports: tuple[int, ...]
     gpus: Optional[int] = None
-
-
-def _die_with_launcher(launcher_pid: int):
-    """preexec_fn: SIGKILL the command when the launcher's thread that started it ends."""
-    def setup() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-        if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
-            os._exit(1)
-    return setup
 
 
 class AgentConnection:
@@ -108,7 +95,7 @@ class AgentConnection:
         self._last_heard = time.monotonic()
         self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, env=self._env, start_new_session=True,
-                                      preexec_fn=_die_with_launcher(os.getpid()))
+                                      preexec_fn=die_with_parent(os.getpid()))
         threading.Thread(target=self._read_stderr, daemon=True, name=f"agent-err-{self.name}").start()
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{self.name}")
         self._reader.start()
