@@ -6,8 +6,9 @@ It binds and *holds* the ports its tasks will use until each task is about to st
 other program takes them meanwhile), starts each task in its own process group with the
 environment the launcher sent (the job secret travels there, never in argv), streams the
 tasks' output lines back, reports exits and resource use, and stops every group it started
-when told to or when its stdin closes: the launcher died or the ssh connection dropped.
-Tasks also get SIGKILL from the kernel if the agent itself dies (parent-death signal).
+when told to, when its stdin closes (the launcher died or the ssh connection dropped) or
+when it gets SIGTERM or SIGHUP (scancel, a signalled srun). Tasks also get SIGKILL from the
+kernel if the agent itself dies (parent-death signal).
 
 Standard library and psutil only, and nothing of Shoal's runtime, so it starts fast on a host.
 """
@@ -241,8 +242,22 @@ def _host_address(environ) -> str:
     return connection[2] if len(connection) == 4 else socket.gethostname()
 
 
+class _Terminated(Exception):
+    """SIGTERM or SIGHUP reached the agent (scancel, a signalled srun, a hangup)."""
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # one stop is enough; let it finish
+    raise _Terminated(signum)
+
+
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it, not us
+    # Dying at once would leave each task's group behind (the parent-death signal reaches only
+    # a task's main process): stop them all first, as when stdin closes.
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
     agent = Agent(sys.stdout.buffer, _host_address(os.environ))
     agent.hello()
     try:
@@ -254,8 +269,15 @@ def main() -> int:
                     return 0
             except (AgentProtocolError, OSError) as e:
                 agent.send({"type": "error", "message": str(e)})
+    except _Terminated as e:
+        return 128 + int(e.args[0])
     finally:
-        agent.stop_all(_STOP_GRACE_S)
+        while True:
+            try:
+                agent.stop_all(_STOP_GRACE_S)
+                break
+            except _Terminated:
+                continue  # the signal came while stopping; the handler ignores any further one
     return 0
 
 

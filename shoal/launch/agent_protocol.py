@@ -11,6 +11,7 @@ Launcher -> agent:
     {"type": "sample", "interval": S}                       CPU and memory of every task
     {"type": "stop", "grace": S}                            TERM every group, KILL after S, exit
     (end of input)                                          the same as stop, grace 2 s
+    (SIGTERM or SIGHUP to the agent)                        the same as stop, grace 2 s
 
 Agent -> launcher:
     {"type": "hello", "version": V, "python": PATH, "host": ADDRESS, "pid": PID}   first line

@@ -163,3 +163,20 @@ def test_task_dies_when_its_agent_is_killed(agent):
     os.kill(a.proc.pid, signal.SIGKILL)  # only the agent: no cleanup code of its own runs
     a.proc.wait(10)
     task.wait(10)  # raises TimeoutExpired if the task outlived its agent
+
+
+def test_sigterm_to_the_agent_stops_every_group_it_started(agent):
+    """scancel and a signalled srun send SIGTERM to the agent: its tasks' whole groups must go
+    with it (the parent-death signal alone reaches only each task's main process)."""
+    a = agent()
+    a.expect("hello")
+    a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]},
+           argv=["sh", "-c", "sleep 300 & sleep 300 & echo up; wait"])
+    pid = a.expect("started", task="worker.0")["pid"]
+    a.expect("output", task="worker.0")
+    group = [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
+    assert len(group) == 3  # sh and its two sleeps
+    os.kill(a.proc.pid, signal.SIGTERM)
+    a.proc.wait(15)
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive
