@@ -52,9 +52,10 @@ class Agent:
     the parent-death signal needs); each task has a reader and a waiter thread. `send` is
     thread-safe."""
 
-    def __init__(self, out: IO[bytes], host: str):
+    def __init__(self, out: IO[bytes], host: str, slurm_step: str = ""):
         self._out = out
         self._host = host
+        self._slurm_step = slurm_step
         self._lock = threading.Lock()
         self._held: dict[int, socket.socket] = {}
         self._tasks: dict[str, subprocess.Popen] = {}
@@ -69,8 +70,11 @@ class Agent:
                 pass  # the launcher is gone; stdin's end will stop us
 
     def hello(self) -> None:
-        self.send({"type": "hello", "version": _version(), "python": sys.executable, "host": self._host,
-                   "pid": os.getpid()})
+        hello = {"type": "hello", "version": _version(), "python": sys.executable, "host": self._host,
+                 "pid": os.getpid()}
+        if self._slurm_step:
+            hello["slurm_step"] = self._slurm_step
+        self.send(hello)
 
     def handle(self, message: dict[str, Any]) -> bool:
         """Run one command; returns False when the agent should exit."""
@@ -252,13 +256,19 @@ def _terminate(signum: int, _frame: object) -> None:
     raise _Terminated(signum)
 
 
+def _slurm_step(environ) -> str:
+    """"JOB.STEP" when the agent runs as a Slurm step (what scancel needs to end it), else ""."""
+    job, step = environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_STEP_ID", "")
+    return f"{job}.{step}" if job.isdigit() and step.isdigit() else ""
+
+
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it, not us
     # Dying at once would leave each task's group behind (the parent-death signal reaches only
     # a task's main process): stop them all first, as when stdin closes.
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
-    agent = Agent(sys.stdout.buffer, _host_address(os.environ))
+    agent = Agent(sys.stdout.buffer, _host_address(os.environ), _slurm_step(os.environ))
     agent.hello()
     try:
         for line in sys.stdin.buffer:

@@ -38,12 +38,13 @@ class AgentError(LaunchError):
 @dataclass(frozen=True)
 class AgentHello:
     """What an agent says first: Shoal's version there, its Python, the address the
-    launcher reached it at, and its pid."""
+    launcher reached it at, its pid, and "JOB.STEP" when it runs as a Slurm step."""
 
     version: str
     python: str
     host: str
     pid: int
+    slurm_step: str = ""
 
 
 def _die_with_launcher() -> None:
@@ -55,7 +56,10 @@ def _die_with_launcher() -> None:
 
 class AgentConnection:
     """One agent. The constructor does no I/O; `open` starts `argv` and waits for the agent's
-    hello; `close` stops every task and the agent (idempotent). Thread-safe."""
+    hello (`launch` then `wait_hello` do the same in two halves, so that several agents start
+    at once: launch each from the thread that lives as long as the job, whose end the command
+    gets the parent-death signal from, then wait); `close` stops every task and the agent
+    (idempotent). Thread-safe."""
 
     def __init__(self, argv: Sequence[str], name: str, kind: str, *, env: Optional[Mapping[str, str]] = None):
         self.name = name
@@ -74,15 +78,29 @@ class AgentConnection:
     def open(self, timeout: float) -> AgentHello:
         """Start the agent and wait for its hello. AgentError (with what the command printed
         on stderr) if it does not come within `timeout`."""
-        self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, env=self._env, start_new_session=True,
-                                      preexec_fn=_die_with_launcher)
+        self.launch()
+        return self.wait_hello(timeout)
+
+    def launch(self) -> None:
+        """Start the command that runs the agent; does not wait for it. AgentError if the
+        command cannot be run."""
+        try:
+            self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, env=self._env, start_new_session=True,
+                                          preexec_fn=_die_with_launcher)
+        except OSError as e:
+            raise AgentError(f"cannot run {self._argv[0]!r} to start the agent on {self.name}: "
+                             f"{e.strerror or e}") from e
         threading.Thread(target=self._read_stderr, daemon=True, name=f"agent-err-{self.name}").start()
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{self.name}")
         self._reader.start()
+
+    def wait_hello(self, timeout: float) -> AgentHello:
+        """Wait for the hello of the agent `launch` started; AgentError (with what the command
+        printed on stderr) if it does not come within `timeout`."""
         message = self._reply("hello", timeout)
         self.hello = AgentHello(str(message.get("version")), str(message.get("python")), str(message.get("host")),
-                                int(message.get("pid") or 0))
+                                int(message.get("pid") or 0), str(message.get("slurm_step") or ""))
         return self.hello
 
     def bind(self, count: int, interface: str, timeout: float) -> list[int]:

@@ -180,3 +180,20 @@ def test_sigterm_to_the_agent_stops_every_group_it_started(agent):
     a.proc.wait(15)
     gone, alive = psutil.wait_procs(group, timeout=10)
     assert not alive
+
+
+def test_hello_names_the_slurm_step_the_agent_runs_in():
+    from shoal.launch.agent_client import AgentConnection
+
+    argv = [sys.executable, "-m", "shoal.launch.agent"]
+    in_step = AgentConnection(argv, "n1", "slurm", env={**os.environ, "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "3"})
+    plain = AgentConnection(argv, "host1", "ssh", env={k: v for k, v in os.environ.items()
+                                                        if k not in ("SLURM_JOB_ID", "SLURM_STEP_ID")})
+    try:
+        in_step.launch()
+        plain.launch()  # both start before either is waited for
+        assert in_step.wait_hello(20).slurm_step == "12.3"
+        assert plain.wait_hello(20).slurm_step == ""
+    finally:
+        in_step.close()
+        plain.close()
