@@ -15,7 +15,9 @@ from shoal.home import shoal_home
 from shoal.launch.errors import LaunchError
 from shoal.launch.executor import Executor
 from shoal.launch.executor_local import LocalExecutor
+from shoal.launch.executor_slurm import SlurmExecutor
 from shoal.launch.records import JobStore
+from shoal.launch.slurm_commands import SlurmCommands
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,12 @@ class Environment:
         tasks). LaunchError for a kind this shoal does not know."""
         if kind == LocalExecutor.kind:
             return LocalExecutor(python=self.python, base_env=self.environ)
+        if kind == SlurmExecutor.kind:  # reaches recorded Slurm tasks; running a job: cli/executors.py
+            return SlurmExecutor(commands=SlurmCommands(self.environ), python=self.python,
+                                 base_env=self.environ)
         raise LaunchError(
             f"the job ran on the {kind!r} executor, which this shoal does not know (it knows"
-            f" {LocalExecutor.kind!r}); use the shoal that started the job"
+            f" {LocalExecutor.kind!r}, {SlurmExecutor.kind!r}); use the shoal that started the job"
         )
 
     def say(self, text: str, *, err: bool = False, end: str = "\n") -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 
 from shoal.cli.environment import Environment
+from shoal.cli.executors import launch_executor
 from shoal.cli.exit_codes import ExitCode, job_exit_code
+from shoal.launch.executor import LaunchNotes
 from shoal.launch.plan import format_plan, make_plan, new_job_id
 from shoal.launch.runner import run_job
 from shoal.launch.spec import JobSpec
@@ -16,16 +18,20 @@ from shoal.launch.spec import JobSpec
 def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (every task's command and environment) and exit")
+    parser.add_argument("--slurm", action="store_true",
+                        help="submit a Slurm job sized for the spec (sbatch) and run the tasks in it;"
+                        " inside an allocation (SLURM_JOB_ID set) tasks run in it without this flag")
 
 
 def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     """Plan `spec`; print the plan if --dry-run, else run the job. Returns the exit code."""
-    executor = env.executor()
+    executor = launch_executor(args, env)
     try:
         plan = make_plan(spec, executor.allocate(spec), job_id=new_job_id(spec.name),
                          shoal_home=env.shoal_home, workdir=env.cwd)
         if args.dry_run:
-            env.say(format_plan(plan), end="")
+            notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
+            env.say(notes + format_plan(plan), end="")
             return int(ExitCode.OK)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
