@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def shoal(*args: str) -> list[str]:
 
 def run(env: dict[str, str], argv: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+                          errors="replace", timeout=timeout)
 
 
 def start(env: dict[str, str], argv: list[str]) -> subprocess.Popen:
@@ -102,6 +103,25 @@ def test_seed_job_succeeds_inside_salloc_with_tasks_on_both_nodes(slurm_cluster,
         assert any(line.endswith(" on n1)") for line in running) and any(line.endswith(" on n2)") for line in running)
         assert set(where) == {"ps.0", "ps.1", "worker.0", "worker.1"}
         procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=WAIT_S, what="salloc's job gone")
+        assert nothing_left(home)
+    finally:
+        cleanup(home)
+
+
+@pytest.mark.timeout(300)
+def test_seed_job_succeeds_from_a_batch_script(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    output = tmp_path / "batch.out"
+    try:
+        submitted = run(env, ["sbatch", "--parsable", "--nodes=2", "--ntasks=4", f"--output={output}",
+                              f"--wrap={shlex.join(shoal('train', 'examples/mnist.yaml', '-p', 'steps=200'))}"],
+                        timeout=60)
+        assert submitted.returncode == 0, submitted.stdout
+        procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=240, what="the batch job done", interval=0.5)
+        text = output.read_text()
+        assert "mnist.worker.1 | accuracy: 0." in text and "SUCCEEDED (all training tasks succeeded)" in text, text
+        assert status(env)[0]["state"] == "SUCCEEDED"
         assert nothing_left(home)
     finally:
         cleanup(home)
@@ -283,3 +303,31 @@ def test_slurm_watchdog_cancels_what_is_registered_when_its_pipe_closes(slurm_cl
     reaper.remove(kept)
     reaper.close()  # as when the launcher dies: EOF on the watchdog's stdin
     procs.wait_until(lambda: slurm_cluster.job_ids() == [kept], timeout=WAIT_S, what=f"only job {kept} left")
+
+
+@pytest.mark.timeout(120)
+def test_role_hosts_pin_tasks_to_named_nodes_of_the_allocation(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    (tmp_path / "job.yaml").write_text("name: pinned\nrun: python t.py\nroles:\n  ps: {count: 2, hosts: [n2]}\n"
+                                       "  worker: {count: 2}\n")
+    out = run(env, shoal("train", str(tmp_path / "job.yaml"), "--dry-run"), timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert "# on n1: worker.0, worker.1" in out.stdout and "# on n2: ps.0, ps.1" in out.stdout
+
+
+@pytest.mark.timeout(180)
+def test_task_output_comes_through_srun_byte_for_byte(slurm_cluster, tmp_path):
+    """Long lines, a last line without a newline and bytes that are not UTF-8 travel through the
+    agent's JSON lines and srun's I/O forwarding, and the log file gets what the task wrote."""
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    program = ("import sys; out = sys.stdout.buffer; out.write(b'x' * 300000 + b'\\n'); "
+               "out.write(bytes(range(256)) + b'\\n'); out.write(b'no newline at the end'); out.flush()")
+    out = run(env, shoal("run", "--name", "bytes", "--workers", "1", "--", "python", "-c", program))
+    assert out.returncode == 0, out.stdout[-2000:]
+    log = Path(status(env)[0]["tasks"][0]["log_path"]).read_bytes()
+    # as for a local task, the launcher completes a last line that has no newline
+    assert log == b"x" * 300000 + b"\n" + bytes(range(256)) + b"\n" + b"no newline at the end\n"
