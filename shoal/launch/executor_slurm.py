@@ -99,8 +99,7 @@ class SlurmExecutor:
         if self._dry_run:
             job, self._notes = self._source.preview(spec)
         else:
-            reaper = self._watchdog()
-            job = self._source.acquire(spec, reaper)
+            job = self._source.acquire(spec, self._watchdog())
         self._job = job
         ids = task_ids(spec)
         nodes = {n.name: n for n in job.nodes}
@@ -108,14 +107,16 @@ class SlurmExecutor:
         node_of = {task: placed[task].name for task in ids}
         gpus = _assign_gpus(spec, ids, node_of, nodes)
         master = next((t for t in ids if t.job == "chief"), None) or next(t for t in ids if t.job == "worker")
-        used = [n for n in job.nodes if n.name in node_of.values()]
-        counts = {n.name: sum(1 for t in ids if node_of[t] == n.name) + (n.name == node_of[master])
-                  for n in used}
-        for n in used:
-            self._notes += f"# on {n.name}: {', '.join(f'{t.job}.{t.index}' for t in ids if node_of[t] == n.name)}\n"
-        ports = {n.name: [0] * counts[n.name] for n in used} if self._dry_run else \
-            self._start_agents(job, used, counts, {n.name: sum(len(gpus[t]) for t in ids if node_of[t] == n.name)
-                                                   for n in used})
+        on_node = {n.name: [t for t in ids if node_of[t] == n.name] for n in job.nodes}
+        used = [n for n in job.nodes if on_node[n.name]]
+        for node in used:
+            self._notes += f"# on {node.name}: {', '.join(f'{t.job}.{t.index}' for t in on_node[node.name])}\n"
+        counts = {n.name: len(on_node[n.name]) + (n.name == node_of[master]) for n in used}
+        if self._dry_run:
+            ports = {name: [0] * count for name, count in counts.items()}
+        else:
+            ports = self._start_agents(job, used, counts,
+                                       {n.name: sum(len(gpus[t]) for t in on_node[n.name]) for n in used})
         tasks = []
         for task in ids:
             node = nodes[node_of[task]]
