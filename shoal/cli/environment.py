@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Optional
 
+from shoal.cli.executors_slurm import slurm_recorded
 from shoal.home import shoal_home
 from shoal.launch.errors import LaunchError
 from shoal.launch.executor import Executor
 from shoal.launch.executor_local import LocalExecutor
-from shoal.launch.executor_slurm import SlurmExecutor
 from shoal.launch.records import JobStore
-from shoal.launch.slurm_commands import SlurmCommands
+from shoal.launch.slurm import KIND as SLURM_KIND
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,11 @@ class Environment:
         tasks). LaunchError for a kind this shoal does not know."""
         if kind == LocalExecutor.kind:
             return LocalExecutor(python=self.python, base_env=self.environ)
-        if kind == SlurmExecutor.kind:  # reaches recorded Slurm tasks; running a job: cli/executors.py
-            return SlurmExecutor(commands=SlurmCommands(self.environ), python=self.python,
-                                 base_env=self.environ)
+        if kind == SLURM_KIND:
+            return slurm_recorded(self)
         raise LaunchError(
             f"the job ran on the {kind!r} executor, which this shoal does not know (it knows"
-            f" {LocalExecutor.kind!r}, {SlurmExecutor.kind!r}); use the shoal that started the job"
+            f" {LocalExecutor.kind!r}, {SLURM_KIND!r}); use the shoal that started the job"
         )
 
     def say(self, text: str, *, err: bool = False, end: str = "\n") -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from shoal.cli.environment import Environment
-from shoal.cli.executors import launch_executor
+from shoal.cli.executors_slurm import slurm_launcher
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.executor import LaunchNotes
 from shoal.launch.plan import format_plan, make_plan, new_job_id
@@ -25,7 +25,7 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
 
 def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     """Plan `spec`; print the plan if --dry-run, else run the job. Returns the exit code."""
-    executor = launch_executor(args, env)
+    executor = slurm_launcher(args, env) or env.executor()
     try:
         plan = make_plan(spec, executor.allocate(spec), job_id=new_job_id(spec.name),
                          shoal_home=env.shoal_home, workdir=env.cwd)

@@ -56,7 +56,7 @@ def _die_with_launcher() -> None:
 
 class AgentConnection:
     """One agent. The constructor does no I/O; `open` starts `argv` and waits for the agent's
-    hello (`launch` then `wait_hello` do the same in two halves, so that several agents start
+    hello (`launch` then `ready` do the same in two halves, so that several agents start
     at once: launch each from the thread that lives as long as the job, whose end the command
     gets the parent-death signal from, then wait); `close` stops every task and the agent
     (idempotent). Thread-safe."""
@@ -79,7 +79,7 @@ class AgentConnection:
         """Start the agent and wait for its hello. AgentError (with what the command printed
         on stderr) if it does not come within `timeout`."""
         self.launch()
-        return self.wait_hello(timeout)
+        return self.ready(timeout)
 
     def launch(self) -> None:
         """Start the command that runs the agent; does not wait for it. AgentError if the
@@ -95,7 +95,7 @@ class AgentConnection:
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{self.name}")
         self._reader.start()
 
-    def wait_hello(self, timeout: float) -> AgentHello:
+    def ready(self, timeout: float) -> AgentHello:
         """Wait for the hello of the agent `launch` started; AgentError (with what the command
         printed on stderr) if it does not come within `timeout`."""
         message = self._reply("hello", timeout)

@@ -232,7 +232,7 @@ class SlurmExecutor:
             agent.launch()
         reaper = self._watchdog()
         for node in nodes:
-            hello = self._agents[node.name].wait_hello(self._timeout)
+            hello = self._agents[node.name].ready(self._timeout)
             if hello.slurm_step:
                 self._steps[node.name] = hello.slurm_step
                 reaper.add(hello.slurm_step)

@@ -192,8 +192,8 @@ def test_hello_names_the_slurm_step_the_agent_runs_in():
     try:
         in_step.launch()
         plain.launch()  # both start before either is waited for
-        assert in_step.wait_hello(20).slurm_step == "12.3"
-        assert plain.wait_hello(20).slurm_step == ""
+        assert in_step.ready(20).slurm_step == "12.3"
+        assert plain.ready(20).slurm_step == ""
     finally:
         in_step.close()
         plain.close()
