@@ -19,7 +19,6 @@ benchmark; only these mechanics are shared.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -33,29 +32,13 @@ from pathlib import Path
 
 from bench import REPO
 from bench.usage import SAMPLE_PERIOD_S, Usage, UsageSampler
+from shoal.launch.parent_death import die_with_parent
 
 # Variables that would make a task join another job or behave unlike the benchmark means it
 # to: Shoal's own (job secret, home), TensorFlow's cluster, the examples' --model_dir default
 # (checkpoints and summaries), torch.distributed's rendezvous.
 DROPPED_PREFIXES = ("SHOAL_",)
 DROPPED = ("TF_CONFIG", "OUTPUT_DIR", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl():
-    # loaded once here: the preexec function must not dlopen in the forked child, where a
-    # lock held by another of our threads at fork time would never be released
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
 
 class JobRunError(RuntimeError):
     """A benchmark asked the job runner for something it cannot do."""
@@ -158,7 +141,7 @@ class Job:
                    Output.INHERIT: {}}[launch.output]
         try:
             proc = subprocess.Popen([launch.program, *launch.argv], cwd=self.cwd, env=dict(launch.env),
-                                    start_new_session=True, preexec_fn=_die_with(os.getpid()), **streams)
+                                    start_new_session=True, preexec_fn=die_with_parent(os.getpid()), **streams)
         except OSError as e:
             raise JobRunError(f"cannot start task {launch.name!r} ({launch.program} ...): {e}; check that "
                               "the program exists and is executable") from e
@@ -228,18 +211,6 @@ class Job:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _die_with(parent_pid: int):
-    """preexec_fn: the child gets SIGKILL when the benchmark's starting thread goes away."""
-
-    def setup() -> None:
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the benchmark died before prctl took effect
-            os._exit(1)
-
-    return setup
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -12,11 +12,11 @@ The names below load on first use, so `import shoal.cli` (the launcher) does not
 runtime, and importing `shoal` never imports PyTorch (see `shoal.train.torch_model`).
 """
 
-from importlib import import_module
+from shoal.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-_EXPORTS = {
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.cluster": ("ClusterConfig", "ClusterError", "ClusterSpec", "TaskId", "add_cluster_flags",
                       "resolve_cluster_config"),
     "shoal.errors": ("ShoalError",),
@@ -29,19 +29,4 @@ _EXPORTS = {
     "shoal.train.roles": ("serve_unless_training",),
     "shoal.train.local": ("LocalCluster", "create_local_server"),
     "shoal.wire": ("JobSecret",),
-}
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shoal' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+})

@@ -15,7 +15,6 @@ Standard library and psutil only, and nothing of Shoal's runtime, so it starts f
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import os
 import signal
@@ -28,23 +27,11 @@ from typing import IO, Any
 
 import psutil
 
+from shoal.launch.parent_death import die_with_parent
 from shoal.launch.agent_protocol import (LAUNCHER_TYPES, AgentProtocolError, decode, encode, field, line_text)
 
-_PR_SET_PDEATHSIG = 1
 _CHUNK = 1 << 16
 _STOP_GRACE_S = 2.0
-
-
-def _die_with_agent(agent_pid: int):
-    """preexec_fn: SIGKILL the task when the agent's starting thread (its main thread) ends."""
-    def setup() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-        if os.getppid() != agent_pid:
-            os._exit(1)
-    return setup
 
 
 class Agent:
@@ -118,7 +105,7 @@ class Agent:
             proc = subprocess.Popen([str(a) for a in argv], cwd=message.get("cwd") or None,
                                     env={str(k): str(v) for k, v in env.items()}, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=_die_with_agent(os.getpid()))
+                                    preexec_fn=die_with_parent(os.getpid()))
         except OSError as e:
             self.send({"type": "exit", "task": name, "code": 127,
                        "error": f"cannot run {argv[0]!r} in {message.get('cwd') or os.getcwd()}: {e.strerror}"})

@@ -10,7 +10,6 @@ one request waiting for them. Requests are serialized by a lock; every wait is b
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import signal
@@ -23,11 +22,11 @@ from typing import Any, Optional
 from shoal.launch.agent_protocol import AGENT_TYPES, AgentProtocolError, decode, encode, line_bytes
 from shoal.launch.errors import LaunchError, StartError
 from shoal.launch.executor import TaskRef
+from shoal.launch.parent_death import die_with_parent
 
 LOST = 255
 """The exit code of a task whose agent connection was lost (ssh's own code for that)."""
 
-_PR_SET_PDEATHSIG = 1
 _END = object()
 
 
@@ -45,13 +44,6 @@ class AgentHello:
     host: str
     pid: int
     slurm_step: str = ""
-
-
-def _die_with_launcher() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 class AgentConnection:
@@ -87,7 +79,7 @@ class AgentConnection:
         try:
             self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, env=self._env, start_new_session=True,
-                                          preexec_fn=_die_with_launcher)
+                                          preexec_fn=die_with_parent(os.getpid()))
         except OSError as e:
             raise AgentError(f"cannot run {self._argv[0]!r} to start the agent on {self.name}: "
                              f"{e.strerror or e}") from e

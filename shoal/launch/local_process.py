@@ -9,45 +9,19 @@ lives as long as the job.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from typing import IO, Optional
 
 from shoal.launch.errors import StartError
+from shoal.launch.parent_death import die_with_parent
 from shoal.launch.plan import TaskPlan
 from shoal.launch.processes import group_members
 
-_PR_SET_PDEATHSIG = 1
 _POLL = 0.05
-
-
-def _load_prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _child_setup(parent_pid: int):
-    """preexec_fn: ask the kernel to SIGKILL the child when the launcher goes away."""
-
-    def setup() -> None:
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the launcher died before prctl took effect
-            os._exit(1)
-
-    return setup
 
 
 class LocalProcess:
@@ -72,7 +46,7 @@ class LocalProcess:
             self._proc = subprocess.Popen(
                 list(self.plan.argv), cwd=self._workdir, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_child_setup(os.getpid()),
+                start_new_session=True, preexec_fn=die_with_parent(os.getpid()),
             )
         except OSError as e:
             raise StartError(

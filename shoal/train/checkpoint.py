@@ -43,10 +43,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load, save_file
 
@@ -90,48 +89,6 @@ class Checkpoint:
     slots: Slots
     optimizer: dict[str, Any]
     manifest: dict[str, Any]
-
-
-_Count = Annotated[int, Field(ge=0)]
-
-
-class _FileEntry(BaseModel):
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    bytes: _Count
-
-
-class _Files(BaseModel):
-    variables: _FileEntry = Field(alias=_VARIABLES_FILE)
-    optimizer: _FileEntry = Field(alias=_OPTIMIZER_FILE)
-
-
-class _Shard(BaseModel):
-    name: str
-    ps: _Count
-    start: _Count
-    stop: _Count
-
-
-class _Variable(BaseModel):
-    dtype: str
-    shape: list[_Count]
-    shards: list[_Shard]
-
-
-class _Manifest(BaseModel):
-    """The shape of manifest.json. Validated strictly: any mismatch means the checkpoint is damaged."""
-
-    model_config = ConfigDict(frozen=True)
-
-    format: Literal["shoal-checkpoint"]
-    version: Literal[1]
-    step: _Count
-    created_unix: float
-    optimizer: dict[str, Any]
-    mode: str
-    variables: dict[str, _Variable]
-    slots: dict[str, list[str]]
-    files: _Files
 
 
 class _VerifiedCheckpoints:
@@ -314,13 +271,8 @@ def _manifest(step: int, variables: Mapping[str, np.ndarray], slots: Slots, opti
                              "shards": list((layout or {}).get(name, []))} for name, v in variables.items()},
         "slots": {name: sorted(per_slot) for name, per_slot in slots.items()},
     }
-    placeholder = {"sha256": "0" * 64, "bytes": 0}
-    try:
-        _Manifest.model_validate({**manifest, "files": {_VARIABLES_FILE: placeholder, _OPTIMIZER_FILE: placeholder}},
-                                 strict=True)
-    except ValidationError as e:
-        raise CheckpointError(f"cannot save checkpoint step={step}: {_describe(e)}; pass a non-negative int step, "
-                              "a str mode and a layout of {name, ps, start, stop} per shard") from e
+    from shoal.train.checkpoint_manifest import validate_new  # pydantic: only where checkpoints are written
+    validate_new(manifest, step)
     return manifest
 
 
@@ -441,35 +393,17 @@ def _writer_tag() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def _read_manifest(path: Path) -> tuple[dict[str, Any], _Manifest]:
-    file = path / _MANIFEST_FILE
-    try:
-        raw = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"its manifest is missing or unreadable ({e})") from e
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise CheckpointError(f"{file} is not a {FORMAT} manifest")
-    if raw.get("version") != VERSION:
-        raise CheckpointError(f"format version {raw.get('version')!r} is not {VERSION}; "
-                              "was it written by a newer Shoal?")
-    try:
-        return raw, _Manifest.model_validate(raw, strict=True)
-    except ValidationError as e:
-        raise CheckpointError(f"{file} does not have the shape of a {FORMAT} manifest: {_describe(e)}") from e
+def _read_manifest(path: Path):
+    from shoal.train.checkpoint_manifest import read_manifest  # pydantic: only where checkpoints are read
+    return read_manifest(path)
 
 
-def _describe(e: ValidationError) -> str:
-    problems = [f"{'.'.join(str(part) for part in err['loc']) or 'the whole'}: {err['msg']}" for err in e.errors()]
-    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-    return "; ".join(problems[:3]) + more
-
-
-def _check_digest(name: str, digest: str, entry: _FileEntry) -> None:
+def _check_digest(name: str, digest: str, entry) -> None:
     if digest != entry.sha256:
         raise CheckpointError(f"{name} does not match its sha256 in the manifest (corrupt or cut short)")
 
 
-def _check_contents(manifest: _Manifest, variables: Mapping[str, np.ndarray], slots: Slots) -> None:
+def _check_contents(manifest, variables: Mapping[str, np.ndarray], slots: Slots) -> None:
     """The tensors must be the ones the manifest lists: same names, dtypes, shapes and slots."""
     listed = {name: (v.dtype, tuple(v.shape)) for name, v in manifest.variables.items()}
     found = {name: (str(v.dtype), tuple(v.shape)) for name, v in variables.items()}

@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[2] / "shoal"
 ALLOWED = {
     "errors": {"errors"},
     "home": set(),
+    "lazy": set(),
     "cluster": {"errors"},
     "wire": {"errors"},
     "ps": {"errors", "cluster", "wire"},
-    "train": {"errors", "cluster", "wire", "ps", "home"},
+    "train": {"errors", "cluster", "wire", "ps", "home", "lazy"},
     "datasets": {"errors"},
     "job_secret": {"home", "wire"},
     "launch": {"errors", "cluster", "home"},
