@@ -1,8 +1,10 @@
 """Which executor runs a job, chosen in one place: a small table of kinds.
 
-A new job runs on the first kind whose test accepts it: `local` when its hosts are this machine
-only (none given, or the one host `localhost` — exactly as before hosts existed), else `ssh`.
-A recorded job is reached through the kind its records name (`recorded`). A new executor (Slurm)
+A new job runs on Slurm when `--slurm` asks for it or shoal runs inside a Slurm allocation
+(SLURM_JOB_ID set; the rows of executors_slurm.py, which refuse ssh hosts given beside them).
+Otherwise it runs on the first kind whose test accepts its hosts: `local` when they are this
+machine only (none given, or the one host `localhost` — exactly as before hosts existed), else
+`ssh`. A recorded job is reached through the kind its records name (`RECORDED`). A new executor
 adds one row to each table.
 """
 
@@ -13,12 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shoal.cli.executors_slurm import slurm_launcher, slurm_recorded
 from shoal.launch.agent import shoal_version
 from shoal.launch.errors import LaunchError, SpecError
 from shoal.launch.executor import Executor
 from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.executor_ssh import SshExecutor
 from shoal.launch.hosts import Host, is_local, parse_hostfile, parse_hosts_flag
+from shoal.launch.slurm import KIND as SLURM_KIND
 from shoal.launch.spec import JobSpec
 from shoal.launch.ssh import SshOptions
 
@@ -31,10 +35,13 @@ runner does; anything else goes under env: in the spec."""
 
 
 def add_host_flags(parser: argparse.ArgumentParser) -> None:
-    """--hosts / --hostfile / --ssh-config, for `shoal train` and `shoal run`."""
+    """--hosts / --hostfile / --slurm (one of them) and --ssh-config, for `shoal train` and `shoal run`."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--hosts", metavar="A,B,C", help="run on these hosts (ssh destinations; host:N for N slots)")
     where.add_argument("--hostfile", metavar="FILE", help="run on the hosts of FILE (lines `host slots=N`)")
+    where.add_argument("--slurm", action="store_true",
+                       help="submit a Slurm job sized for the spec (sbatch) and run the tasks in it;"
+                       " inside an allocation (SLURM_JOB_ID set) tasks run in it without this flag")
     parser.add_argument("--ssh-config", metavar="FILE", help="ssh -F FILE for the hosts (default: ~/.ssh/config)")
 
 
@@ -78,13 +85,18 @@ LAUNCHERS: tuple[tuple[str, Callable[[tuple[Host, ...]], bool], Chooser], ...] =
 RECORDED: dict[str, Callable[["Environment"], Executor]] = {
     LocalExecutor.kind: lambda env: LocalExecutor(python=env.python, base_env=env.environ),
     SshExecutor.kind: lambda env: SshExecutor(python=env.python, cwd=env.cwd),
+    SLURM_KIND: slurm_recorded,
 }
 """kind -> an executor that controls recorded tasks of that kind (TaskRefs say the rest)."""
 
 
 def executor_for(spec: JobSpec, args: argparse.Namespace, env: "Environment") -> Executor:
-    """The executor that runs `spec` now, as flags and spec place it."""
+    """The executor that runs `spec` now, as flags, spec and environment place it: Slurm first
+    (PlanError if ssh hosts are given beside it), then the LAUNCHERS table."""
     hosts = job_hosts(spec, args, env)
+    slurm = slurm_launcher(args, env, hosts)
+    if slurm is not None:
+        return slurm
     for _kind, takes, make in LAUNCHERS:
         if takes(hosts):
             return make(spec, hosts, args, env)

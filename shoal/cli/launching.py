@@ -9,6 +9,7 @@ import argparse
 from shoal.cli.environment import Environment
 from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
+from shoal.launch.executor import LaunchNotes
 from shoal.launch.plan import format_plan, make_plan, new_job_id
 from shoal.launch.runner import run_job
 from shoal.launch.spec import JobSpec
@@ -27,7 +28,8 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
         plan = make_plan(spec, executor.allocate(spec), job_id=new_job_id(spec.name),
                          shoal_home=env.shoal_home, workdir=env.cwd)
         if args.dry_run:
-            env.say(format_plan(plan), end="")
+            notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
+            env.say(notes + format_plan(plan), end="")
             return int(ExitCode.OK)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,

@@ -8,7 +8,8 @@ environment the launcher sent (the job secret travels there, never in argv), str
 tasks' output lines back, reports exits and resource use, and stops every group it started
 when told to or when its stdin closes: the launcher died or the ssh connection dropped.
 Tasks also get SIGKILL from the kernel if the agent itself dies (parent-death signal); SIGTERM
-or SIGHUP to the agent stop every group first, as a closed stdin does.
+or SIGHUP to the agent (scancel, a signalled srun, sshd) stop every group first, as a closed
+stdin does. Run as a Slurm step, its hello names the step ("JOB.STEP", what scancel needs).
 
 With `--heartbeat S` the agent says `heartbeat` at least once a second and expects a line from
 the launcher at least every S seconds; after S seconds of silence (the launcher's host vanished
@@ -55,10 +56,12 @@ class Agent:
     the parent-death signal needs); each task has a reader and a waiter thread. `send` is
     thread-safe."""
 
-    def __init__(self, out: IO[bytes], host: str, base_env: Optional[Mapping[str, str]] = None):
+    def __init__(self, out: IO[bytes], host: str, base_env: Optional[Mapping[str, str]] = None,
+                 slurm_step: str = ""):
         self._out = out
         self._host = host
         self._base_env = dict(base_env or {})
+        self._slurm_step = slurm_step
         self._lock = threading.Lock()
         self._held: dict[int, socket.socket] = {}
         self._tasks: dict[str, subprocess.Popen] = {}
@@ -73,8 +76,11 @@ class Agent:
                 pass  # the launcher is gone; stdin's end will stop us
 
     def hello(self) -> None:
-        self.send({"type": "hello", "version": shoal_version(), "python": sys.executable, "host": self._host,
-                   "pid": os.getpid()})
+        hello: dict[str, Any] = {"type": "hello", "version": shoal_version(), "python": sys.executable,
+                                 "host": self._host, "pid": os.getpid()}
+        if self._slurm_step:
+            hello["slurm_step"] = self._slurm_step
+        self.send(hello)
 
     def handle(self, message: dict[str, Any]) -> bool:
         """Run one command; returns False when the agent should exit."""
@@ -258,6 +264,12 @@ def _host_address(environ) -> str:
     return connection[2] if len(connection) == 4 else socket.gethostname()
 
 
+def _slurm_step(environ) -> str:
+    """"JOB.STEP" when the agent runs as a Slurm step (what scancel needs to end it), else ""."""
+    job, step = environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_STEP_ID", "")
+    return f"{job}.{step}" if job.isdigit() and step.isdigit() else ""
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds main, whose `finally` stops every group
 
@@ -313,7 +325,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.find:
         return _one_shot(args)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it, not us
-    agent = Agent(sys.stdout.buffer, _host_address(os.environ), os.environ)
+    agent = Agent(sys.stdout.buffer, _host_address(os.environ), os.environ, _slurm_step(os.environ))
     last_line = [time.monotonic()]
     try:
         for sig in (signal.SIGTERM, signal.SIGHUP):

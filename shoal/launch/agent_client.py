@@ -45,12 +45,13 @@ class AgentError(LaunchError):
 @dataclass(frozen=True)
 class AgentHello:
     """What an agent says first: Shoal's version there, its Python, the address the
-    launcher reached it at, and its pid."""
+    launcher reached it at, its pid, and "JOB.STEP" when it runs as a Slurm step."""
 
     version: str
     python: str
     host: str
     pid: int
+    slurm_step: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,13 +90,18 @@ class AgentConnection:
         self.hello: Optional[AgentHello] = None
 
     def launch(self) -> None:
-        """Start the command; does not wait. Call it from a thread that outlives the job."""
+        """Start the command; does not wait. Call it from a thread that outlives the job.
+        AgentError if the command cannot be run."""
         if self._proc is not None:
             return
         self._last_heard = time.monotonic()
-        self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, env=self._env, start_new_session=True,
-                                      preexec_fn=die_with_parent(os.getpid()))
+        try:
+            self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, env=self._env, start_new_session=True,
+                                          preexec_fn=die_with_parent(os.getpid()))
+        except OSError as e:
+            raise AgentError(f"cannot run {self._argv[0]!r} to start the agent on {self.name}: "
+                             f"{e.strerror or e}; check that it is installed and on PATH") from e
         threading.Thread(target=self._read_stderr, daemon=True, name=f"agent-err-{self.name}").start()
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"agent-{self.name}")
         self._reader.start()
@@ -105,7 +111,7 @@ class AgentConnection:
         does not come within `timeout` seconds or the command exits. Blocks."""
         message = self._reply("hello", timeout)
         self.hello = AgentHello(str(message.get("version")), str(message.get("python")), str(message.get("host")),
-                                int(message.get("pid") or 0))
+                                int(message.get("pid") or 0), str(message.get("slurm_step") or ""))
         if self._heartbeat:
             threading.Thread(target=self._keepalive, daemon=True, name=f"agent-beat-{self.name}").start()
         return self.hello

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 
 from shoal.launch.errors import LaunchError
 
@@ -202,4 +202,15 @@ class Executor(Protocol):
 
     def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
         """Measure the tasks (by name) that still run over `interval` seconds; blocks."""
+        ...
+
+
+@runtime_checkable
+class LaunchNotes(Protocol):
+    """An executor that does more than start tasks (submits a Slurm job, say) and says what,
+    for a dry run to print before the plan."""
+
+    def launch_notes(self) -> str:
+        """Lines (each ending in a newline) saying what the executor does besides starting
+        the tasks; after `allocate`. No I/O."""
         ...

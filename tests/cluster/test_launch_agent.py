@@ -175,7 +175,7 @@ def test_sigterm_to_the_agent_stops_every_group_grandchildren_included(agent):
     group = [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
     try:
         assert len(group) == 3
-        os.kill(a.proc.pid, signal.SIGTERM)  # sshd, or an admin, ends the agent
+        os.kill(a.proc.pid, signal.SIGTERM)  # scancel, sshd, or an admin ends the agent
         a.proc.wait(15)
         gone, alive = psutil.wait_procs(group, timeout=10)
         assert not alive
@@ -283,3 +283,20 @@ def test_find_says_whether_a_path_exists_on_this_host(tmp_path):
     (tmp_path / "marker").write_text("")
     assert find_job("no-such-job", "--has", str(tmp_path / "marker"))["has"] is True
     assert find_job("no-such-job", "--has", str(tmp_path / "absent"))["has"] is False
+
+
+def test_hello_names_the_slurm_step_the_agent_runs_in():
+    from shoal.launch.agent_client import AgentConnection
+
+    argv = [sys.executable, "-m", "shoal.launch.agent"]
+    in_step = AgentConnection(argv, "n1", "slurm", env={**os.environ, "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "3"})
+    plain = AgentConnection(argv, "host1", "ssh", env={k: v for k, v in os.environ.items()
+                                                        if k not in ("SLURM_JOB_ID", "SLURM_STEP_ID")})
+    try:
+        in_step.launch()
+        plain.launch()  # both start before either is waited for
+        assert in_step.ready(20).slurm_step == "12.3"
+        assert plain.ready(20).slurm_step == ""
+    finally:
+        in_step.close()
+        plain.close()

@@ -131,8 +131,9 @@ def test_localhost_alone_or_no_hosts_runs_on_the_local_executor_and_others_over_
 def test_recorded_jobs_reach_their_executor_kind_and_an_unknown_kind_is_refused(tmp_path):
     env = env_of(tmp_path)
     assert recorded_executor("ssh", env).kind == "ssh" and recorded_executor("local", env).kind == "local"
-    with pytest.raises(LaunchError, match="'slurm' executor, which this shoal does not know"):
-        recorded_executor("slurm", env)
+    assert recorded_executor("slurm", env).kind == "slurm"
+    with pytest.raises(LaunchError, match="'kubernetes' executor, which this shoal does not know"):
+        recorded_executor("kubernetes", env)
 
 
 def test_hosts_and_hostfile_together_are_a_usage_error(tmp_path):

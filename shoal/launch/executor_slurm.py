@@ -1,0 +1,271 @@
+"""`SlurmExecutor`: runs a job's tasks on the nodes of a Slurm job, each node's tasks through
+one host agent (`shoal.launch.agent`) that runs as a step of that job.
+
+`allocate` gets the running Slurm job from its source (the allocation shoal runs in, or one
+it submits: slurm_allocation.py, slurm_submit.py), places the tasks on its nodes
+(`hosts.place_tasks`: ps tasks one per node first, then training tasks on the least loaded
+node; a role's `hosts:` may pin it to named nodes), starts one agent step per node that got
+tasks (`srun --overlap -N1 -n1 -w NODE`, with every CPU the job holds there and the node's
+tasks' GPUs), and has each agent bind and hold its tasks' ports. Tasks are reached at the
+node's Slurm address (NodeAddr). `start` sends a task's argv and environment — the job
+secret included — over the agent's stdin: never on a command line.
+
+Teardown (`close`): every agent stops its tasks (TERM, grace, KILL) and exits, then the
+steps — and a job shoal submitted — are scancelled (an srun that is SIGKILLed leaves its
+step running, so ending srun is not enough). If the launcher dies, the srun commands get
+SIGKILL from the kernel, the agents see their stdin close and stop their tasks, and the
+Slurm watchdog (slurm_reaper.py) scancels the steps and the submitted job.
+
+Control from another process (`shoal kill`, `status`, `monitor`) goes through the TaskRefs:
+`extra` holds the Slurm job, the agent's step and whether shoal submitted the job. A task
+counts as running while its agent's step (or the job shoal submitted) does; `kill` cancels
+them (every task of that node goes with its step); `sample` runs a probe step on the
+task's node (usage_probe.py).
+
+`allocate` and `start` must be called from one thread that outlives the job (the srun
+commands get the parent-death signal from it); `close` from any, once that thread is done
+starting tasks. The constructor does no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
+
+from shoal.cluster import TaskId
+from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
+from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
+from shoal.launch.errors import PlanError, StartError
+from shoal.launch.executor import TaskRef, Usage
+from shoal.launch.hosts import Host, place_tasks
+from shoal.launch.plan import JobPlan, TaskPlan
+from shoal.launch.slurm import (KIND, SlurmError, SlurmJob, SlurmNode, agent_step_argv, probe_step_argv,
+                                step_environment)
+from shoal.launch.slurm_allocation import SlurmJobSource
+from shoal.launch.slurm_commands import ACTIVE_STATES, SlurmCommands
+from shoal.launch.slurm_reaper import SlurmReaper
+from shoal.launch.spec import JobSpec
+
+ANY_INTERFACE = "0.0.0.0"
+_AGENT_CLOSE_S = 15.0
+_PROBE_TIMEOUT_S = 30.0
+
+
+class SlurmExecutor:
+    """Tasks as processes of Slurm job steps (see the module docstring).
+
+    `commands` runs Slurm's client commands; `source` gives the Slurm job (None: this
+    executor only controls recorded tasks); `python` runs the agents and the commands that
+    start with `python` (the same path on every node: a shared file system); `base_env` is
+    the environment srun runs with and tasks inherit (the launcher's); `dry_run`: `allocate`
+    places the tasks without starting anything (ports 0) and `launch_notes` says what a
+    real run would do; `agent_timeout` bounds each agent's start and answers.
+    """
+
+    kind = KIND
+
+    def __init__(self, *, commands: SlurmCommands, python: str, base_env: Mapping[str, str],
+                 source: Optional[SlurmJobSource] = None, dry_run: bool = False,
+                 agent_timeout: float = 60.0) -> None:
+        self._commands = commands
+        self._python = python
+        self._base_env = dict(base_env)
+        self._source = source
+        self._dry_run = dry_run
+        self._timeout = agent_timeout
+        self._lock = threading.Lock()
+        self._reaper: Optional[SlurmReaper] = None
+        self._job: Optional[SlurmJob] = None
+        self._agents: dict[str, AgentConnection] = {}
+        self._steps: dict[str, str] = {}  # node -> "JOB.STEP" of its agent
+        self._node_of: dict[str, str] = {}  # task name -> node
+        self._port_of: dict[str, int] = {}
+        self._notes = ""
+        self._closed = False
+
+    # --- running a job --------------------------------------------------------------
+
+    def allocate(self, spec: JobSpec) -> Allocation:
+        if self._source is None:
+            raise PlanError("this SlurmExecutor only controls recorded tasks; give it a source to run a job")
+        if self._dry_run:
+            job, self._notes = self._source.preview(spec)
+        else:
+            job = self._source.acquire(spec, self._watchdog())
+        self._job = job
+        ids = task_ids(spec)
+        nodes = {n.name: n for n in job.nodes}
+        placed = place_tasks(ids, [Host(n.name) for n in job.nodes], spec.pinned_hosts())
+        node_of = {task: placed[task].name for task in ids}
+        gpus = _assign_gpus(spec, ids, node_of, nodes)
+        master = next((t for t in ids if t.job == "chief"), None) or next(t for t in ids if t.job == "worker")
+        on_node = {n.name: [t for t in ids if node_of[t] == n.name] for n in job.nodes}
+        used = [n for n in job.nodes if on_node[n.name]]
+        for node in used:
+            self._notes += f"# on {node.name}: {', '.join(f'{t.job}.{t.index}' for t in on_node[node.name])}\n"
+        counts = {n.name: len(on_node[n.name]) + (n.name == node_of[master]) for n in used}
+        if self._dry_run:
+            ports = {name: [0] * count for name, count in counts.items()}
+        else:
+            ports = self._start_agents(job, used, counts,
+                                       {n.name: sum(len(gpus[t]) for t in on_node[n.name]) for n in used})
+        tasks = []
+        for task in ids:
+            node = nodes[node_of[task]]
+            port = ports[node.name].pop(0)
+            self._node_of[f"{task.job}.{task.index}"] = node.name
+            self._port_of[f"{task.job}.{task.index}"] = port
+            tasks.append(TaskAllocation(task, node.address, port, gpus[task], gpu_host=node.gpus > 0))
+        master_node = nodes[node_of[master]]
+        return Allocation(tasks=tuple(tasks), master_host=master_node.address,
+                          master_port=ports[master_node.name].pop(0), python=self._python)
+
+    def launch_notes(self) -> str:
+        """What a dry run shows besides the plan: the Slurm job and how tasks reach it."""
+        return self._notes
+
+    def start(self, job: JobPlan, task: TaskPlan) -> AgentTask:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("SlurmExecutor.start after close")
+        node = self._node_of.get(task.name)
+        agent = self._agents.get(node or "")
+        if node is None or agent is None or self._job is None:
+            raise StartError(f"{task.label} was not placed on a node of the Slurm job; allocate the job first")
+        env = {**self._base_env, **task.env_dict}
+        extra = {"job": self._job.job_id, "step": self._steps.get(node, ""),
+                 "submitted": "1" if self._job.submitted else "0"}
+        try:
+            return agent.start(task.name, task.argv, env, job.workdir, self._port_of.get(task.name),
+                               self._timeout, extra=tuple(extra.items()))
+        except AgentError as e:
+            raise StartError(f"{task.label} cannot start on {node}: {e}") from e
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            agents, self._agents = list(self._agents.values()), {}
+            reaper, self._reaper = self._reaper, None
+        with ThreadPoolExecutor(max_workers=max(1, len(agents))) as pool:
+            list(pool.map(lambda a: a.close(timeout=_AGENT_CLOSE_S), agents))
+        steps = list(self._steps.values())
+        try:
+            self._commands.cancel(steps)  # an agent that did not exit goes with its step
+        except SlurmError:
+            pass  # the watchdog tries again
+        if reaper is not None:
+            for step in steps:
+                reaper.remove(step)
+        try:
+            if self._source is not None and not self._dry_run:
+                self._source.release(reaper)
+        finally:
+            if reaper is not None:
+                reaper.close()
+
+    # --- control of recorded tasks (any process) ------------------------------------
+
+    def alive(self, ref: TaskRef) -> bool:
+        extra = dict(ref.extra)
+        job, step = extra.get("job", ""), extra.get("step", "")
+        if not job:
+            return False
+        if step and step in self._commands.steps(job):
+            return True
+        return extra.get("submitted") == "1" and self._commands.state(job) in ACTIVE_STATES
+
+    def kill(self, ref: TaskRef) -> None:
+        extra = dict(ref.extra)
+        ids = [extra["step"]] if extra.get("step") else []
+        if extra.get("submitted") == "1" and extra.get("job"):
+            ids.append(extra["job"])
+        self._commands.cancel(ids)
+
+    def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
+        groups: dict[tuple[str, str], dict[str, TaskRef]] = {}
+        for name, ref in refs.items():
+            job = dict(ref.extra).get("job")
+            if job and ref.host and ref.pid and ref.started:
+                groups.setdefault((job, ref.host), {})[name] = ref
+        if not groups:
+            return {}
+        out: dict[str, Usage] = {}
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            for usage in pool.map(lambda item: self._probe(*item[0], item[1], interval), groups.items()):
+                out.update(usage)
+        return out
+
+    # --- internals ------------------------------------------------------------------
+
+    def _watchdog(self) -> SlurmReaper:
+        with self._lock:
+            if self._reaper is None:
+                self._reaper = SlurmReaper(self._base_env, self._python)
+                self._reaper.start()
+            return self._reaper
+
+    def _start_agents(self, job: SlurmJob, nodes: list[SlurmNode], counts: Mapping[str, int],
+                      gpus: Mapping[str, int]) -> dict[str, list[int]]:
+        """One agent step per node, all started before any is waited for; then their ports."""
+        env = step_environment(self._base_env, inside=not job.submitted)
+        for node in nodes:
+            agent = AgentConnection(agent_step_argv(job, node, self._python, gpus[node.name]), node.name, KIND,
+                                    env=env)
+            with self._lock:
+                if self._closed:
+                    raise PlanError("the job was stopped while its agents were starting")
+                self._agents[node.name] = agent
+            agent.launch()
+        reaper = self._watchdog()
+        for node in nodes:
+            hello = self._agents[node.name].ready(self._timeout)
+            if hello.slurm_step:
+                self._steps[node.name] = hello.slurm_step
+                reaper.add(hello.slurm_step)
+        return {node.name: list(self._agents[node.name].bind(counts[node.name], ANY_INTERFACE, self._timeout).ports)
+                for node in nodes}
+
+    def _probe(self, job: str, node: str, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
+        request = json.dumps({"interval": interval,
+                              "tasks": {name: [ref.pid, ref.started] for name, ref in refs.items()}})
+        env = step_environment(self._base_env, inside=False)
+        try:
+            done = subprocess.run(probe_step_argv(job, node, self._python), input=request, capture_output=True,
+                                  text=True, env=env, timeout=_PROBE_TIMEOUT_S + interval, start_new_session=True)
+            tasks = json.loads(done.stdout.strip().splitlines()[-1])["tasks"] if done.returncode == 0 else {}
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError, TypeError):
+            return {}  # the job or node is gone: nothing runs there to measure
+        out = {}
+        for name, use in tasks.items():
+            if name in refs and isinstance(use, dict):
+                out[name] = Usage(float(use.get("cpu") or 0.0), int(use.get("rss") or 0),
+                                  int(use.get("mem_total") or 0),
+                                  None if use.get("gpu") is None else float(use["gpu"]),
+                                  None if use.get("gpu_mem") is None else int(use["gpu_mem"]))
+        return out
+
+
+def _assign_gpus(spec: JobSpec, ids: list[TaskId], node_of: Mapping[TaskId, str],
+                 nodes: Mapping[str, SlurmNode]) -> dict[TaskId, tuple[int, ...]]:
+    """Distinct GPUs of its node for each task that asks for them (indexes within the node's
+    agent step, which asks Slurm for exactly that many); PlanError if a node has too few."""
+    out: dict[TaskId, tuple[int, ...]] = {}
+    used: dict[str, int] = {}
+    for task in ids:
+        want = spec.role(task.job).gpus
+        node = node_of[task]
+        first = used.get(node, 0)
+        if first + want > nodes[node].gpus:
+            asking = sum(spec.role(t.job).gpus for t in ids if node_of[t] == node)
+            raise PlanError(f"the tasks placed on Slurm node {node} ask for {asking} GPUs, but the Slurm job"
+                            f" holds {nodes[node].gpus} there; ask Slurm for more (e.g. salloc --gpus-per-node=N"
+                            " or --gpus-per-task), lower roles.<role>.gpus, or pin roles to nodes with hosts:")
+        out[task] = tuple(range(first, first + want))
+        used[node] = first + want
+    return out

@@ -1,0 +1,56 @@
+"""Where a Slurm job's tasks get their nodes: `SlurmJobSource`, and `CurrentAllocation`, the
+allocation shoal was started in (`salloc`, `sbatch`: SLURM_JOB_ID). The other source,
+`slurm_submit.Submission`, submits a job of its own (`--slurm`).
+
+Blocking (Slurm commands, bounded); not thread-safe: one job, from one thread.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol
+
+from shoal.launch.slurm import SlurmJob
+from shoal.launch.slurm_commands import SlurmCommands
+from shoal.launch.slurm_reaper import SlurmReaper
+from shoal.launch.spec import JobSpec
+
+
+class SlurmJobSource(Protocol):
+    """Provides the running Slurm job a shoal job's tasks run in."""
+
+    def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
+        """The running job for `spec` (submitting one if this source does; its id then goes
+        to `reaper` at once). Blocks until it runs; SlurmError if it cannot."""
+        ...
+
+    def preview(self, spec: JobSpec) -> tuple[SlurmJob, str]:
+        """For a dry run, without side effects: the job `acquire` would give as far as it is
+        known now, and lines saying what `acquire` would do."""
+        ...
+
+    def release(self, reaper: Optional[SlurmReaper]) -> None:
+        """End what `acquire` submitted (nothing for an allocation shoal runs in), and take it
+        off `reaper`; idempotent."""
+        ...
+
+
+class CurrentAllocation:
+    """The allocation shoal runs in. The constructor does no I/O."""
+
+    def __init__(self, job_id: str, commands: SlurmCommands) -> None:
+        self._job_id = job_id
+        self._commands = commands
+
+    def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
+        return SlurmJob(self._job_id, self._commands.nodes(self._job_id), submitted=False)
+
+    def preview(self, spec: JobSpec) -> tuple[SlurmJob, str]:
+        job = SlurmJob(self._job_id, self._commands.nodes(self._job_id), submitted=False)
+        nodes = ", ".join(f"{n.name} ({n.address}, {n.cpus} CPUs{f', {n.gpus} GPUs' if n.gpus else ''})"
+                          for n in job.nodes)
+        return job, (f"# Slurm job {job.job_id} (the allocation shoal runs in): {nodes}\n"
+                     "# one agent step per node that gets tasks; each agent picks its tasks' ports"
+                     " when the job starts (shown as port 0)\n")
+
+    def release(self, reaper: Optional[SlurmReaper]) -> None:
+        return None

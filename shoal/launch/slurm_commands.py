@@ -1,0 +1,98 @@
+"""`SlurmCommands`: Slurm's client commands (scontrol, squeue, scancel, sbatch) as the
+launcher uses them, run with a given environment (SLURM_CONF and the like come from the
+CLI's edge, never from os.environ here).
+
+Every call blocks at most `timeout` seconds and raises SlurmError naming the command and
+what it printed. The constructor does no I/O; thread-safe (each call is its own process).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Optional
+
+from shoal.launch.slurm import (JobDetail, SlurmError, SlurmNode, check_step_id, parse_job_detail,
+                                parse_node_addresses)
+
+ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
+                           "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"})
+"""squeue's states of a job that still holds (or will hold) its nodes."""
+
+
+class SlurmCommands:
+    """Runs Slurm's client commands with `env` (see the module docstring)."""
+
+    def __init__(self, env: Mapping[str, str], timeout: float = 30.0) -> None:
+        self._env = dict(env)
+        self._timeout = timeout
+
+    def run(self, argv: Sequence[str], *, stdin: Optional[str] = None, check: bool = True,
+            timeout: Optional[float] = None) -> str:
+        """Run `argv`; its stdout. SlurmError if it cannot run, times out, or (with `check`)
+        exits non-zero."""
+        timeout = self._timeout if timeout is None else timeout
+        try:
+            done = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, env=self._env,
+                                  timeout=timeout, start_new_session=True)
+        except FileNotFoundError as e:
+            raise SlurmError(f"{argv[0]} not found: run shoal where Slurm's client commands are installed"
+                             " (a login or compute node of the cluster), or drop --slurm") from e
+        except OSError as e:
+            raise SlurmError(f"cannot run {argv[0]}: {e.strerror or e}") from e
+        except subprocess.TimeoutExpired as e:
+            raise SlurmError(f"{' '.join(argv)} did not finish within {timeout:g}s; is slurmctld"
+                             " reachable (scontrol ping)?") from e
+        if check and done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()
+            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {said[-1] if said else 'no output'}")
+        return done.stdout
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        """The node names a node list expression (`n[1-3],gpu7`) stands for."""
+        return self.run(["scontrol", "show", "hostnames", nodelist]).split()
+
+    def detail(self, job_id: str) -> JobDetail:
+        """The job's state and, once it runs, its nodes' CPUs and GPUs."""
+        return parse_job_detail(self.run(["scontrol", "-d", "-o", "show", "job", check_step_id(job_id)]),
+                                job_id)
+
+    def nodes(self, job_id: str) -> tuple[SlurmNode, ...]:
+        """The nodes of a running job, in Slurm's order, with their addresses and the CPUs
+        and GPUs the job holds on each. SlurmError if the job does not run."""
+        detail = self.detail(job_id)
+        if detail.state != "RUNNING" or not detail.node_groups:
+            raise SlurmError(f"Slurm job {job_id} is {detail.state}, not RUNNING: it has no nodes to run"
+                             " tasks on; start shoal inside a running allocation (salloc, sbatch)")
+        shares: list[tuple[str, int, int]] = []
+        for expression, cpus, gpus in detail.node_groups:
+            shares += [(name, cpus, gpus) for name in self.hostnames(expression)]
+        expressions = ",".join(expression for expression, _, _ in detail.node_groups)
+        addresses = parse_node_addresses(self.run(["scontrol", "-o", "show", "node", expressions]))
+        return tuple(SlurmNode(name, addresses.get(name) or name, max(cpus, 1), gpus)
+                     for name, cpus, gpus in shares)
+
+    def state(self, job_id: str) -> Optional[str]:
+        """The job's squeue state while it is active (PENDING, RUNNING, ...), None once it is
+        over or unknown."""
+        out = self.run(["squeue", "-h", "-j", check_step_id(job_id), "-o", "%T"], check=False).split()
+        return out[0] if out else None
+
+    def steps(self, job_id: str) -> set[str]:
+        """The ids ("12.3") of the job's steps that still run."""
+        return set(self.run(["squeue", "-h", "-s", "-j", check_step_id(job_id), "-o", "%i"], check=False).split())
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        """scancel jobs ("12") and steps ("12.3"): Slurm TERMs their processes and KILLs them
+        after its KillWait. Ids that already ended are skipped quietly; idempotent."""
+        ids = [check_step_id(i) for i in ids]
+        if ids:
+            self.run(["scancel", "--quiet", *ids], check=False)
+
+    def submit(self, argv: Sequence[str]) -> str:
+        """Run `sbatch --parsable ...`; the new job's id."""
+        out = self.run(argv).strip()
+        job_id = out.split(";", 1)[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch printed {out!r}, not a job id")
+        return job_id

@@ -1,0 +1,118 @@
+"""`shoal train --slurm` outside an allocation: `Submission` submits a Slurm job sized from
+the spec (`sbatch_argv`), waits until it runs, and cancels it when the shoal job ends.
+
+The submitted job only holds the nodes: its batch script sleeps, and the launcher — which
+stays on the machine `shoal` was started on, as `salloc` does — runs the tasks in it as
+steps, exactly as inside an allocation. So the job records, `shoal status`, `logs`, `kill`
+and `monitor` work from another terminal of that machine as for any job, and the job never
+outlives the launcher: teardown scancels it, and so does the Slurm watchdog if the launcher
+dies. Its time limit (`--time`) is the spec's deadline plus the grace period and a margin,
+so it cannot linger beyond that either.
+
+Sizing: `--ntasks` is the number of tasks; every task slot gets the largest role's
+`cpus` (`--cpus-per-task`, at least 1), `memory` (`--mem-per-cpu`) and `gpus`
+(`--gpus-per-task`). sbatch's own variables (SBATCH_PARTITION, SBATCH_ACCOUNT,
+SBATCH_TIMELIMIT, ...) apply as for any sbatch.
+
+Blocking (bounded Slurm commands; the wait for the job to start only by `queue_timeout`);
+not thread-safe: one job, from one thread.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import time
+from collections.abc import Callable
+from typing import Optional
+
+from shoal.launch.allocation import task_ids
+from shoal.launch.slurm import SlurmError, SlurmJob, SlurmNode
+from shoal.launch.slurm_commands import SlurmCommands
+from shoal.launch.slurm_reaper import SlurmReaper
+from shoal.launch.spec import JobSpec
+
+HOLD_SCRIPT = "exec sleep infinity"
+"""The batch script: it only holds the nodes; the launcher runs the tasks as steps."""
+
+_TIME_MARGIN_S = 120.0
+_POLL_S = 0.2
+_GONE_WAIT_S = 30.0
+_MIB = 1 << 20
+
+
+def sbatch_argv(spec: JobSpec) -> list[str]:
+    """The sbatch command that submits a job big enough for every task of `spec` (see the
+    module docstring). No secret and nothing from the spec's env: only sizes and the name."""
+    roles = [spec.role(t.job) for t in task_ids(spec)]
+    cpus = max(math.ceil(r.cpus or 1) for r in roles)
+    argv = ["sbatch", "--parsable", f"--job-name=shoal-{spec.name}", f"--ntasks={len(roles)}",
+            f"--cpus-per-task={cpus}", "--output=/dev/null"]
+    memory = max((int(r.memory) for r in roles if r.memory), default=0)
+    if memory:
+        argv.append(f"--mem-per-cpu={max(1, math.ceil(memory / cpus / _MIB))}M")
+    gpus = max(r.gpus for r in roles)
+    if gpus:
+        argv.append(f"--gpus-per-task={gpus}")
+    if spec.deadline:
+        argv.append(f"--time={math.ceil((spec.deadline + spec.grace_period + _TIME_MARGIN_S) / 60)}")
+    return [*argv, f"--wrap={HOLD_SCRIPT}"]
+
+
+class Submission:
+    """A job shoal submits for one shoal job (a SlurmJobSource). `note` is told, in words,
+    what happens while the job waits in the queue. The constructor does no I/O."""
+
+    def __init__(self, commands: SlurmCommands, *, note: Callable[[str], None] = lambda text: None,
+                 queue_timeout: Optional[float] = None) -> None:
+        self._commands = commands
+        self._note = note
+        self._queue_timeout = queue_timeout
+        self._job_id: Optional[str] = None
+
+    def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
+        if self._job_id is not None:
+            raise SlurmError(f"Submission.acquire called twice (job {self._job_id} is submitted already)")
+        job_id = self._commands.submit(sbatch_argv(spec))
+        self._job_id = job_id
+        reaper.add(job_id)
+        self._note(f"shoal | submitted Slurm job {job_id}; waiting for it to start")
+        self._wait_running(job_id)
+        return SlurmJob(job_id, self._commands.nodes(job_id), submitted=True)
+
+    def preview(self, spec: JobSpec) -> tuple[SlurmJob, str]:
+        roles = [spec.role(t.job) for t in task_ids(spec)]
+        node = SlurmNode("NODE", "NODE", max(math.ceil(r.cpus or 1) for r in roles), sum(r.gpus for r in roles))
+        job = SlurmJob("0", (node,), submitted=True)
+        return job, (f"# submitted with: {shlex.join(sbatch_argv(spec))}\n"
+                     "# nodes and ports are known once the job runs (shown as NODE:0); the tasks"
+                     " run as steps of it, one agent step per node\n")
+
+    def release(self, reaper: Optional[SlurmReaper]) -> None:
+        job_id, self._job_id = self._job_id, None
+        if job_id is None:
+            return
+        self._commands.cancel([job_id])
+        deadline = time.monotonic() + _GONE_WAIT_S
+        while self._commands.state(job_id) is not None and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        if reaper is not None:
+            reaper.remove(job_id)
+
+    def _wait_running(self, job_id: str) -> None:
+        deadline = None if self._queue_timeout is None else time.monotonic() + self._queue_timeout
+        said = ""
+        while True:
+            state = self._commands.state(job_id)
+            if state == "RUNNING":
+                return
+            if state is None or state not in ("PENDING", "CONFIGURING"):
+                raise SlurmError(f"Slurm job {job_id} ended before it ran ({state or 'gone'}); see"
+                                 f" scontrol show job {job_id} and the partition's limits (sinfo)")
+            if state != said:
+                self._note(f"shoal | Slurm job {job_id} is {state}")
+                said = state
+            if deadline is not None and time.monotonic() > deadline:
+                raise SlurmError(f"Slurm job {job_id} did not start within {self._queue_timeout:g}s"
+                                 " (it is cancelled); ask for fewer resources or try later")
+            time.sleep(_POLL_S)

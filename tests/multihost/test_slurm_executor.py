@@ -1,0 +1,333 @@
+"""The Slurm executor end to end, on the real local Slurm of tests/multihost (nodes n1 and n2):
+`shoal` runs as a real process, inside an allocation (SLURM_JOB_ID) or with `--slurm`, its tasks
+run as processes of agent steps, and after every test nothing is left: no step, no job it
+submitted, no task and no grandchild of a task."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.multihost import procs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
+from harness import alive, cleanup, grandchild_pids, recorded_pids  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = ["python", "tests/launch_programs/serve.py", "--fork", "--lifetime", "120"]
+WAIT_S = 60
+
+
+def shoal_env(slurm_cluster, home: Path, **extra: str) -> dict[str, str]:
+    env = slurm_cluster.env  # SLURM_CONF of the test cluster, no outer SLURM_* variables
+    env.update(SHOAL_HOME=str(home), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])), **extra)
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def shoal(*args: str) -> list[str]:
+    return [sys.executable, "-m", "shoal.cli.main", *args]
+
+
+def run(env: dict[str, str], argv: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", timeout=timeout)
+
+
+def start(env: dict[str, str], argv: list[str]) -> subprocess.Popen:
+    """A launcher in its own session, as if started in another terminal."""
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def status(env: dict[str, str]) -> list[dict]:
+    out = run(env, shoal("status", "--json"), timeout=60)
+    assert out.returncode == 0, out.stdout
+    return json.loads(out.stdout)
+
+
+def wait_running(env: dict[str, str], launcher: subprocess.Popen, tasks: int) -> dict:
+    """Wait until the job records `tasks` tasks RUNNING and each has printed its first line."""
+    def ready():
+        if launcher.poll() is not None:
+            raise AssertionError(f"the launcher exited {launcher.returncode}: {launcher.stdout.read().decode()}")
+        jobs = status(env)
+        if not jobs or [t["state"] for t in jobs[0]["tasks"]].count("RUNNING") != tasks:
+            return False
+        return all(Path(t["log_path"]).exists() and Path(t["log_path"]).read_text() for t in jobs[0]["tasks"])
+    procs.wait_until(ready, timeout=WAIT_S, what=f"{tasks} tasks running", interval=0.3)
+    return status(env)[0]
+
+
+def allocation(slurm_cluster, nodes: int = 2, tasks: int = 4) -> str:
+    """A user's allocation, as `salloc` gives one, left running without a shell; its job id."""
+    out = slurm_cluster.run(["salloc", "--no-shell", f"--nodes={nodes}", f"--ntasks={tasks}"], timeout=60)
+    return re.search(r"Granted job allocation (\d+)", out.stderr + out.stdout).group(1)
+
+
+def steps(slurm_cluster, job: str) -> list[str]:
+    """Ids of the steps of `job` that still run (its batch step aside)."""
+    out = slurm_cluster.run(["squeue", "-h", "-s", "-j", job, "-o", "%i"], timeout=30, check=False).stdout.split()
+    return [s for s in out if not s.endswith(".batch")]
+
+
+def nothing_left(home: Path) -> bool:
+    return not alive(recorded_pids(home)) and not alive(grandchild_pids(home))
+
+
+@pytest.mark.timeout(300)
+def test_seed_job_succeeds_inside_salloc_with_tasks_on_both_nodes(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    try:
+        out = run(env, ["salloc", "--nodes=2", "--ntasks=4",
+                        *shoal("train", "examples/mnist.yaml", "-p", "steps=200")], timeout=240)
+        assert out.returncode == 0, out.stdout
+        for index in (0, 1):
+            lines = [line for line in out.stdout.splitlines() if line.startswith(f"mnist.worker.{index} | ")]
+            assert lines[-1].startswith(f"mnist.worker.{index} | accuracy: 0.")
+        [job] = status(env)
+        assert job["state"] == "SUCCEEDED"
+        where = {t["name"]: t["detail"] for t in job["tasks"]}
+        running = [line for line in out.stdout.splitlines() if "STARTING -> RUNNING" in line]
+        assert any(line.endswith(" on n1)") for line in running) and any(line.endswith(" on n2)") for line in running)
+        assert set(where) == {"ps.0", "ps.1", "worker.0", "worker.1"}
+        procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=WAIT_S, what="salloc's job gone")
+        assert nothing_left(home)
+    finally:
+        cleanup(home)
+
+
+@pytest.mark.timeout(300)
+def test_seed_job_succeeds_from_a_batch_script(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    output = tmp_path / "batch.out"
+    try:
+        submitted = run(env, ["sbatch", "--parsable", "--nodes=2", "--ntasks=4", f"--output={output}",
+                              f"--wrap={shlex.join(shoal('train', 'examples/mnist.yaml', '-p', 'steps=200'))}"],
+                        timeout=60)
+        assert submitted.returncode == 0, submitted.stdout
+        procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=240, what="the batch job done", interval=0.5)
+        text = output.read_text()
+        assert "mnist.worker.1 | accuracy: 0." in text and "SUCCEEDED (all training tasks succeeded)" in text, text
+        assert status(env)[0]["state"] == "SUCCEEDED"
+        assert nothing_left(home)
+    finally:
+        cleanup(home)
+
+
+@pytest.mark.timeout(300)
+def test_seed_job_succeeds_with_slurm_flag_and_its_job_is_gone_when_shoal_returns(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    try:
+        out = run(env, shoal("train", "examples/mnist.yaml", "-p", "steps=200", "--slurm"), timeout=240)
+        assert out.returncode == 0, out.stdout
+        assert re.search(r"submitted Slurm job \d+", out.stdout)
+        assert "mnist.worker.0 | accuracy: 0." in out.stdout
+        assert status(env)[0]["state"] == "SUCCEEDED"
+        assert slurm_cluster.job_ids() == []  # teardown scancelled it and waited
+        assert nothing_left(home)
+    finally:
+        cleanup(home)
+
+
+@pytest.mark.timeout(300)
+def test_job_in_an_allocation_ends_its_steps_and_leaves_the_allocation_running(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    try:
+        out = run(env, shoal("run", "--ps", "1", "--workers", "2", "--", "python", "tests/launch_programs/work.py"))
+        assert out.returncode == 0, out.stdout
+        assert steps(slurm_cluster, job) == []
+        assert slurm_cluster.job_ids() == [job]  # the user's allocation is theirs to end
+        assert nothing_left(home)
+    finally:
+        cleanup(home)
+
+
+@pytest.mark.timeout(300)
+def test_restarted_task_keeps_its_identity_under_slurm(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    try:
+        out = run(env, shoal("run", "--workers", "2", "--restart", "on-failure", "--max-restarts", "2",
+                             "--backoff", "0.2s", "--", "python", "tests/launch_programs/flaky.py"))
+        assert out.returncode == 0, out.stdout
+        for index in (0, 1):
+            configs = re.findall(rf"job\.worker\.{index} \| attempt \d TF_CONFIG (.*)", out.stdout)
+            assert len(configs) == 2 and configs[0] == configs[1]
+        assert {t["restarts"] for t in status(env)[0]["tasks"]} == {1}
+        assert steps(slurm_cluster, job) == []
+    finally:
+        cleanup(home)
+
+
+@pytest.mark.timeout(300)
+def test_shoal_kill_leaves_squeue_empty_and_no_task_behind(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    launcher = start(env, shoal("run", "--name", "long", "--slurm", "--ps", "1", "--workers", "2", "--", *SERVE))
+    try:
+        job = wait_running(env, launcher, 3)
+        assert len(grandchild_pids(home)) == 3 and len(slurm_cluster.job_ids()) == 1
+        out = run(env, shoal("kill", job["id"]), timeout=90)
+        assert out.returncode == 0 and "KILLED" in out.stdout, out.stdout
+        assert slurm_cluster.job_ids() == []
+        assert launcher.wait(30) == 130
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
+def test_no_step_survives_the_launchers_sigkill_in_an_allocation(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    launcher = start(env, shoal("run", "--name", "long", "--ps", "1", "--workers", "2", "--", *SERVE))
+    try:
+        wait_running(env, launcher, 3)
+        assert len(steps(slurm_cluster, job)) == 2  # one agent step per node
+        os.kill(launcher.pid, signal.SIGKILL)  # the launcher only: no handler of its runs
+        launcher.wait(10)
+        procs.wait_until(lambda: not steps(slurm_cluster, job), timeout=WAIT_S, what="no step of the job left")
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+        assert slurm_cluster.job_ids() == [job]
+        assert status(env)[0]["state"] == "KILLED"
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
+def test_submitted_job_is_cancelled_when_the_launcher_is_sigkilled(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    launcher = start(env, shoal("run", "--name", "long", "--slurm", "--ps", "1", "--workers", "1", "--", *SERVE))
+    try:
+        wait_running(env, launcher, 2)
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(10)
+        procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=WAIT_S, what="squeue empty")
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
+def test_status_logs_and_monitor_reach_slurm_tasks_from_another_terminal(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    launcher = start(env, shoal("run", "--name", "long", "--slurm", "--ps", "1", "--workers", "2", "--", *SERVE))
+    try:
+        job = wait_running(env, launcher, 3)
+        table = run(env, shoal("status", job["id"]), timeout=60).stdout
+        assert " on n1" in table and " on n2" in table
+        logs = run(env, shoal("logs", job["id"], "--task", "ps.0"), timeout=60).stdout
+        assert "serving ps:0 pid" in logs
+        monitor = run(env, shoal("monitor", job["id"], "--once"), timeout=90)
+        assert monitor.returncode == 0, monitor.stdout
+        rows = {line.split()[0]: line.split() for line in monitor.stdout.splitlines()[2:]}
+        assert set(rows) == {"ps.0", "worker.0", "worker.1"}
+        for row in rows.values():
+            assert row[1] == "RUNNING" and row[3] != "-" and "MiB/" in row[5], monitor.stdout
+    finally:
+        run(env, shoal("kill", "long"), timeout=90)
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
+def test_the_job_secret_is_on_no_command_line(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    launcher = start(env, shoal("run", "--name", "long", "--ps", "1", "--workers", "1", "--", *SERVE))
+    try:
+        record = wait_running(env, launcher, 2)
+        pid = record["tasks"][0]["pid"]
+        secret = psutil.Process(pid).environ()["SHOAL_JOB_SECRET"]
+        assert re.fullmatch(r"[0-9a-f]{64}", secret)
+        sruns = [p for p in psutil.Process(launcher.pid).children() if p.name() == "srun"]
+        assert len(sruns) == 2 and all("shoal.launch.agent" in p.cmdline() for p in sruns)
+        for proc in psutil.process_iter(["cmdline"]):
+            assert secret not in " ".join(proc.info["cmdline"] or []), proc
+    finally:
+        run(env, shoal("kill", "long"), timeout=90)
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(120)
+def test_dry_run_with_slurm_flag_submits_nothing(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    out = run(env, shoal("train", "examples/mnist.yaml", "--slurm", "--dry-run"), timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert "# submitted with: sbatch --parsable --job-name=shoal-mnist --ntasks=4 --cpus-per-task=1" in out.stdout
+    assert slurm_cluster.job_ids() == [] and not (home / "jobs.db").exists()
+
+
+@pytest.mark.timeout(120)
+def test_dry_run_inside_an_allocation_places_tasks_on_its_nodes_and_starts_no_step(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    out = run(env, shoal("train", "examples/mnist.yaml", "--dry-run"), timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert "# on n1: ps.0, worker.0" in out.stdout and "# on n2: ps.1, worker.1" in out.stdout
+    assert steps(slurm_cluster, job) == []
+
+
+@pytest.mark.timeout(120)
+def test_slurm_watchdog_cancels_what_is_registered_when_its_pipe_closes(slurm_cluster):
+    from shoal.launch.slurm_reaper import SlurmReaper
+
+    kept, cancelled = (slurm_cluster.run(["sbatch", "--parsable", "--ntasks=1", "--output=/dev/null",
+                                          "--wrap=exec sleep 120"]).stdout.strip() for _ in range(2))
+    reaper = SlurmReaper(slurm_cluster.env)
+    reaper.start()
+    for job in (kept, cancelled):
+        reaper.add(job)
+    reaper.remove(kept)
+    reaper.close()  # as when the launcher dies: EOF on the watchdog's stdin
+    procs.wait_until(lambda: slurm_cluster.job_ids() == [kept], timeout=WAIT_S, what=f"only job {kept} left")
+
+
+@pytest.mark.timeout(120)
+def test_role_hosts_pin_tasks_to_named_nodes_of_the_allocation(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    (tmp_path / "job.yaml").write_text("name: pinned\nrun: python t.py\nroles:\n  ps: {count: 2, hosts: [n2]}\n"
+                                       "  worker: {count: 2}\n")
+    out = run(env, shoal("train", str(tmp_path / "job.yaml"), "--dry-run"), timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert "# on n1: worker.0, worker.1" in out.stdout and "# on n2: ps.0, ps.1" in out.stdout
+
+
+@pytest.mark.timeout(180)
+def test_task_output_comes_through_srun_byte_for_byte(slurm_cluster, tmp_path):
+    """Long lines, a last line without a newline and bytes that are not UTF-8 travel through the
+    agent's JSON lines and srun's I/O forwarding, and the log file gets what the task wrote."""
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    program = ("import sys; out = sys.stdout.buffer; out.write(b'x' * 300000 + b'\\n'); "
+               "out.write(bytes(range(256)) + b'\\n'); out.write(b'no newline at the end'); out.flush()")
+    out = run(env, shoal("run", "--name", "bytes", "--workers", "1", "--", "python", "-c", program))
+    assert out.returncode == 0, out.stdout[-2000:]
+    log = Path(status(env)[0]["tasks"][0]["log_path"]).read_bytes()
+    # as for a local task, the launcher completes a last line that has no newline
+    assert log == b"x" * 300000 + b"\n" + bytes(range(256)) + b"\n" + b"no newline at the end\n"

@@ -1,0 +1,188 @@
+"""The Slurm executor's pure parts: what Slurm's commands print, parsed; the srun and sbatch
+command lines; GPU placement per node; the probe's input checks; `--slurm --dry-run` in-process
+(it runs no Slurm command). The executor against a real Slurm: tests/multihost."""
+
+import argparse
+import io
+import os
+
+import psutil
+import pytest
+
+from shoal.cli.environment import Environment
+from shoal.cli.executors import executor_for
+from shoal.cli.main import main
+from shoal.cluster import TaskId
+from shoal.launch.errors import PlanError
+from shoal.launch.executor_slurm import _assign_gpus
+from shoal.launch.slurm import (SlurmError, SlurmJob, SlurmNode, agent_step_argv, check_step_id, count_ids,
+                                gres_gpus, job_id_from_environ, parse_job_detail, parse_node_addresses,
+                                step_environment)
+from shoal.launch.slurm_submit import sbatch_argv
+from shoal.launch.spec import spec_from_dict
+from shoal.launch.usage_probe import measure, parse_request
+
+DETAIL = ("JobId=42 JobName=shoal-mnist UserId=root(0) JobState=RUNNING Reason=None NodeList=n[1-3] "
+          "NumNodes=3 NumCPUs=6   Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1)   "
+          "Nodes=n3 CPU_IDs=0,2-3 Mem=0 GRES= MinCPUsNode=1 Command=(null)")
+
+
+def spec(**roles):
+    return spec_from_dict({"name": "j", "run": "python t.py", "roles": roles})
+
+
+def test_job_detail_gives_each_node_groups_cpus_and_gpus():
+    detail = parse_job_detail(DETAIL, "42")
+    assert detail.state == "RUNNING"
+    assert detail.node_groups == (("n[1-2]", 2, 2), ("n3", 3, 0))
+
+
+def test_job_detail_of_another_job_is_refused():
+    with pytest.raises(SlurmError, match="does not describe job 7"):
+        parse_job_detail(DETAIL, "7")
+
+
+def test_id_lists_and_gres_count():
+    assert count_ids("0-1,4") == 3 and count_ids("") == 0
+    assert gres_gpus("gpu:2(IDX:0-1)") == 2 and gres_gpus("nic:1,gpu:v100:1(IDX:3)") == 1 and gres_gpus("") == 0
+    with pytest.raises(SlurmError):
+        count_ids("a-b")
+
+
+def test_node_addresses_come_from_nodeaddr():
+    text = "NodeName=n1 Arch=x86_64 NodeAddr=10.0.0.7 NodeHostName=c1\nNodeName=n2 NodeAddr=n2 Port=1\n"
+    assert parse_node_addresses(text) == {"n1": "10.0.0.7", "n2": "n2"}
+
+
+def test_slurm_job_id_from_environ_is_checked():
+    assert job_id_from_environ({}) is None
+    assert job_id_from_environ({"SLURM_JOB_ID": "123"}) == "123"
+    with pytest.raises(SlurmError, match="SLURM_JOB_ID='12; rm'"):
+        job_id_from_environ({"SLURM_JOB_ID": "12; rm"})
+
+
+def test_step_ids_from_records_must_be_ids_before_they_reach_scancel():
+    assert check_step_id("12.3") == "12.3" and check_step_id("12") == "12"
+    for bad in ("12.batch", "-12", "12 13", ""):
+        with pytest.raises(SlurmError):
+            check_step_id(bad)
+
+
+def test_agent_step_asks_for_the_nodes_cpus_and_gpus_and_never_waits_for_other_steps():
+    job = SlurmJob("42", (SlurmNode("n1", "10.0.0.7", cpus=8, gpus=2),))
+    argv = agent_step_argv(job, job.nodes[0], "/venv/bin/python", gpus=2)
+    assert argv[:5] == ["srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n1"]
+    assert {"--overlap", "--cpus-per-task=8", "--gres=gpu:2"} <= set(argv) and "--exact" not in argv
+    assert argv[-3:] == ["/venv/bin/python", "-m", "shoal.launch.agent"]
+
+
+def test_srun_outside_the_allocation_drops_other_jobs_variables_but_keeps_slurm_conf():
+    base = {"SLURM_CONF": "/etc/s.conf", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "PATH": "/bin"}
+    assert step_environment(base, inside=False) == {"SLURM_CONF": "/etc/s.conf", "PATH": "/bin"}
+    assert step_environment(base, inside=True) == base
+
+
+def test_sbatch_sizes_every_slot_for_the_largest_role_and_bounds_the_time():
+    job = spec_from_dict({"name": "big", "run": "python t.py", "deadline": "10m", "grace_period": "5s",
+                          "env": {"TOKEN": "do-not-submit"},
+                          "roles": {"ps": {"count": 2, "memory": "1GiB"},
+                                    "worker": {"count": 3, "cpus": 1.5, "memory": "4GiB", "gpus": 1}}})
+    argv = sbatch_argv(job)
+    assert argv[:3] == ["sbatch", "--parsable", "--job-name=shoal-big"]
+    assert {"--ntasks=5", "--cpus-per-task=2", "--mem-per-cpu=2048M", "--gpus-per-task=1", "--time=13"} <= set(argv)
+    assert argv[-1] == "--wrap=exec sleep infinity"
+    assert "do-not-submit" not in " ".join(argv)
+
+
+def test_sbatch_without_resources_asks_one_cpu_per_task_and_no_time_limit():
+    argv = sbatch_argv(spec(worker={"count": 2}))
+    assert "--ntasks=2" in argv and "--cpus-per-task=1" in argv
+    assert not [a for a in argv if a.startswith(("--mem", "--gpus", "--time"))]
+
+
+def test_gpus_are_numbered_per_node_and_a_node_with_too_few_is_named():
+    job = spec(ps={"count": 1}, worker={"count": 3, "gpus": 1})
+    ids = [TaskId("ps", 0)] + [TaskId("worker", i) for i in range(3)]
+    nodes = {"n1": SlurmNode("n1", "n1", gpus=2), "n2": SlurmNode("n2", "n2", gpus=1)}
+    node_of = {ids[0]: "n1", ids[1]: "n2", ids[2]: "n1", ids[3]: "n1"}
+    assert _assign_gpus(job, ids, node_of, nodes) == {ids[0]: (), ids[1]: (0,), ids[2]: (0,), ids[3]: (1,)}
+    node_of[ids[1]] = "n1"
+    with pytest.raises(PlanError, match="Slurm node n1 ask for 3 GPUs, but the Slurm job holds 2 there"):
+        _assign_gpus(job, ids, node_of, nodes)
+
+
+def test_probe_measures_a_live_process_and_skips_a_reused_pid():
+    me = os.getpid()
+    started = psutil.Process(me).create_time()
+    usage = measure({"me": (me, started), "other": (me, started - 1000.0)}, 0.05)
+    assert set(usage) == {"me"} and usage["me"]["rss"] > 0 and usage["me"]["mem_total"] > usage["me"]["rss"]
+
+
+def test_probe_refuses_malformed_requests():
+    assert parse_request('{"interval": 0.1, "tasks": {"ps.0": [12, 1.5]}}') == ({"ps.0": (12, 1.5)}, 0.1)
+    for bad in ('[]', '{"tasks": {"ps.0": "12"}}', '{"tasks": {"ps.0": [12]}}', '{"tasks": {}, "interval": "x"}'):
+        with pytest.raises(ValueError):
+            parse_request(bad)
+
+
+def test_slurm_flag_dry_run_prints_the_sbatch_command_and_runs_nothing(tmp_path):
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python t.py\nroles:\n  ps: {count: 1}\n"
+                                       "  worker: {count: 2, cpus: 2}\n")
+    out, err = io.StringIO(), io.StringIO()
+    # no Slurm command on PATH: any the dry run tried to run would fail it
+    env = Environment(environ={"SHOAL_HOME": str(tmp_path / "home"), "PATH": "/nonexistent"}, stdout=out,
+                      stderr=err, stdout_bytes=io.BytesIO(), cwd=tmp_path)
+    assert main(["train", "job.yaml", "--slurm", "--dry-run"], env) == 0, err.getvalue()
+    text = out.getvalue()
+    assert text.startswith("# submitted with: sbatch --parsable --job-name=shoal-j --ntasks=3 --cpus-per-task=2")
+    assert "# on NODE: ps.0, worker.0, worker.1" in text and text.count("cd ") == 3
+    assert not (tmp_path / "home" / "jobs.db").exists()
+
+
+def test_a_bad_slurm_job_id_in_the_environment_is_an_error_not_a_local_run(tmp_path):
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python t.py\nroles:\n  worker: {count: 1}\n")
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(environ={"SHOAL_HOME": str(tmp_path / "home"), "SLURM_JOB_ID": "abc"}, stdout=out,
+                      stderr=err, stdout_bytes=io.BytesIO(), cwd=tmp_path)
+    assert main(["train", "job.yaml", "--dry-run"], env) == 6
+    assert "SLURM_JOB_ID='abc' is not a Slurm job id" in err.getvalue()
+
+
+def slurm_env(tmp_path, **environ):
+    # no Slurm command on PATH: any that a dry run tried to run would fail it
+    return Environment(environ={"SHOAL_HOME": str(tmp_path / "home"), "PATH": "/nonexistent", **environ},
+                       stdout=io.StringIO(), stderr=io.StringIO(), stdout_bytes=io.BytesIO(), cwd=tmp_path)
+
+
+def test_inside_an_allocation_or_with_slurm_flag_the_job_runs_on_slurm_before_any_hosts_row(tmp_path):
+    job = spec(worker={"count": 1})
+    plain = argparse.Namespace(hosts=None, hostfile=None, ssh_config=None, slurm=False, dry_run=True)
+    assert executor_for(job, plain, slurm_env(tmp_path, SLURM_JOB_ID="42")).kind == "slurm"
+    assert executor_for(job, argparse.Namespace(**{**vars(plain), "slurm": True}), slurm_env(tmp_path)).kind == "slurm"
+    assert executor_for(job, plain, slurm_env(tmp_path)).kind == "local"
+
+
+def test_ssh_hosts_inside_an_allocation_are_refused_saying_what_to_drop(tmp_path):
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python t.py\nroles:\n  worker: {count: 1}\n")
+    env = slurm_env(tmp_path, SLURM_JOB_ID="42")
+    assert main(["train", "job.yaml", "--hosts", "node1,node2", "--dry-run"], env) == 4
+    err = env.stderr.getvalue()
+    assert "inside Slurm job 42" in err and "--hosts names node1, node2" in err
+    assert "to run on Slurm, drop --hosts" in err and "env -u SLURM_JOB_ID" in err
+
+
+def test_spec_hosts_under_slurm_are_refused_and_a_roles_hosts_are_not(tmp_path):
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python t.py\nhosts: [node1]\nroles:\n  worker: {count: 1}\n")
+    env = slurm_env(tmp_path)
+    assert main(["train", "job.yaml", "--slurm", "--dry-run"], env) == 4
+    err = env.stderr.getvalue()
+    assert "the spec lists hosts: (node1)" in err and "remove the spec's top-level hosts:" in err
+    assert "to run them over ssh, drop --slurm" in err
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python t.py\nroles:\n  worker: {count: 1, hosts: [NODE]}\n")
+    env = slurm_env(tmp_path)
+    assert main(["train", "job.yaml", "--slurm", "--dry-run"], env) == 0, env.stderr.getvalue()
+
+
+def test_slurm_flag_beside_hosts_flag_is_a_usage_error(tmp_path):
+    env = slurm_env(tmp_path)
+    assert main(["run", "--slurm", "--hosts", "a", "--dry-run", "--", "python", "t.py"], env) == 2
