@@ -17,10 +17,11 @@ SIGKILL from the kernel, the agents see their stdin close and stop their tasks, 
 Slurm watchdog (slurm_reaper.py) scancels the steps and the submitted job.
 
 Control from another process (`shoal kill`, `status`, `monitor`) goes through the TaskRefs:
-`extra` holds the Slurm job, the agent's step and whether shoal submitted the job. A task
-counts as running while its agent's step (or the job shoal submitted) does; `kill` cancels
-them (every task of that node goes with its step); `sample` runs a probe step on the
-task's node (usage_probe.py).
+`extra` holds the Slurm job, the agent's step, whether shoal submitted the job and shoal's
+job id. A task counts as running while its agent's step (or the job shoal submitted) does;
+`kill` cancels them (every task of that node goes with its step); `sample` runs a probe step
+on the task's node: the host agent's one-shot `--find SHOAL_JOB_ID --usage S`, as the SSH
+executor does over ssh (job_scan.py reads the report).
 
 `allocate` and `start` must be called from one thread that outlives the job (the srun
 commands get the parent-death signal from it); `close` from any, once that thread is done
@@ -29,7 +30,6 @@ starting tasks. The constructor does no I/O.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -42,6 +42,7 @@ from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
 from shoal.launch.errors import PlanError, StartError
 from shoal.launch.executor import TaskRef, Usage
 from shoal.launch.hosts import Host, place_tasks
+from shoal.launch.job_scan import find_args, read_report, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.slurm import (KIND, SlurmError, SlurmJob, SlurmNode, agent_step_argv, probe_step_argv,
                                 step_environment)
@@ -138,7 +139,7 @@ class SlurmExecutor:
             raise StartError(f"{task.label} was not placed on a node of the Slurm job; allocate the job first")
         env = {**self._base_env, **task.env_dict}
         extra = {"job": self._job.job_id, "step": self._steps.get(node, ""),
-                 "submitted": "1" if self._job.submitted else "0"}
+                 "submitted": "1" if self._job.submitted else "0", "shoal_job": job.job_id}
         try:
             return agent.start(task.name, task.argv, env, job.workdir, self._port_of.get(task.name),
                                self._timeout, extra=tuple(extra.items()))
@@ -188,11 +189,12 @@ class SlurmExecutor:
         self._commands.cancel(ids)
 
     def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
-        groups: dict[tuple[str, str], dict[str, TaskRef]] = {}
+        groups: dict[tuple[str, str, str], dict[str, TaskRef]] = {}
         for name, ref in refs.items():
-            job = dict(ref.extra).get("job")
-            if job and ref.host and ref.pid and ref.started:
-                groups.setdefault((job, ref.host), {})[name] = ref
+            extra = dict(ref.extra)
+            job, shoal_job = extra.get("job"), extra.get("shoal_job")
+            if job and shoal_job and ref.host and ref.pid and ref.started:
+                groups.setdefault((job, shoal_job, ref.host), {})[name] = ref
         if not groups:
             return {}
         out: dict[str, Usage] = {}
@@ -231,24 +233,20 @@ class SlurmExecutor:
         return {node.name: list(self._agents[node.name].bind(counts[node.name], ANY_INTERFACE, self._timeout).ports)
                 for node in nodes}
 
-    def _probe(self, job: str, node: str, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
-        request = json.dumps({"interval": interval,
-                              "tasks": {name: [ref.pid, ref.started] for name, ref in refs.items()}})
+    def _probe(self, job: str, shoal_job: str, node: str, refs: Mapping[str, TaskRef],
+               interval: float) -> dict[str, Usage]:
+        argv = probe_step_argv(job, node, self._python, find_args(shoal_job, usage=interval))
         env = step_environment(self._base_env, inside=False)
         try:
-            done = subprocess.run(probe_step_argv(job, node, self._python), input=request, capture_output=True,
-                                  text=True, env=env, timeout=_PROBE_TIMEOUT_S + interval, start_new_session=True)
-            tasks = json.loads(done.stdout.strip().splitlines()[-1])["tasks"] if done.returncode == 0 else {}
-        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, KeyError, TypeError):
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                                  timeout=_PROBE_TIMEOUT_S + interval, start_new_session=True)
+        except (OSError, subprocess.TimeoutExpired):
             return {}  # the job or node is gone: nothing runs there to measure
-        out = {}
-        for name, use in tasks.items():
-            if name in refs and isinstance(use, dict):
-                out[name] = Usage(float(use.get("cpu") or 0.0), int(use.get("rss") or 0),
-                                  int(use.get("mem_total") or 0),
-                                  None if use.get("gpu") is None else float(use["gpu"]),
-                                  None if use.get("gpu_mem") is None else int(use["gpu_mem"]))
-        return out
+        scan = read_report(node, done.stdout) if done.returncode == 0 else None
+        if scan is None:
+            return {}
+        usage = {name: task_usage(scan, ref) for name, ref in refs.items()}
+        return {name: use for name, use in usage.items() if use is not None}
 
 
 def _assign_gpus(spec: JobSpec, ids: list[TaskId], node_of: Mapping[TaskId, str],

@@ -45,10 +45,11 @@ from shoal.launch.errors import HostsError, PlanError, StartError
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
 from shoal.launch.hosts import Host, place_tasks
 from shoal.launch.job_processes import JobProcess
+from shoal.launch.job_scan import HostScan, is_member, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan, job_workdir
 from shoal.launch.spec import JobSpec
 from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
-from shoal.launch.ssh_control import AgentSite, HostScan, scan
+from shoal.launch.ssh_control import AgentSite, scan
 from shoal.launch.ssh_preflight import close_all, open_agents
 from shoal.launch.ssh_sync import collect_model_dirs, sync_workdir
 
@@ -248,7 +249,7 @@ class SshExecutor:
 
     def alive(self, ref: TaskRef) -> bool:
         found = self._scan_host(ref)
-        return any(_member(proc, ref) for proc in found.processes)
+        return any(is_member(proc, ref) for proc in found.processes)
 
     def kill(self, ref: TaskRef) -> None:
         job, task = dict(ref.extra).get("job"), dict(ref.extra).get("task")
@@ -271,19 +272,9 @@ class SshExecutor:
         out = {}
         for name, ref in refs.items():
             host = scans.get(ref.host)
-            if host is None or host.error:
-                continue
-            procs = [p for p in host.processes if _member(p, ref)]
-            if not any(p.pid == ref.pid for p in procs):
-                continue
-            pids = {p.pid for p in procs}
-            gpu_pct = gpu_mem = None
-            if host.gpus is not None:
-                used = [(pct, mem) for pid, pct, mem in host.gpus if pid in pids]
-                gpu_pct = max((pct for pct, _ in used), default=0.0)
-                gpu_mem = sum(mem for _, mem in used)
-            out[name] = Usage(sum(p.cpu or 0.0 for p in procs), sum(p.rss or 0 for p in procs),
-                              host.mem_total, gpu_pct, gpu_mem)
+            usage = None if host is None else task_usage(host, ref)
+            if usage is not None:
+                out[name] = usage
         return out
 
     def sweep(self, job_id: str, refs: Sequence[TaskRef], kill: bool) -> list[HostCheck]:
@@ -306,14 +297,6 @@ class SshExecutor:
         with self._lock:
             self._alive_cache[key] = (time.monotonic(), result)
         return result
-
-
-def _member(proc: JobProcess, ref: TaskRef) -> bool:
-    """Whether `proc` belongs to the attempt `ref`: it is the task itself (same pid and create
-    time) or in its process group (the job's processes only, so a reused group id cannot fool)."""
-    if proc.pid == ref.pid:
-        return ref.started is not None and abs(proc.started - ref.started) <= 0.05
-    return proc.pgid == ref.pid
 
 
 def _check(found: HostScan) -> HostCheck:

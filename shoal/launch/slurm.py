@@ -145,9 +145,10 @@ def agent_step_argv(job: SlurmJob, node: SlurmNode, python: str, gpus: int) -> l
                      name=AGENT_STEP_NAME, cpus=node.cpus, gpus=gpus)
 
 
-def probe_step_argv(job_id: str, node: str, python: str) -> list[str]:
-    """The step that measures tasks on `node` for `shoal monitor` (see usage_probe.py)."""
-    return srun_argv(job_id, node, [python, "-m", "shoal.launch.usage_probe"], name=PROBE_STEP_NAME)
+def probe_step_argv(job_id: str, node: str, python: str, agent_args: Sequence[str]) -> list[str]:
+    """The step that runs the host agent's one-shot mode on `node` with `agent_args`
+    (`--find SHOAL_JOB_ID --usage S` for `shoal monitor`; see job_scan.py)."""
+    return srun_argv(job_id, node, [python, "-m", "shoal.launch.agent", *agent_args], name=PROBE_STEP_NAME)
 
 
 def step_environment(base: Mapping[str, str], *, inside: bool) -> dict[str, str]:

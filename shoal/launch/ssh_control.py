@@ -2,11 +2,12 @@
 kill`, `status`, `monitor` and `check` for a recorded job: one ssh call per host (all hosts at
 once) runs the agent's one-shot mode (`python -m shoal.launch.agent --find JOB_ID [--task T]
 [--kill] [--usage S]`), which finds the job's processes by the SHOAL_JOB_ID in their
-environment.
+environment; job_scan.py reads its report.
 
 `AgentSite` is what it takes to run the agent on a host (interpreter, workdir, variables, ssh
 config); the SSH executor keeps it in every TaskRef it hands out, so a later process needs
-nothing but the job records. The hosts' answers are JSON, validated field by field.
+nothing but the job records. The hosts' answers are JSON, validated field by field
+(job_scan.py).
 
 `scan` blocks for at most its timeout; thread-safe.
 """
@@ -18,14 +19,12 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Optional
 
 from shoal.launch.executor import TaskRef
-from shoal.launch.job_processes import JobProcess
+from shoal.launch.job_scan import HostScan, find_args, read_report
 from shoal.launch.ssh import SshOptions, agent_command, ssh_argv
 from shoal.launch.ssh_preflight import explain
-
-_MAX_REPLY = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -63,29 +62,13 @@ class AgentSite:
                    tuple(sorted(env.items())), extra.get("ssh_config") or None)
 
 
-@dataclass(frozen=True)
-class HostScan:
-    """What one host said: the job's processes there (with CPU and RSS when measured), those
-    that survived a kill, its memory and GPU use (pid, %, bytes), whether the path asked about
-    exists there (`has`); or `error`, one line."""
-
-    host: str
-    processes: tuple[JobProcess, ...] = ()
-    survivors: tuple[JobProcess, ...] = ()
-    mem_total: int = 0
-    gpus: Optional[tuple[tuple[int, float, int], ...]] = None
-    has: Optional[bool] = None
-    error: str = ""
-
-
 def scan(sites: Sequence[AgentSite], job_id: str, *, options: SshOptions, kill: bool = False,
          task: Optional[str] = None, usage: Optional[float] = None, has: Optional[str] = None,
          timeout: Optional[float] = None) -> dict[str, HostScan]:
     """Ask every site's host (each host once) about job `job_id`; by host. Blocks for at most
     `timeout` seconds (default: the connect timeout plus 20 s); a host that does not answer
     gets an `error`."""
-    args = ["--find", job_id] + (["--task", task] if task else []) + (["--kill"] if kill else []) + \
-        (["--usage", f"{usage:g}"] if usage is not None else []) + (["--has", has] if has else [])
+    args = find_args(job_id, task=task, kill=kill, usage=usage, has=has)
     unique = {site.host: site for site in sites}
     timeout = timeout if timeout is not None else options.connect_timeout + 20.0 + (usage or 0.0)
     procs = {}
@@ -105,38 +88,11 @@ def scan(sites: Sequence[AgentSite], job_id: str, *, options: SshOptions, kill: 
             out[host] = HostScan(host, error=explain(host, None, "", python=site.python, workdir=site.workdir,
                                                      version="", waited=timeout))
             continue
-        report = _report(stdout) if proc.returncode == 0 else None
+        report = read_report(host, stdout) if proc.returncode == 0 else None
         if report is None:
             out[host] = HostScan(host, error=explain(host, proc.returncode, stderr.decode(errors="replace"),
                                                      python=site.python, workdir=site.workdir, version="",
                                                      waited=timeout))
             continue
-        out[host] = _host_scan(host, report)
+        out[host] = report
     return out
-
-
-def _report(stdout: bytes) -> Optional[dict[str, Any]]:
-    """The agent's JSON line (the last line of its output: a login banner may come first)."""
-    for line in reversed(stdout[:_MAX_REPLY].splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and isinstance(data.get("processes"), list):
-            return data
-    return None
-
-
-def _host_scan(host: str, report: dict[str, Any]) -> HostScan:
-    try:
-        gpus = report.get("gpus")
-        return HostScan(
-            host,
-            processes=tuple(JobProcess.from_json(p) for p in report["processes"]),
-            survivors=tuple(JobProcess.from_json(p) for p in report.get("survivors") or ()),
-            mem_total=int(report.get("mem_total") or 0),
-            gpus=None if gpus is None else tuple((int(pid), float(pct), int(mem)) for pid, pct, mem in gpus),
-            has=None if report.get("has") is None else bool(report["has"]),
-        )
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        return HostScan(host, error=f"{host}: the agent's report is damaged ({e}); is the same Shoal installed there?")

@@ -1,6 +1,7 @@
 """The Slurm executor's pure parts: what Slurm's commands print, parsed; the srun and sbatch
-command lines; GPU placement per node; the probe's input checks; `--slurm --dry-run` in-process
-(it runs no Slurm command). The executor against a real Slurm: tests/multihost."""
+command lines; GPU placement per node; the probe (the agent's one-shot usage report) and its
+checks; the executor choice and `--slurm --dry-run` in-process (it runs no Slurm command). The
+executor against a real Slurm: tests/multihost."""
 
 import argparse
 import io
@@ -15,12 +16,14 @@ from shoal.cli.main import main
 from shoal.cluster import TaskId
 from shoal.launch.errors import PlanError
 from shoal.launch.executor_slurm import _assign_gpus
+from shoal.launch.executor import TaskRef
+from shoal.launch.job_processes import JobProcess, measure
+from shoal.launch.job_scan import HostScan, find_args, read_report, task_usage
 from shoal.launch.slurm import (SlurmError, SlurmJob, SlurmNode, agent_step_argv, check_step_id, count_ids,
                                 gres_gpus, job_id_from_environ, parse_job_detail, parse_node_addresses,
-                                step_environment)
+                                probe_step_argv, step_environment)
 from shoal.launch.slurm_submit import sbatch_argv
 from shoal.launch.spec import spec_from_dict
-from shoal.launch.usage_probe import measure, parse_request
 
 DETAIL = ("JobId=42 JobName=shoal-mnist UserId=root(0) JobState=RUNNING Reason=None NodeList=n[1-3] "
           "NumNodes=3 NumCPUs=6   Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1)   "
@@ -111,18 +114,34 @@ def test_gpus_are_numbered_per_node_and_a_node_with_too_few_is_named():
         _assign_gpus(job, ids, node_of, nodes)
 
 
+def test_probe_step_runs_the_agents_one_shot_usage_for_the_shoal_job():
+    argv = probe_step_argv("42", "n2", "/venv/bin/python", find_args("mnist-20260101-abcd", usage=0.5))
+    assert argv[:5] == ["srun", "--jobid=42", "--nodes=1", "--ntasks=1", "--nodelist=n2"] and "--overlap" in argv
+    assert argv[-7:] == ["/venv/bin/python", "-m", "shoal.launch.agent", "--find", "mnist-20260101-abcd",
+                         "--usage", "0.5"]
+
+
 def test_probe_measures_a_live_process_and_skips_a_reused_pid():
-    me = os.getpid()
-    started = psutil.Process(me).create_time()
-    usage = measure({"me": (me, started), "other": (me, started - 1000.0)}, 0.05)
-    assert set(usage) == {"me"} and usage["me"]["rss"] > 0 and usage["me"]["mem_total"] > usage["me"]["rss"]
+    me = psutil.Process(os.getpid())
+    started = me.create_time()
+    found = JobProcess(me.pid, os.getpgid(me.pid), started, "worker:0", "python")
+    scan = HostScan("n1", processes=tuple(measure([found], 0.05)), mem_total=psutil.virtual_memory().total)
+    usage = task_usage(scan, TaskRef("slurm", pid=me.pid, started=started, host="n1"))
+    assert usage is not None and usage.mem_used > 0 and usage.mem_total > usage.mem_used
+    assert task_usage(scan, TaskRef("slurm", pid=me.pid, started=started - 1000.0, host="n1")) is None
 
 
-def test_probe_refuses_malformed_requests():
-    assert parse_request('{"interval": 0.1, "tasks": {"ps.0": [12, 1.5]}}') == ({"ps.0": (12, 1.5)}, 0.1)
-    for bad in ('[]', '{"tasks": {"ps.0": "12"}}', '{"tasks": {"ps.0": [12]}}', '{"tasks": {}, "interval": "x"}'):
-        with pytest.raises(ValueError):
-            parse_request(bad)
+def test_probe_report_is_checked_and_a_damaged_one_names_the_node():
+    good = b'login banner\n{"processes": [{"pid": 12, "pgid": 12, "started": 1.5, "task": "ps:0", "command": "p",' \
+           b' "cpu": 3.0, "rss": 4096}], "mem_total": 8192, "gpus": null}\n'
+    scan = read_report("n1", good)
+    assert scan is not None and not scan.error and scan.processes[0].rss == 4096 and scan.mem_total == 8192
+    assert read_report("n1", b"no report here\n[]\n") is None
+    for bad in (b'{"processes": [{"pid": "x"}]}', b'{"processes": ["12"]}', b'{"processes": [], "gpus": [[1, 2]]}',
+                b'{"processes": [], "mem_total": "lots"}'):
+        damaged = read_report("n1", bad)
+        assert damaged is not None and damaged.error.startswith("n1: the agent's report is damaged")
+        assert task_usage(damaged, TaskRef("slurm", pid=12, started=1.5, host="n1")) is None
 
 
 def test_slurm_flag_dry_run_prints_the_sbatch_command_and_runs_nothing(tmp_path):
