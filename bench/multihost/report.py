@@ -43,6 +43,9 @@ def summarize(runs: list[dict]) -> list[dict]:
                 "link_bound_examples_per_s": _r(_median(r["link_bound_examples_per_s"] for r in good)),
                 "fraction_of_link_bound": _r(_median(r["fraction_of_link_bound"] for r in good), 3),
                 "fraction_all": [r["fraction_of_link_bound"] for r in good],
+                "utilization": ({d: _r(_median(r["busiest_host_link_utilization"][d] for r in good), 2)
+                                 for d in good[0]["busiest_host_link_utilization"]}
+                                if good[0].get("busiest_host_link_utilization") else None),
                 "cpu_us_per_example_total": _r(_median(r["cpu_us_per_example_total"] for r in good), 1),
                 "cpu_us_per_example": {role: _r(_median(r["cpu_us_per_example"][role] for r in good), 1)
                                        for role in roles},
@@ -125,8 +128,8 @@ def markdown(result: dict) -> str:
                               for r in refs)
             lines.append(f"- {link}: {shown}")
         lines.append("")
-    lines += ["| system | model | mode | shape | link | wire | examples/s | link bound | fraction | KB/step busiest | "
-              "CPU us/ex (ps/worker/agent+sshd/launcher) | busy | others | acc |",
+    lines += ["| system | model | mode | shape | link | wire | examples/s | link bound | fraction | busiest link: "
+              "KB per 100 ex (in/out full) | CPU us/ex (ps/worker/agent+sshd/launcher) | busy | others | acc |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in result["summary"]:
         if not row.get("examples_per_s"):
@@ -135,10 +138,12 @@ def markdown(result: dict) -> str:
             continue
         cpu = row["cpu_us_per_example"]
         kb_step = row["bytes_per_example"] * 100 / 1000 if row["bytes_per_example"] else None
+        use = row.get("utilization")
+        busiest = f"{row['busiest_link']}" + (f", {use['in']:.2f}/{use['out']:.2f}" if use else "")
         lines.append(
             f"| {row['system']} | {row['model']} | {row['mode']} | {row['shape']} | {row['link']} | {row['security']} | "
             f"{row['examples_per_s']:,} | {_fmt(row['link_bound_examples_per_s'], ',')} | "
-            f"{_fmt(row['fraction_of_link_bound'], '.2f')} | {_fmt(kb_step, '.0f')} ({_fmt(row['busiest_link'])}) | "
+            f"{_fmt(row['fraction_of_link_bound'], '.2f')} | {_fmt(kb_step, '.0f')} ({busiest}) | "
             f"{row['cpu_us_per_example_total']:.0f} ({cpu['ps']:.0f}/{cpu['worker']:.0f}/"
             f"{cpu['agent'] + cpu['sshd']:.0f}/{cpu['launcher']:.0f}) | {row['busy_share']:.2f} | "
             f"{row['others_share']:.2f} | {_fmt(row['accuracy_min'], '.3f')} |")

@@ -204,6 +204,13 @@ def measure(config: Config, tasks: list[Task], codes: dict, sampled: Sampled, wa
     bytes_per_example = links[busiest]["bytes"] / examples if busiest else None
     rate = RATES_BPS.get(config.link)
     bound = rate / bytes_per_example if rate and bytes_per_example else None
+    # How full each direction of the busiest host's link was: sync steps that upload, then
+    # download, use one direction at a time.
+    utilization = None
+    if rate and busiest:
+        host = busiest.rsplit(" ", 1)[0]
+        utilization = {d: round(links[f"{host} {d}"]["bytes"] / (rate * window), 3) for d in DIRECTIONS
+                       if f"{host} {d}" in links}
     cpu_by_role = {role: 0.0 for role in ROLES}
     for pid, series in sampled.process_cpu.items():
         cpu_by_role[sampled.roles[pid]] += interpolate(series, end) - interpolate(series, start)
@@ -217,6 +224,7 @@ def measure(config: Config, tasks: list[Task], codes: dict, sampled: Sampled, wa
         "bytes_per_example": round(bytes_per_example, 1) if bytes_per_example else None,
         "link_bound_examples_per_s": round(bound) if bound else None,
         "fraction_of_link_bound": round(eps / bound, 3) if bound else None,
+        "busiest_host_link_utilization": utilization,
         "cpu_us_per_example": {r: round(v / examples * 1e6, 1) for r, v in cpu_by_role.items()},
         "cpu_us_per_example_total": round(ours / examples * 1e6, 1),
         "busy_share": round(busy / (window * cores), 3),
