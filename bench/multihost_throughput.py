@@ -5,7 +5,7 @@ job on loopback and to PyTorch DDP (gloo) on the same hosts and links (issue 11)
     python -m bench.multihost_throughput --dry-run                      # the schedule; runs nothing
         [--models softmax,mlp] [--modes async,sync] [--shapes 1ps+2w,2ps+2w]
         [--links 1gbit,10gbit,unshaped] [--plain-links 1gbit,unshaped] [--ddp-workers 2,4]
-        [--no-loopback] [--rounds 2] [--examples softmax=250000,mlp=50000] [--out DIR]
+        [--no-loopback] [--rounds 2] [--examples softmax=250000,mlp=50000] [--out DIR] [--out-name NAME]
 
 Hosts are network namespaces with their own sshd on this machine, made with the multi-host
 test fixtures (tests/multihost: HostNetwork, Host.shape = tbf both ways on each host's link),
@@ -60,6 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="examples per run, per model")
     parser.add_argument("--timeout", type=float, default=120, help="seconds one run may take")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--out-name", default="multihost", help="writes OUT/NAME.json and OUT/NAME.md")
     parser.add_argument("--ddp-python", default="", help="interpreter of the DDP ranks (default: the peers' "
                         "venv bench/.peers-venv when it exists, else this one; either needs torch)")
     parser.add_argument("--json", action="store_true", help="end with one line holding the JSON result")
@@ -153,8 +154,8 @@ def main(argv=None) -> int:
               "loadavg_1m_at_end": round(os.getloadavg()[0], 2), "bench_wall_s": round(time.monotonic() - started, 1)}
     args.out.mkdir(parents=True, exist_ok=True)
     text = report.markdown(result)
-    (args.out / "multihost.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "multihost.md").write_text(text)
+    (args.out / f"{args.out_name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{args.out_name}.md").write_text(text)
     print(text, flush=True)
     if args.json:
         print(json.dumps(result), flush=True)
