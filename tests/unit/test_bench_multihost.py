@@ -89,9 +89,20 @@ def test_ratio_is_the_median_of_within_round_ratios_and_skips_rounds_missing_a_s
 
 
 def test_goals_compare_with_ddp_only_with_as_many_ps_as_workers():
-    summary = [{"key": "s", "system": "shoal-ssh", "fraction_of_link_bound": 0.9}]
+    summary = [{"key": "s", "system": "shoal-ssh", "model": "mlp", "mode": "sync", "shape": "2ps+2w",
+                "fraction_of_link_bound": 0.9, "link_bound_examples_per_s": 1000}]
     found = {"vs_ddp": [{"top": "x", "bottom": "d", "ratio": 1.2, "same_ps_and_workers": True},
                         {"top": "y", "bottom": "d", "ratio": 0.5, "same_ps_and_workers": False}]}
     goals = report.goals(summary, found)
-    assert goals["fraction_of_link_bound"] == [{"key": "s", "fraction": 0.9, "met": True}]
+    assert [(g["key"], g["met"]) for g in goals["fraction_of_link_bound"]] == [("s", True)]
     assert [g["key"] for g in goals["vs_ddp_same_ps_and_workers"]] == ["x"]
+
+
+def test_goals_mark_a_link_bound_above_the_loopback_rate_as_cpu_bound_here():
+    row = {"system": "shoal-ssh", "model": "mlp", "mode": "sync", "shape": "1ps+2w"}
+    summary = [dict(row, key="fast link", fraction_of_link_bound=0.1, link_bound_examples_per_s=150_000),
+               dict(row, key="slow link", fraction_of_link_bound=0.5, link_bound_examples_per_s=15_000),
+               dict(row, key="local", system="shoal-local", examples_per_s=30_000)]
+    goals = report.goals(summary, {"vs_ddp": []})["fraction_of_link_bound"]
+    assert [(g["key"], g["cpu_bound_here"], g["met"]) for g in goals] == [("fast link", True, False),
+                                                                         ("slow link", False, False)]
