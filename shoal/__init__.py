@@ -24,9 +24,9 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.ps": ("SGD", "Adagrad", "Adam", "Momentum", "PsError", "Server", "UpdateRule"),
     "shoal.train": ("CheckpointOptions", "PlacementStrategy", "SessionState", "ShardedBatches", "StepResult",
                     "SyncOptions", "TrainError", "TrainingSession"),
-    "shoal.train.flags": ("add_training_flags", "session_options"),
+    "shoal.train.flags": ("add_training_flags", "session_options", "wire_security"),
     "shoal.train.progress": ("ProgressReporter",),
     "shoal.train.roles": ("serve_unless_training",),
     "shoal.train.local": ("LocalCluster", "create_local_server"),
-    "shoal.wire": ("JobSecret",),
+    "shoal.wire": ("JobSecret", "Security"),
 })

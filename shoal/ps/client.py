@@ -17,7 +17,8 @@ import numpy as np
 
 from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, InitReply, InitRequest, Op, PullRequest,
                                PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest)
-from shoal.wire import JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, WireError, wait_all
+from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
+                        wait_all)
 
 Tensors = Mapping[str, np.ndarray]
 LostPsHandler = Callable[["PsClient", int, float, Exception], None]
@@ -39,15 +40,19 @@ class PsClient:
 
     `on_lost` recovers a lost ps (see module docstring) within `recovery_timeout_s`; without
     it a lost ps raises PeerLostError. `timeout_error` turns a PeerTimeoutError into the error
-    to raise (the session adds what the user can do about it).
+    to raise (the session adds what the user can do about it). `security` is the wire's
+    (shoal/wire/security.py; AUTO: PLAIN to loopback addresses, CURVE otherwise); every ps of
+    the job must resolve the same.
     """
 
     def __init__(self, addresses: Sequence[str], secret: JobSecret, *, timeout_s: float,
                  on_lost: LostPsHandler | None = None, recovery_timeout_s: float = 120.0,
-                 timeout_error: Callable[[PeerTimeoutError], Exception] | None = None):
+                 timeout_error: Callable[[PeerTimeoutError], Exception] | None = None,
+                 security: Security = Security.AUTO):
         self.addresses = tuple(addresses)
         self.timeout_s = timeout_s
-        self._rpc = [RpcClient(address, secret, f"ps:{i}", timeout_s) for i, address in enumerate(self.addresses)]
+        self._rpc = [RpcClient(address, secret, f"ps:{i}", timeout_s, security=security)
+                     for i, address in enumerate(self.addresses)]
         self._on_lost = on_lost
         self._recovery_timeout_s = recovery_timeout_s
         self._timeout_error = timeout_error

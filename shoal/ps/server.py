@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.ps.errors import PsError
 from shoal.ps.service import PsService
-from shoal.wire import JobSecret, Request, RpcServer
+from shoal.wire import JobSecret, Request, RpcServer, Security
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +23,18 @@ class Server:
     `secret` is the job's shared secret, resolved at the program's edge
     (`shoal.resolve_job_secret(os.environ)`). `start()` binds (raising BindError at once if the
     port is taken) and serves on a background thread; `join()` blocks; `stop()` is idempotent
-    and safe in `finally`.
+    and safe in `finally`. `security` is the wire's (shoal/wire/security.py; AUTO: PLAIN on a
+    loopback address, CURVE otherwise); the job's workers must resolve the same.
     """
 
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str = "ps", task_index: int = 0,
-                 *, secret: JobSecret):
+                 *, secret: JobSecret, security: Security = Security.AUTO):
         spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.from_dict(dict(cluster))
         self.config = ClusterConfig(spec, TaskId(job_name, task_index))
         if job_name != "ps":
             raise PsError(f"shoal.Server runs ps tasks, not {job_name!r}; workers train with shoal.TrainingSession")
         self._secret = secret
+        self._security = security
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._rpc: RpcServer | None = None
@@ -40,8 +42,8 @@ class Server:
         self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over)
 
     @classmethod
-    def for_task(cls, config: ClusterConfig, *, secret: JobSecret) -> "Server":
-        return cls(config.cluster, config.task.job, config.task.index, secret=secret)
+    def for_task(cls, config: ClusterConfig, *, secret: JobSecret, security: Security = Security.AUTO) -> "Server":
+        return cls(config.cluster, config.task.job, config.task.index, secret=secret, security=security)
 
     @property
     def address(self) -> str:
@@ -52,9 +54,10 @@ class Server:
         if self._thread is not None:
             return self
         self._rpc = RpcServer(self.address, self._secret, self._handle, str(self.config.task),
-                              into=self.service.tensor_destination)
+                              into=self.service.tensor_destination, security=self._security)
         self._rpc.start()
-        log.info("%s serving at %s (job secret from %s)", self.config.task, self.address, self._secret.source)
+        log.info("%s serving at %s (%s; job secret from %s)", self.config.task, self.address, self._rpc.security.name,
+                 self._secret.source)
         self._thread = threading.Thread(target=self._serve, name=f"shoal-{self.config.task}", daemon=True)
         self._thread.start()
         return self

@@ -1,5 +1,6 @@
 """Command-line flags of a training program, shared by the examples and meant for yours:
-`add_training_flags(parser, environ)` and `session_options(args)` for TrainingSession.
+`add_training_flags(parser, environ)`, `session_options(args)` for TrainingSession and
+`wire_security(args)` for the ps side (`serve_unless_training(..., security=...)`).
 
 Pure argparse: the caller passes the environment in (for `--model_dir`'s default, $OUTPUT_DIR,
 which the launcher sets).
@@ -12,11 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.train.options import CheckpointOptions, SyncOptions
+from shoal.wire.security import Security
 
 
 def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
-    """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every and the
-    checkpoint and recovery flags."""
+    """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every, the
+    checkpoint and recovery flags, and --wire_security."""
     parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
     parser.add_argument("--replicas_to_aggregate", type=int, default=None,
                         help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
@@ -30,6 +32,10 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
     parser.add_argument("--keep_checkpoints", type=int, default=5)
     parser.add_argument("--ps_recovery_timeout", type=float, default=120,
                         help="seconds to wait for a lost ps task to come back before failing")
+    parser.add_argument("--wire_security", choices=[s.value for s in Security], default=Security.AUTO.value,
+                        help="how tasks authenticate to the ps (every task of the job must say the same): auto "
+                             "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
+                             "encrypted, for a network you trust; curve = always")
 
 
 def session_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -39,4 +45,10 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                 checkpoints=CheckpointOptions(every_steps=args.checkpoint_every_steps or None,
                                               every_s=args.checkpoint_every_secs or None,
                                               keep=args.keep_checkpoints),
-                ps_recovery_timeout_s=args.ps_recovery_timeout)
+                ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args))
+
+
+def wire_security(args: argparse.Namespace) -> Security:
+    """The wire security `--wire_security` chose: pass it to `serve_unless_training` (or
+    `Server`); `session_options` already holds it for the TrainingSession."""
+    return Security(args.wire_security)

@@ -26,7 +26,7 @@ from shoal.train.options import CheckpointOptions, SessionState, StepResult, Syn
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.summaries import TaskSummaries
-from shoal.wire import JobSecret, PeerTimeoutError, WireError
+from shoal.wire import JobSecret, PeerTimeoutError, Security, WireError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ class TrainingSession:
     `model_dir` when there is one); other workers wait for it (bounded by `init_timeout_s`,
     logging while they wait). Every request is bounded by `request_timeout_s`: a dead ps is a
     clear error, never a hang. `secret` is the job secret, resolved at the program's edge
-    (`shoal.resolve_job_secret(os.environ)`).
+    (`shoal.resolve_job_secret(os.environ)`). `security` is the wire's (shoal/wire/security.py;
+    AUTO: PLAIN to a loopback ps, CURVE between hosts); the ps tasks must resolve the same.
 
     With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
     writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the
@@ -62,7 +63,8 @@ class TrainingSession:
                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
                  summary_every_steps: int = 100,
-                 request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0):
+                 request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
+                 security: Security = Security.AUTO):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
@@ -92,7 +94,8 @@ class TrainingSession:
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=recovery.recover,
-                           recovery_timeout_s=ps_recovery_timeout_s, timeout_error=self._timeout_error)
+                           recovery_timeout_s=ps_recovery_timeout_s, timeout_error=self._timeout_error,
+                           security=security)
         self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0

@@ -8,12 +8,16 @@ secret (shoal/wire/secret.py); the secret itself never leaves the process.
 from __future__ import annotations
 
 import hmac
+import logging
 from typing import Protocol
 
 import zmq
 
+from shoal.wire.endpoint import is_loopback
 from shoal.wire.secret import USERNAME, JobSecret
 from shoal.wire.security import Security
+
+log = logging.getLogger(__name__)
 
 
 class Mechanism(Protocol):
@@ -71,7 +75,11 @@ class CurveMechanism:
 
 
 def mechanism_for(security: Security, address: str, secret: JobSecret) -> Mechanism:
-    """The mechanism `security` means for a connection to or on `address`."""
+    """The mechanism `security` means for a connection to or on `address`. Forcing PLAIN on an
+    address that is not loopback is allowed (a network the job trusts) and logged as a warning."""
     if security.resolve(address) is Security.CURVE:
         return CurveMechanism(secret)
+    if not is_loopback(address):
+        log.warning("%s: security PLAIN between hosts: traffic is not encrypted and the job's token travels in "
+                    "clear; use AUTO or CURVE unless the network is trusted", address)
     return PlainMechanism(secret)

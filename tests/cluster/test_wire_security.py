@@ -131,3 +131,14 @@ def test_replayed_client_bytes_deliver_a_request_only_without_curve(make_cluster
         while replay.recv(65536):  # the server hangs up on the replayed handshake
             pass
     assert handled(task) == 1
+
+
+def test_seed_example_trains_with_curve_forced_on_loopback_by_its_flag(make_cluster):
+    # On loopback AUTO means PLAIN; a side that ignored --wire_security curve would be refused
+    # by the other (a mismatch), so a finished job shows both sides took the flag.
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    cluster.start_all(["examples/mnist_softmax.py", "--steps", "200", "--wire_security", "curve"])
+    codes = cluster.wait_all(timeout=120)
+    assert codes == {"ps:0": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    assert "serving at 127.0.0.1" in cluster.tasks[0].output() and "(CURVE;" in cluster.tasks[0].output()
+    assert all("accuracy: " in w.output() for w in cluster.tasks[1:])

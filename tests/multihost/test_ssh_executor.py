@@ -189,6 +189,21 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
     wait_nothing_left(hosts)
 
 
+
+@pytest.mark.parametrize("flag, mechanism", [([], "CURVE"), (["--wire_security", "plain"], "PLAIN")],
+                         ids=["default", "plain"])
+def test_seed_job_between_hosts_uses_curve_unless_its_flag_asks_for_plain(shoal, hosts, flag, mechanism):
+    out = shoal.run("run", "--name", "seed", "--ps", "1", "--workers", "2", "--hosts", HOSTS, "--ssh-config",
+                    shoal.ssh_config, "--", "python", "examples/mnist_softmax.py", "--steps", "300", *flag,
+                    timeout=150)
+    assert out.returncode == 0, out.stdout
+    assert re.search(rf"^seed\.ps\.0 \| .* serving at {re.escape(hosts[0].address)}:\d+ \({mechanism};", out.stdout,
+                     re.M), out.stdout
+    warned = "security PLAIN between hosts: traffic is not encrypted" in out.stdout
+    assert warned is (mechanism == "PLAIN"), out.stdout
+    assert set(accuracies(out.stdout)) == {"worker.0", "worker.1"}
+    wait_nothing_left(hosts)
+
 def test_dry_run_prints_per_host_what_runs_there_and_starts_nothing(shoal, hosts):
     out = shoal.run("train", "examples/mnist.yaml", "--hosts", HOSTS, "--ssh-config", shoal.ssh_config,
                     "--dry-run", timeout=60)

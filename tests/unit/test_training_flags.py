@@ -1,0 +1,34 @@
+"""The training flags' --wire_security: one choice reaches both sides of the wire (the session's
+ps client and the ps server), as the Security enum."""
+
+import argparse
+
+import pytest
+
+import shoal
+from shoal.wire import Security
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    shoal.add_training_flags(parser, {})
+    return parser.parse_args(list(argv))
+
+
+def test_wire_security_is_auto_on_both_sides_without_the_flag():
+    args = parse()
+    assert shoal.session_options(args)["security"] is Security.AUTO
+    assert shoal.wire_security(args) is Security.AUTO
+
+
+@pytest.mark.parametrize("value, want", [("plain", Security.PLAIN), ("curve", Security.CURVE)])
+def test_wire_security_flag_reaches_session_options_and_ps_side(value, want):
+    args = parse("--wire_security", value)
+    assert shoal.session_options(args)["security"] is want
+    assert shoal.wire_security(args) is want
+
+
+def test_wire_security_flag_rejects_a_value_that_is_no_mechanism(capsys):
+    with pytest.raises(SystemExit):
+        parse("--wire_security", "tls")
+    assert "invalid choice: 'tls'" in capsys.readouterr().err
