@@ -21,6 +21,19 @@ from shoal.launch.ports import free_ports  # noqa: F401 (the benchmarks import i
 REPO = Path(__file__).resolve().parents[1]
 
 
+def median_of_present(values) -> float | None:
+    """The median of the values that are not None; None if there are none."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def rounded(value, digits: int = 0):
+    """`value` rounded to `digits` (an int when 0); None stays None."""
+    if value is None:
+        return None
+    return round(value, digits) if digits else round(value)
+
+
 def median(values) -> float:
     return statistics.median(values)
 

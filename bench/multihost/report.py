@@ -11,19 +11,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
+from bench import median_of_present, rounded
+
 GOAL_FRACTION = 0.85
 GOAL_VS_DDP = 1.0
-
-
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def _r(value, digits=0):
-    if value is None:
-        return None
-    return round(value, digits) if digits else round(value)
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -36,21 +27,21 @@ def summarize(runs: list[dict]) -> list[dict]:
         if good:
             roles = good[0]["cpu_us_per_example"].keys()
             row.update({
-                "examples_per_s": _r(_median(r["examples_per_s"] for r in good)),
+                "examples_per_s": rounded(median_of_present(r["examples_per_s"] for r in good)),
                 "examples_per_s_all": [r["examples_per_s"] for r in good],
-                "bytes_per_example": _r(_median(r["bytes_per_example"] for r in good)),
+                "bytes_per_example": rounded(median_of_present(r["bytes_per_example"] for r in good)),
                 "busiest_link": good[0]["busiest_link"],
-                "link_bound_examples_per_s": _r(_median(r["link_bound_examples_per_s"] for r in good)),
-                "fraction_of_link_bound": _r(_median(r["fraction_of_link_bound"] for r in good), 3),
+                "link_bound_examples_per_s": rounded(median_of_present(r["link_bound_examples_per_s"] for r in good)),
+                "fraction_of_link_bound": rounded(median_of_present(r["fraction_of_link_bound"] for r in good), 3),
                 "fraction_all": [r["fraction_of_link_bound"] for r in good],
-                "utilization": ({d: _r(_median(r["busiest_host_link_utilization"][d] for r in good), 2)
+                "utilization": ({d: rounded(median_of_present(r["busiest_host_link_utilization"][d] for r in good), 2)
                                  for d in good[0]["busiest_host_link_utilization"]}
                                 if good[0].get("busiest_host_link_utilization") else None),
-                "cpu_us_per_example_total": _r(_median(r["cpu_us_per_example_total"] for r in good), 1),
-                "cpu_us_per_example": {role: _r(_median(r["cpu_us_per_example"][role] for r in good), 1)
+                "cpu_us_per_example_total": rounded(median_of_present(r["cpu_us_per_example_total"] for r in good), 1),
+                "cpu_us_per_example": {role: rounded(median_of_present(r["cpu_us_per_example"][role] for r in good), 1)
                                        for role in roles},
-                "busy_share": _r(_median(r["busy_share"] for r in good), 2),
-                "others_share": _r(_median(r["others_share"] for r in good), 2),
+                "busy_share": rounded(median_of_present(r["busy_share"] for r in good), 2),
+                "others_share": rounded(median_of_present(r["others_share"] for r in good), 2),
                 "accuracy_min": min((r["accuracy_min"] for r in good if r["accuracy_min"] is not None), default=None),
             })
         rows.append(row)

@@ -6,22 +6,13 @@ from __future__ import annotations
 
 import statistics
 
+from bench import median_of_present, rounded
+
 # (Shoal system, peer, minimum Shoal/peer throughput ratio), on the softmax (issue 5)
 GOALS = [("shoal-async", "tf1-async", 3.0), ("shoal-async", "tf2-ps-k10", 2.0), ("shoal-sync", "tf1-sync", 3.0),
          ("shoal-sync", "tf-mwms", 1.0), ("shoal-sync", "torch-ddp", 1.0)]
 GOAL_PS_RSS_FRACTION = 0.2  # a Shoal ps <= 1/5 of a TensorFlow ps
 TF_PS_SYSTEMS = ("tf1-async", "tf1-sync", "tf2-ps-k1", "tf2-ps-k10")
-
-
-def _median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def _r(value, digits=0):
-    if value is None:
-        return None
-    return round(value, digits) if digits else round(value)
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -33,19 +24,19 @@ def summarize(runs: list[dict]) -> list[dict]:
         row = {"system": key[0], "model": key[1], "runs": len(group), "ok_runs": len(good)}
         if good:
             row.update({
-                "examples_per_s": _r(_median([r["examples_per_s"] for r in good])),
+                "examples_per_s": rounded(median_of_present([r["examples_per_s"] for r in good])),
                 "examples_per_s_all": [r["examples_per_s"] for r in good],
-                "first_step_s": _r(_median([r["first_step_s"] for r in good]), 2),
-                "time_to_090_s": _r(_median([r["time_to_090_s"] for r in good]), 2),
+                "first_step_s": rounded(median_of_present([r["first_step_s"] for r in good]), 2),
+                "time_to_090_s": rounded(median_of_present([r["time_to_090_s"] for r in good]), 2),
                 "reached_090": sum(r["time_to_090_s"] is not None for r in good),
-                "s90": _median([r["s90"] for r in good]),
+                "s90": median_of_present([r["s90"] for r in good]),
                 "peak_rss_mb_ps": _max(good, "peak_rss_mb_ps"),
                 "peak_rss_mb_worker": _max(good, "peak_rss_mb_worker"),
                 "peak_rss_mb_chief": _max(good, "peak_rss_mb_chief"),
-                "cpu_s_per_1k_examples": _r(_median([r["cpu_s_per_1k_examples"] for r in good]), 3),
-                "cpu_share_others": _r(_median([r["cpu_share_others"] for r in good]), 2),
-                "eval_s_in_window": _r(_median([r["eval_s_in_window"] for r in good]), 3),
-                "window_s": _r(_median([r["window_s"] for r in good]), 2),
+                "cpu_s_per_1k_examples": rounded(median_of_present([r["cpu_s_per_1k_examples"] for r in good]), 3),
+                "cpu_share_others": rounded(median_of_present([r["cpu_share_others"] for r in good]), 2),
+                "eval_s_in_window": rounded(median_of_present([r["eval_s_in_window"] for r in good]), 3),
+                "window_s": rounded(median_of_present([r["window_s"] for r in good]), 2),
                 "accuracy_min": min((r["accuracy"] for r in good if r["accuracy"] is not None), default=None),
             })
         out.append(row)
@@ -101,12 +92,12 @@ def scaling(runs: list[dict]) -> list[dict]:
         for n in sorted({r["workers"] for r in rows if r["system"] == system}):
             mine = [r for r in rows if r["system"] == system and r["workers"] == n]
             speedups = [r["examples_per_s"] / base[r["round"]] for r in mine if base.get(r["round"])]
-            speedup = _median(speedups)
+            speedup = median_of_present(speedups)
             out.append({"system": system, "model": mine[0]["model"], "workers": n,
-                        "examples_per_s": _r(_median([r["examples_per_s"] for r in mine])),
-                        "speedup": _r(speedup, 2), "efficiency": _r(speedup / n, 2) if speedup else None,
-                        "cpu_s_per_1k_examples": _r(_median([r["cpu_s_per_1k_examples"] for r in mine]), 3),
-                        "cpu_share_others": _r(_median([r["cpu_share_others"] for r in mine]), 2)})
+                        "examples_per_s": rounded(median_of_present([r["examples_per_s"] for r in mine])),
+                        "speedup": rounded(speedup, 2), "efficiency": rounded(speedup / n, 2) if speedup else None,
+                        "cpu_s_per_1k_examples": rounded(median_of_present([r["cpu_s_per_1k_examples"] for r in mine]), 3),
+                        "cpu_share_others": rounded(median_of_present([r["cpu_share_others"] for r in mine]), 2)})
     return out
 
 
