@@ -44,8 +44,9 @@ from typing import IO, Any, Optional
 import psutil
 
 from shoal.launch import job_processes
-from shoal.launch.parent_death import die_with_parent
 from shoal.launch.agent_protocol import (LAUNCHER_TYPES, AgentProtocolError, decode, encode, field, line_text)
+from shoal.launch.parent_death import die_with_parent
+from shoal.launch.processes import group_members, signal_group, stop_group
 
 _CHUNK = 1 << 16
 _STOP_GRACE_S = 2.0
@@ -158,14 +159,14 @@ class Agent:
 
     def _wait(self, name: str, proc: subprocess.Popen, reader: threading.Thread) -> None:
         code = proc.wait()
-        _stop_group(proc.pid, _STOP_GRACE_S)  # what the task left in its group goes with it
+        stop_group(proc.pid, _STOP_GRACE_S)  # what the task left in its group goes with it
         reader.join(5.0)
         self.send({"type": "exit", "task": name, "code": code})
 
     def _signal(self, name: str, sig: int) -> None:
         proc = self._tasks.get(name)
         if proc is not None and proc.poll() is None:
-            _killpg(proc.pid, sig)
+            signal_group(proc.pid, sig)
 
     def _sample(self, interval: float) -> None:
         trees: dict[str, list[psutil.Process]] = {}
@@ -189,14 +190,14 @@ class Agent:
     def stop_all(self, grace: float) -> None:
         """TERM every task's group, KILL what is left after `grace` seconds. Blocks."""
         tasks = list(self._tasks.values())  # the heartbeat watchdog may call this beside the main thread
-        live = [p for p in tasks if p.poll() is None or _group_alive(p.pid)]
+        live = [p for p in tasks if p.poll() is None or bool(group_members(p.pid))]
         for proc in live:
-            _killpg(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_group_alive(p.pid) for p in live):
+        while time.monotonic() < deadline and any(bool(group_members(p.pid)) for p in live):
             time.sleep(0.05)
         for proc in live:
-            _killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
         for proc in tasks:
             try:
                 proc.wait(5.0)
@@ -222,32 +223,6 @@ def _quiet(call, *args):
         return call(*args)
     except psutil.Error:
         return None
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return any(_quiet(p.status) not in (None, psutil.STATUS_ZOMBIE) for p in psutil.process_iter()
-               if _quiet(os.getpgid, p.pid) == pgid)
-
-
-def _stop_group(pgid: int, grace: float) -> None:
-    if not _group_alive(pgid):
-        return
-    _killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.05)
-    _killpg(pgid, signal.SIGKILL)
 
 
 def shoal_version() -> str:

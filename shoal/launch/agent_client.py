@@ -31,6 +31,7 @@ from shoal.launch.agent_protocol import AGENT_TYPES, AgentProtocolError, decode,
 from shoal.launch.errors import LaunchError, StartError
 from shoal.launch.executor import TaskRef
 from shoal.launch.parent_death import die_with_parent
+from shoal.launch.processes import signal_group
 
 LOST = 255
 """The exit code of a task whose agent connection was lost (ssh's own code for that)."""
@@ -177,7 +178,7 @@ class AgentConnection:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            _killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait(5)
         if self._reader is not None:
             self._reader.join(5)
@@ -278,7 +279,7 @@ class AgentConnection:
             silent = time.monotonic() - self._last_heard
             if silent > self._heartbeat:
                 self.lost = f"no heartbeat for {self._heartbeat:g}s"
-                _killpg(self._proc.pid, signal.SIGKILL)
+                signal_group(self._proc.pid, signal.SIGKILL)
                 return
             self._send({"type": "heartbeat"})
 
@@ -332,10 +333,3 @@ class AgentTask:
         if not self._done.is_set():
             self.signal(signal.SIGKILL)
             self._done.wait(10)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

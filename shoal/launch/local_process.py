@@ -10,7 +10,6 @@ lives as long as the job.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from typing import IO, Optional
 from shoal.launch.errors import StartError
 from shoal.launch.parent_death import die_with_parent
 from shoal.launch.plan import TaskPlan
-from shoal.launch.processes import group_members
+from shoal.launch.processes import stop_group
 
 _POLL = 0.05
 
@@ -98,13 +97,7 @@ class LocalProcess:
 
     def stop_group(self, grace: float) -> None:
         """After the leader exited: TERM what is left of its group, KILL it after `grace`."""
-        if not group_members(self.pgid, exclude=self.pid):
-            return
-        self.signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and group_members(self.pgid, exclude=self.pid):
-            time.sleep(_POLL)
-        self.signal_group(signal.SIGKILL)
+        stop_group(self.pgid, grace, exclude=self.pid)
 
     def reap(self) -> None:
         """Collect the exited leader (idempotent); the group id is free after this."""

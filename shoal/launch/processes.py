@@ -1,10 +1,12 @@
 """Processes of this machine, through psutil: a process's create time, whether a recorded
-(pid, create time) still names the same live process, and the live members of a process
-group. Thread-safe; each call reads the process table once (no waiting)."""
+(pid, create time) still names the same live process, the live members of a process group,
+and signalling and stopping a group. Thread-safe; only `stop_group` waits (bounded)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from typing import Optional
 
 import psutil
@@ -51,3 +53,23 @@ def group_members(pgid: int, exclude: int = 0) -> list[int]:
         except (OSError, psutil.Error):
             continue  # gone meanwhile
     return out
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to process group `pgid`; a group already gone (or not ours) is ignored."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_group(pgid: int, grace: float, exclude: int = 0) -> None:
+    """TERM the live members of group `pgid` (but `exclude`), KILL what is left after `grace`
+    seconds. Blocks up to `grace`; does nothing if none is left."""
+    if not group_members(pgid, exclude):
+        return
+    signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and group_members(pgid, exclude):
+        time.sleep(0.05)
+    signal_group(pgid, signal.SIGKILL)

@@ -26,8 +26,6 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
-import yaml
-
 from shoal.launch.errors import SpecError
 
 _TOKEN_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")

@@ -9,7 +9,6 @@ stops the daemons by PID and deletes the dir (idempotent). Not thread-safe. Need
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import subprocess

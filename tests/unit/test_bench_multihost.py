@@ -8,7 +8,7 @@ import pytest
 from bench.jobrun import Task
 from bench.multihost import plan, report
 from bench.multihost.runs import Config, System, measure, shoal_argv, steps_for, Where
-from bench.multihost.sampler import Link, Sampled
+from bench.multihost.sampler import Sampled
 
 
 def test_matrix_holds_every_system_per_link_and_loopback_once():
