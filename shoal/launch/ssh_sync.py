@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import Optional
 
 from shoal.launch.errors import HostsError
 from shoal.launch.ssh import SshOptions, ssh_base
@@ -36,22 +37,13 @@ def rsync_argv(host: str, workdir: str, options: SshOptions) -> list[str]:
 def sync_workdir(hosts: Sequence[str], workdir: str, options: SshOptions, timeout: float = 600.0) -> None:
     """Copy `workdir` to every host, all at once; HostsError with one line per host that failed
     (after `timeout` seconds a host counts as failed)."""
-    procs = {host: subprocess.Popen(rsync_argv(host, workdir, options), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-             for host in hosts}
-    deadline = time.monotonic() + timeout
     problems = []
-    for host, proc in procs.items():
-        try:
-            _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    for host, (code, stderr) in _run_all({h: rsync_argv(h, workdir, options) for h in hosts}, timeout).items():
+        if code is None:
             problems.append(f"{host}: copying {workdir} there took over {timeout:g}s")
             continue
-        if proc.returncode != 0:
-            stderr = err.decode(errors="replace")
-            last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"
+        if code != 0:
+            last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}"
             if "command not found" in stderr or "rsync: not found" in stderr:
                 problems.append(f"{host}: rsync is not installed there ({last}); install it, or drop sync: true")
             else:
@@ -75,23 +67,32 @@ def collect_model_dirs(hosts: Sequence[str], model_dir: str, options: SshOptions
                        timeout: float = 600.0) -> dict[str, str]:
     """Copy each host's `model_dir` into this machine's, all hosts at once; by host, "" where
     it worked, else why not (one line). A host without the directory has nothing to give."""
-    procs = {host: subprocess.Popen(collect_argv(host, model_dir, options), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-             for host in hosts}
-    deadline = time.monotonic() + timeout
     out = {}
+    for host, (code, stderr) in _run_all({h: collect_argv(h, model_dir, options) for h in hosts}, timeout).items():
+        if code is None:
+            out[host] = f"copying its model dir took over {timeout:g}s"
+        elif code == 0 or "No such file or directory" in stderr and code == 23:
+            out[host] = ""
+        else:
+            last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}"
+            out[host] = ssh_problem(host, stderr) or f"rsync failed ({last})"
+    return out
+
+
+def _run_all(argvs: dict[str, list[str]], timeout: float) -> dict[str, tuple[Optional[int], str]]:
+    """Run one command per host, all at once; by host, its exit code (None: killed after
+    `timeout` seconds in all) and its stderr. Blocks up to `timeout`."""
+    procs = {host: subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True) for host, argv in argvs.items()}
+    deadline = time.monotonic() + timeout
+    out: dict[str, tuple[Optional[int], str]] = {}
     for host, proc in procs.items():
         try:
             _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            out[host] = f"copying its model dir took over {timeout:g}s"
+            out[host] = (None, "")
             continue
-        stderr = err.decode(errors="replace")
-        if proc.returncode == 0 or "No such file or directory" in stderr and proc.returncode == 23:
-            out[host] = ""
-        else:
-            last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"
-            out[host] = ssh_problem(host, stderr) or f"rsync failed ({last})"
+        out[host] = (proc.returncode, err.decode(errors="replace"))
     return out

@@ -123,20 +123,6 @@ def _wait_gone(processes: list[psutil.Process], timeout: float) -> list[psutil.P
         time.sleep(0.05)
 
 
-def free_tcp_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports that were free on 127.0.0.1 a moment ago (the OS picked them)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def tcp_open(address: str, port: int, timeout: float = 0.5) -> bool:
     """Whether a TCP connection to address:port from this (the root) namespace succeeds now."""
     try:

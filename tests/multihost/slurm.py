@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from shoal.launch.ports import free_ports
 from tests.multihost import procs, registry
 
 NODES = ("n1", "n2")
@@ -119,7 +120,7 @@ class SlurmCluster:
         for d in ("state", "spool"):
             (self.workdir / d).mkdir()
         hostname = socket.gethostname().split(".")[0]
-        ctld_port, *node_ports = procs.free_tcp_ports(1 + len(NODES))
+        ctld_port, *node_ports = free_ports(1 + len(NODES))
         self.conf.write_text(slurm_conf_text(workdir=self.workdir, munge_socket=self.munge_socket,
                                              ctld_port=ctld_port, node_ports=node_ports, hostname=hostname))
         self._start_daemon(["slurmctld", "-D", "-i"], "slurmctld.out")
