@@ -105,19 +105,27 @@ def test_secret_travels_in_the_environment_not_in_argv_and_output_is_relayed(age
     assert a.expect("exit", task="worker.1")["code"] == -signal.SIGTERM
 
 
-def test_closed_stdin_stops_every_group_the_agent_started(agent):
-    a = agent()
+def start_shell_with_two_children(a):
+    """Start `sh` running two sleeps through agent `a`; returns its group id and members."""
     a.expect("hello")
     a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]},
            argv=["sh", "-c", "sleep 300 & sleep 300 & echo up; wait"])
     pid = a.expect("started", task="worker.0")["pid"]
     a.expect("output", task="worker.0")
-    group = [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
-    assert len(group) == 3  # sh and its two sleeps
-    a.proc.stdin.close()  # the launcher died, or ssh dropped
-    assert a.proc.wait(15) == 0
-    gone, alive = psutil.wait_procs(group, timeout=10)
-    assert not alive
+    return pid, [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
+
+
+def test_closed_stdin_stops_every_group_the_agent_started(agent):
+    a = agent()
+    pid, group = start_shell_with_two_children(a)
+    try:
+        assert len(group) == 3  # sh and its two sleeps
+        a.proc.stdin.close()  # the launcher died, or ssh dropped
+        assert a.proc.wait(15) == 0
+        gone, alive = psutil.wait_procs(group, timeout=10)
+        assert not alive
+    finally:
+        _killpg_quietly(pid)
 
 
 def test_unknown_command_gets_an_error_and_the_agent_goes_on(agent):
@@ -167,12 +175,7 @@ def test_task_dies_when_its_agent_is_killed(agent):
 
 def test_sigterm_to_the_agent_stops_every_group_grandchildren_included(agent):
     a = agent()
-    a.expect("hello")
-    a.send(type="start", task="worker.0", env={"PATH": os.environ["PATH"]},
-           argv=["sh", "-c", "sleep 300 & sleep 300 & echo up; wait"])
-    pid = a.expect("started", task="worker.0")["pid"]
-    a.expect("output", task="worker.0")
-    group = [p for p in psutil.process_iter() if _pgid(p.pid) == pid]
+    pid, group = start_shell_with_two_children(a)
     try:
         assert len(group) == 3
         os.kill(a.proc.pid, signal.SIGTERM)  # scancel, sshd, or an admin ends the agent
