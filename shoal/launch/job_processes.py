@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 import psutil
 
+from shoal.launch.processes import same_process
+
 JOB_VARIABLE = "SHOAL_JOB_ID"
 TASK_VARIABLE = "SHOAL_TASK"
 _COMMAND_CHARS = 200
@@ -104,10 +106,10 @@ def measure(processes: list[JobProcess], interval: float) -> list[JobProcess]:
     are left out. Blocks for `interval` (at most 5 s)."""
     live = []
     for proc in processes:
+        handle = same_process(proc.pid, proc.started)
+        if handle is None:
+            continue
         try:
-            handle = psutil.Process(proc.pid)
-            if abs(handle.create_time() - proc.started) > 0.05:
-                continue
             handle.cpu_percent(None)
             live.append((proc, handle))
         except psutil.Error:
@@ -124,13 +126,4 @@ def measure(processes: list[JobProcess], interval: float) -> list[JobProcess]:
 
 
 def _still_running(processes: list[JobProcess]) -> list[JobProcess]:
-    left = []
-    for proc in processes:
-        try:
-            handle = psutil.Process(proc.pid)
-            if abs(handle.create_time() - proc.started) <= 0.05 and \
-                    handle.status() != psutil.STATUS_ZOMBIE:
-                left.append(proc)
-        except psutil.Error:
-            continue
-    return left
+    return [proc for proc in processes if same_process(proc.pid, proc.started) is not None]

@@ -142,7 +142,11 @@ class PsClient:
     def _all(self, requests: list[tuple[int, Any, Tensors | None]], into: Tensors | None = None) -> list[Answer]:
         """Send (ps, request, tensors) and wait for every reply. A lost ps is recovered (see
         the class docstring) and what went to it is sent again. Blocks."""
-        sent = [(ps, request, request.fields(), tensors) for ps, request, tensors in requests]
+        fields_of: dict[int, dict] = {}  # one header dict per request, however many ps it goes to
+        for _, request, _ in requests:
+            if id(request) not in fields_of:
+                fields_of[id(request)] = request.fields()
+        sent = [(ps, request, fields_of[id(request)], tensors) for ps, request, tensors in requests]
         rids = [self._rpc[ps].send(request.op.value, fields, tensors, into) for ps, request, fields, tensors in sent]
         deadline = None
         while True:
