@@ -7,6 +7,10 @@ shoal.launch.agent --find JOB_ID [--kill] [--usage S]`) runs it on a remote host
 executor calls it directly. Reading another user's /proc/PID/environ needs root, so a job is
 found among the processes of the user running this (or of everyone, as root).
 
+"This host" is this process's network namespace: a task inherits its agent's, so processes in
+another namespace (a container, or a test host that shares this machine's process table) are
+another host's and are neither listed nor killed from here.
+
 Standard library and psutil only (the agent imports it). Thread-safe; `find` reads the process
 table once (tens of milliseconds); `kill` and `measure` block for their bounded waits.
 """
@@ -60,11 +64,14 @@ def find(job_id: str, task: Optional[str] = None) -> list[JobProcess]:
     if not job_id:
         return []
     me = os.getpid()
+    here = _network_namespace(me)
     out = []
     for proc in psutil.process_iter(["pid"]):
         if proc.pid == me:
             continue
         try:
+            if _network_namespace(proc.pid) != here:
+                continue
             environ = proc.environ()
             if environ.get(JOB_VARIABLE) != job_id or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
@@ -123,6 +130,14 @@ def measure(processes: list[JobProcess], interval: float) -> list[JobProcess]:
         except psutil.Error:
             continue
     return out
+
+
+def _network_namespace(pid: int) -> Optional[str]:
+    """Which network namespace `pid` is in ("net:[4026531840]"); None where /proc does not say."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
 
 
 def _still_running(processes: list[JobProcess]) -> list[JobProcess]:

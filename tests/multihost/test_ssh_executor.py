@@ -410,3 +410,22 @@ def test_a_host_that_does_not_share_the_model_dir_gets_its_tasks_files_copied_ba
     job = shoal.job()
     assert not any(job_processes(hosts, job["id"]).values())
     wait_nothing_left(hosts[:2])
+
+
+def test_a_hosts_job_scan_sees_only_that_hosts_processes(hosts):
+    """The test hosts share this machine's process table, as containers on one machine do: a
+    scan on host1 must not report (or kill) host2's processes of the same job."""
+    job = f"scan-{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(os.environ, SHOAL_JOB_ID=job, SHOAL_TASK="worker:1")
+    on_host2 = hosts[1].popen(["sleep", "300"], env=env)
+    try:
+        def scan(host, *flags):
+            out = host.run([sys.executable, "-m", "shoal.launch.agent", "--find", job, *flags], timeout=30)
+            return {p["pid"] for p in json.loads(out.stdout)["processes"]}
+
+        procs.wait_until(lambda: on_host2.pid in scan(hosts[1]), timeout=10, what="host2's scan finding its task")
+        assert scan(hosts[0], "--kill") == set()
+        assert on_host2.poll() is None  # host1's --kill left host2's task alone
+    finally:
+        os.killpg(on_host2.pid, signal.SIGKILL)
+        on_host2.wait(10)
