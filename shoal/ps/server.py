@@ -7,6 +7,7 @@ import threading
 from typing import Any, Mapping
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+from shoal.logs_default import show_shoal_logs
 from shoal.ps.errors import PsError
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
@@ -53,6 +54,7 @@ class Server:
         """Bind and begin serving in the background. Returns self. Does not block."""
         if self._thread is not None:
             return self
+        show_shoal_logs()
         self._rpc = RpcServer(self.address, self._secret, self._handle, str(self.config.task),
                               into=self.service.tensor_destination, security=self._security)
         self._rpc.start()

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from shoal.cluster import ClusterConfig
+from shoal.logs_default import show_shoal_logs
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.optimizers import UpdateRule
 from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Mode, PushOutcome, StatusReply, TrainingMode
@@ -129,6 +130,7 @@ class TrainingSession:
         """Connect, initialize (chief) or wait for initialization (others), pull. Blocks.
         If it fails, the session stays NEW and may be started again."""
         self._require(SessionState.NEW, "start")
+        show_shoal_logs()
         try:
             if self.checkpointer is not None:
                 self.checkpointer.open()
