@@ -84,6 +84,20 @@ class PsClient:
         replies = wait_all([(rpc, rpc.send(Op.STATUS.value)) for rpc in self._rpc], timeout_s)
         return [StatusReply.decode(m.header) for m in replies]
 
+    def status_each(self, timeout_s: float) -> list[StatusReply | WireError]:
+        """Every ps's status, or, for a ps that did not answer within `timeout_s` (all waits
+        together), the PeerTimeoutError or PeerLostError that says so; a refusal
+        (AuthRejectedError, RemoteError) is raised. Blocks up to `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        rids = [rpc.send(Op.STATUS.value) for rpc in self._rpc]
+        results: list[StatusReply | WireError] = []
+        for rpc, rid in zip(self._rpc, rids):
+            try:
+                results.append(StatusReply.decode(rpc.wait(rid, max(0.01, deadline - time.monotonic())).header))
+            except (PeerTimeoutError, PeerLostError) as e:
+                results.append(e)
+        return results
+
     def remember_incarnations(self, statuses: Sequence[StatusReply]) -> None:
         """The ps processes this client trains with; a ps answering as another one restarted."""
         self._incarnations = [s.incarnation for s in statuses]
