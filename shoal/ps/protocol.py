@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, Mapping
 
 from shoal.ps.errors import PsError
+from shoal.ps.sync_wait import SyncWait
 
 SLOT_SEPARATOR = "@"
 """A tensor named "<shard>@<slot>" is optimizer state of that shard (Adam's m, v, t, ...)."""
@@ -176,7 +177,10 @@ class StatusRequest:
 @dataclass(frozen=True)
 class StatusReply:
     """`training` is None while the ps is EMPTY. `incarnation` is random per ps process, so a
-    worker can tell a restarted ps from a network blip."""
+    worker can tell a restarted ps from a network blip. In sync mode, `sync_have` names the
+    replicas whose gradient for the current step arrived, `sync_needed` how many more the step
+    needs and `sync_missing` the replicas that have not pushed for it (see `sync_wait`); a ps
+    that predates these fields sends none, read as empty."""
 
     phase: Phase
     training: TrainingMode | None
@@ -186,15 +190,27 @@ class StatusReply:
     created: int
     done: tuple[str, ...]
     incarnation: str
+    sync_have: tuple[str, ...] = ()
+    sync_needed: int = 0
+    sync_missing: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
         return self.phase is Phase.READY
 
+    @property
+    def sync_wait(self) -> SyncWait | None:
+        """What the current sync step waits for; None in async mode or before `init`."""
+        if self.training is None or self.training.mode is not Mode.SYNC:
+            return None
+        return SyncWait(self.step, self.sync_have, self.sync_needed, self.sync_missing, self.done)
+
     def fields(self) -> dict[str, Any]:
         mode = _mode_fields(self.training) if self.training else {"mode": None, "sync_replicas": None}
         return {"phase": self.phase.value, **mode, "step": self.step, "shards": self.shards, "bytes": self.nbytes,
-                "created": self.created, "done": list(self.done), "incarnation": self.incarnation}
+                "created": self.created, "done": list(self.done), "incarnation": self.incarnation,
+                "sync_have": list(self.sync_have), "sync_needed": self.sync_needed,
+                "sync_missing": list(self.sync_missing)}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "StatusReply":
@@ -203,7 +219,9 @@ class StatusReply:
         training = None if phase is Phase.EMPTY else _training_mode(fields, where)
         return cls(phase, training, _int(fields, where, "step"), _int(fields, where, "shards"),
                    _int(fields, where, "bytes"), _int(fields, where, "created"),
-                   _names(fields, where, "done", MAX_TASK_NAME), _str(fields, where, "incarnation", 64))
+                   _names(fields, where, "done", MAX_TASK_NAME), _str(fields, where, "incarnation", 64),
+                   _names(fields, where, "sync_have", MAX_TASK_NAME), _int(fields, where, "sync_needed", default=0),
+                   _names(fields, where, "sync_missing", MAX_TASK_NAME))
 
 
 @dataclass(frozen=True)

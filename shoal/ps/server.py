@@ -40,7 +40,8 @@ class Server:
         self._thread: threading.Thread | None = None
         self._rpc: RpcServer | None = None
         self.reason: str | None = None
-        self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over)
+        self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over,
+                                 replica_names=[str(t) for t in self.config.replica_tasks])
 
     @classmethod
     def for_task(cls, config: ClusterConfig, *, secret: JobSecret, security: Security = Security.AUTO) -> "Server":
@@ -74,6 +75,7 @@ class Server:
         try:
             while not self._stopped.is_set():
                 self._rpc.serve_once(100)
+                self.service.log_sync_wait()
         finally:
             self._rpc.close()
 

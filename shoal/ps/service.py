@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,6 +26,7 @@ from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, Fai
                                SnapshotReply, StatusReply, TrainingMode, parse_op, split_slots)
 from shoal.ps.store import ShardStore
 from shoal.ps.sync import SyncAggregator
+from shoal.ps.sync_wait import SyncWait, SyncWaitWatch, sync_wait
 from shoal.wire import Request
 
 log = logging.getLogger(__name__)
@@ -64,11 +66,19 @@ class PsService:
     `on_job_over(reason)` is called once every replica said `done`, when one said `shutdown`,
     or when every replica said `failed` and none is done (nobody is left to train). A replica
     that failed and comes back is counted again when it says `done`.
+
+    `replica_names` (chief first, then workers) lets a sync step name the replicas it waits
+    for, in its status replies and in the log (`log_sync_wait`); `clock` is time.monotonic
+    unless a test injects one.
     """
 
-    def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None]):
+    def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None], *,
+                 replica_names: Sequence[str] = (), clock: Callable[[], float] = time.monotonic):
         self.task_name = task_name
         self.num_replicas = num_replicas
+        self.replica_names = tuple(replica_names)
+        self._clock = clock
+        self._sync_watch = SyncWaitWatch()
         self.store = ShardStore(task_name)
         self.incarnation = secrets.token_hex(8)  # tells workers this process is new after a restart
         self._on_job_over = on_job_over
@@ -114,8 +124,26 @@ class PsService:
     # --- the ops ---------------------------------------------------------------------------
 
     def _status(self, request: Request, _message) -> Reply:
+        wait = self._sync_wait()
+        have, needed, missing = (wait.have, wait.needed, wait.missing) if wait is not None else ((), 0, ())
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
-                                          self._created, tuple(sorted(self._done)), self.incarnation))
+                                          self._created, tuple(sorted(self._done)), self.incarnation,
+                                          have, needed, missing))
+
+    def _sync_wait(self) -> SyncWait | None:
+        if self._sync is None:
+            return None
+        return sync_wait(self._sync.step, self._sync.contributors, self._sync.waiting_for, self.replica_names,
+                         self._done)
+
+    def log_sync_wait(self) -> None:
+        """Log what the current sync step waits for once it has waited long enough (then every
+        so often; see SyncWaitWatch). Call it often, from the serving thread."""
+        waited = self._sync_watch.due(self._clock())
+        wait = self._sync_wait() if waited is not None else None
+        if wait is not None and wait.waiting:
+            missing = f"; is {' / '.join(wait.missing)} running?" if wait.missing else ""
+            log.info("%s: %s, for %.0fs%s", self.task_name, wait.describe(), waited, missing)
 
     def _init(self, request: Request, message: InitRequest) -> Reply:
         rule = rule_from_config(message.rule)
@@ -175,7 +203,10 @@ class PsService:
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED))
         if outcome is PushOutcome.APPLIED:
             self.store.apply(self._sync.take())
+            self._sync_watch.step_completed()
             self._release()
+        else:
+            self._sync_watch.gradient_arrived(self._sync.step, self._clock())
         return DEFERRED
 
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:

@@ -51,4 +51,10 @@ class SyncAggregator:
 
     @property
     def waiting_for(self) -> int:
+        """Gradients the current step still needs."""
         return self.replicas - len(self._contributors)
+
+    @property
+    def contributors(self) -> frozenset[str]:
+        """The tasks whose gradient for the current step arrived."""
+        return frozenset(self._contributors)

@@ -26,8 +26,10 @@ from shoal.train.errors import TrainError
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
+from shoal.train.stalls import StallReporter
 from shoal.train.summaries import TaskSummaries
-from shoal.wire import JobSecret, PeerTimeoutError, Security, WireError
+from shoal.train.waiting import LOG_EVERY_S
+from shoal.wire import JobSecret, Security, WireError
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +96,11 @@ class TrainingSession:
                                   self.checkpointer, lambda: self._step) if config.is_chief else None
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
+        stalls = StallReporter(self.task, self.training, request_timeout_s)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=recovery.recover,
-                           recovery_timeout_s=ps_recovery_timeout_s, timeout_error=self._timeout_error,
-                           security=security)
+                           recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
+                           on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security)
+        stalls.client = self.ps
         self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
@@ -284,11 +288,6 @@ class TrainingSession:
             if s.training != self.training:
                 raise TrainError(f"{self.task} was started for {self.training} training but ps:{i} runs "
                                  f"{s.training}; start every worker with the same --sync / replicas_to_aggregate")
-
-    def _timeout_error(self, e: PeerTimeoutError) -> Exception:
-        hint = (f" In sync mode a step waits for {self.training.replicas} replicas: if a worker is down, use backup "
-                "workers (replicas_to_aggregate < replicas)." if self.sync else "")
-        return TrainError(f"{self.task}: {e}.{hint}")
 
 
 def _training_mode(sync: bool | SyncOptions, num_replicas: int) -> TrainingMode:

@@ -1,5 +1,6 @@
 """Waits say what they wait for: a worker whose ps is not up names the missing ps every few
-seconds, and the error at the deadline names it too (shoal/train/recovery.py)."""
+seconds, and the error at the deadline names it too (shoal/train/recovery.py); a sync step
+that waits names the replica it waits for (shoal/train/stalls.py)."""
 
 import logging
 import time
@@ -7,11 +8,13 @@ import time
 import pytest
 
 import shoal
+import shoal.train.session
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.launch.ports import free_ports
 from shoal.ps.client import PsClient
 from shoal.train.recovery import wait_for_ps
 from shoal.wire import JobSecret
+from tests.cluster.ps_process import config_for, grads, secret_of, start_ps, variables
 
 SECRET = JobSecret(b"k" * 32, "test")
 
@@ -48,3 +51,20 @@ def test_session_start_names_the_missing_ps_in_its_error(one_of_two_ps):
                                     secret=SECRET, init_timeout_s=1.0, request_timeout_s=1.0)
     with pytest.raises(shoal.TrainError, match=rf"no answer from ps:1 at {down} \("):
         session.start()
+
+
+def test_sync_push_timeout_names_the_replica_that_never_pushed(make_cluster, monkeypatch, caplog):
+    cluster = make_cluster(1, 2)
+    start_ps(cluster)
+    monkeypatch.setattr(shoal.train.session, "LOG_EVERY_S", 0.5)  # say what it waits for without waiting 5 s
+    caplog.set_level(logging.INFO, logger="shoal")
+    session = shoal.TrainingSession(config_for(cluster, "worker", 0), variables(), shoal.SGD(0.1),
+                                    secret=secret_of(cluster), sync=True, request_timeout_s=2.0)
+    with session:
+        with pytest.raises(shoal.TrainError) as raised:
+            session.push(grads())  # worker:1 never starts, so step 0 never completes
+    message = str(raised.value)
+    assert "did not complete within 2s waiting for worker:1" in message, message
+    assert "step 0 waits for 1 more gradient, from worker:1 (has worker:0's)" in message
+    waiting = [r.getMessage() for r in caplog.records if r.getMessage().startswith("worker:0 waiting")]
+    assert any("waiting for worker:1: ps:0: step 0 waits for 1 more gradient" in line for line in waiting), waiting
