@@ -10,7 +10,8 @@ from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.launch.control import reconcile
 from shoal.launch.records import JobRecord
-from shoal.launch.states import TaskState
+from shoal.launch.root_cause import load_root_cause
+from shoal.launch.states import JobState, TaskState
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,12 +27,21 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         jobs = [store.find(args.job)] if args.job else store.list_jobs()
         jobs = [reconcile(store, job, env.executor(job.executor)) for job in jobs]
     if args.json:
-        env.say(json.dumps([job.as_json() for job in jobs], indent=2))
+        env.say(json.dumps([with_root_cause(job.as_json(), job) for job in jobs], indent=2))
     elif args.job:
         env.say(job_table(jobs[0]))
+        cause = load_root_cause(jobs[0].job_dir) if jobs[0].state is JobState.FAILED else None
+        if cause is not None:
+            env.say(cause.format())
     else:
         env.say(jobs_table(jobs))
     return int(ExitCode.OK)
+
+
+def with_root_cause(data: dict, job: JobRecord) -> dict:
+    """A job's JSON, with its root cause (shoal/launch/root_cause.py) if it failed and one was kept."""
+    cause = load_root_cause(job.job_dir) if job.state is JobState.FAILED else None
+    return {**data, "root_cause": cause.as_json()} if cause is not None else data
 
 
 def jobs_table(jobs: list[JobRecord]) -> str:
