@@ -346,20 +346,24 @@ class PullReply:
 @dataclass(frozen=True)
 class PushRequest:
     """Travels with one gradient per shard. `step` is the global step the gradient was computed
-    at; with `pull` the reply carries the shards' new values."""
+    at; with `pull` the reply carries the shards' new values. A push may travel in parts (one
+    request per group of the ps's shards); `ends_step` marks the last part, the one an
+    asynchronous ps counts as a step."""
 
     op = Op.PUSH
     task: str
     step: int
     pull: bool = True
+    ends_step: bool = True
 
     def fields(self) -> dict[str, Any]:
-        return {"task": self.task, "step": self.step, "pull": self.pull}
+        return {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PushRequest":
         where = "push request"
-        return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True))
+        return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True),
+                   _bool(fields, where, "ends_step", True))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from shoal.train.checkpointer import Checkpointer
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
-from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
+from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.stalls import StallReporter
 from shoal.train.summaries import TaskSummaries
@@ -64,6 +64,7 @@ class TrainingSession:
                  secret: JobSecret, sync: bool | SyncOptions = False, max_steps: int | None = None,
                  placement: PlacementStrategy = PlacementStrategy.GREEDY,
                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
+                 push_part_bytes: int | None = DEFAULT_PUSH_PART_BYTES,
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
@@ -80,7 +81,11 @@ class TrainingSession:
         self.optimizer = optimizer
         self.training = _training_mode(sync, config.num_replicas)
         self.max_steps = max_steps
-        self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes)
+        self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes,
+                                                    push_part_bytes)
+        self._push_parts = self.placement.push_parts(push_part_bytes)
+        # async: the global step is ps 0's count of pushes, answered to the last part sent to it
+        self._step_part = max(k for k, (ps, _) in enumerate(self._push_parts) if ps == 0)
         self.model_dir = Path(model_dir) if model_dir else None
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
@@ -229,13 +234,15 @@ class TrainingSession:
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
-        answers = self.ps.push_all(self.task, self._step, self.placement.split(arrays), self._targets)
+        per_ps = self.placement.split(arrays)
+        parts = [(ps, {name: per_ps[ps][name] for name in names}) for ps, names in self._push_parts]
+        answers = self.ps.push_all(self.task, self._step, parts, self._targets)
         self._assign(answers)
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
         else:
-            self._step = max(steps) if self.sync else steps[0]
+            self._step = max(steps) if self.sync else steps[self._step_part]
         result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
         if self.summaries is not None:
             self.summaries.step_done(self._step, getattr(self.optimizer, "learning_rate", None))
