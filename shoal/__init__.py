@@ -21,7 +21,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
                       "resolve_cluster_config"),
     "shoal.errors": ("ShoalError",),
     "shoal.job_secret": ("resolve_job_secret",),
-    "shoal.ps": ("SGD", "Adagrad", "Adam", "Momentum", "PsError", "Server", "UpdateRule"),
+    "shoal.ps": ("SGD", "Adagrad", "Adam", "AdamW", "Momentum", "PsError", "Server", "UpdateRule"),
     "shoal.train": ("CheckpointOptions", "PlacementStrategy", "SessionState", "ShardedBatches", "StepResult",
                     "SyncOptions", "TrainError", "TrainingSession"),
     "shoal.train.flags": ("add_training_flags", "session_options", "wire_security"),

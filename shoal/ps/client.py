@@ -15,8 +15,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, InitReply, InitRequest, Op, PullRequest,
-                               PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest)
+from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, Op,
+                               PullRequest, PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply,
+                               StatusRequest)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
                         wait_all)
 
@@ -113,10 +114,14 @@ class PsClient:
         Values whose name is in `into` are written straight into those arrays."""
         return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
 
-    def push_all(self, task: str, step: int, grads: Sequence[Tensors], into: Tensors) -> list[Answer]:
-        """Per ps: PushReply and the new values of the pushed shards (written into `into`)."""
-        request = PushRequest(task, step)
-        return self._all([(i, request, grads[i]) for i in range(self.num_ps)], into)
+    def push_all(self, task: str, step: int, grads: Sequence[Tensors], into: Tensors,
+                 hyper: Sequence[Mapping[str, Hyper]] | None = None) -> list[Answer]:
+        """Per ps: PushReply and the new values of the pushed shards (written into `into`).
+        `hyper[ps]`, if given, is the learning rate and weight decay of each of `grads[ps]`."""
+        if hyper is None:
+            request = PushRequest(task, step)
+            return self._all([(i, request, grads[i]) for i in range(self.num_ps)], into)
+        return self._all([(i, PushRequest(task, step, hyper=hyper[i]), grads[i]) for i in range(self.num_ps)], into)
 
     def done_all(self, task: str, timeout_s: float) -> None:
         """Tell every ps that `task` finished training (no recovery; raises WireError)."""

@@ -160,9 +160,14 @@ class PsService:
         grads = request.tensors
         for name, grad in grads.items():
             self.store.check(name, grad.shape, grad.dtype)
+        if message.hyper is not None and message.hyper.keys() != grads.keys():
+            raise PsError(f"{message.task}'s push names a learning rate for {sorted(message.hyper)[:5]} but pushes "
+                          f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
+        if message.hyper is not None:
+            self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
         names = list(grads) if message.pull else []
         if self._sync is None:
-            self.store.apply(grads)
+            self.store.apply(grads, message.hyper)
             self._async_step += 1
             self._release()  # pulls waiting for a step (min_step) are answered in async mode too
             return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
@@ -174,7 +179,7 @@ class PsService:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED))
         if outcome is PushOutcome.APPLIED:
-            self.store.apply(self._sync.take())
+            self.store.apply(self._sync.take(), message.hyper)
             self._release()
         return DEFERRED
 

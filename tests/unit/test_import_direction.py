@@ -18,6 +18,7 @@ ALLOWED = {
     "wire": {"errors"},
     "ps": {"errors", "cluster", "wire"},
     "train": {"errors", "cluster", "wire", "ps", "home", "lazy"},
+    "torch": {"errors", "cluster", "wire", "ps", "train", "home", "lazy", "job_secret"},
     "datasets": {"errors"},
     "job_secret": {"home", "wire"},
     "launch": {"errors", "cluster", "home"},
