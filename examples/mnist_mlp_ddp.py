@@ -4,12 +4,14 @@ examples/mnist_mlp_plain.py with the lines DDP needs (counted in docs/pytorch.md
 Shoal's examples/mnist_mlp_torch.py). Run with torchrun:
 `torchrun --nproc_per_node 2 examples/mnist_mlp_ddp.py`.
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
 import os
 import sys
+import time
 import warnings
 
 # One BLAS thread per task: several tasks share the machine's cores, and idle BLAS threads that
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
         train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
     loader = DataLoader(train, batch_size=args.batch_size, sampler=DistributedSampler(train))
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
-    step = 0
+    step, seen, started = 0, 0, time.monotonic()
     while step < args.steps:
         loader.sampler.set_epoch(step)  # else every epoch reads the same order
         for x, y in loader:
@@ -64,8 +66,10 @@ def main(argv=None) -> int:
             loss.backward()
             opt.step()
             step += 1
+            seen += len(x)
             if step % args.log_every == 0:
-                print(f"step={step} loss={loss.item():.4f}", flush=True)
+                rate = seen / (time.monotonic() - started)
+                print(f"step={step} loss={loss.item():.4f} examples/s={rate:.0f}", flush=True)
             if step >= args.steps:
                 break
     with torch.no_grad():

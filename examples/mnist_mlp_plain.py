@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 import warnings
 
 # One BLAS thread per task: several tasks share the machine's cores, and idle BLAS threads that
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
         train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
     loader = DataLoader(train, batch_size=args.batch_size, shuffle=True)
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
-    step = 0
+    step, seen, started = 0, 0, time.monotonic()
     while step < args.steps:
         for x, y in loader:
             opt.zero_grad()
@@ -61,8 +62,10 @@ def main(argv=None) -> int:
             loss.backward()
             opt.step()
             step += 1
+            seen += len(x)
             if step % args.log_every == 0:
-                print(f"step={step} loss={loss.item():.4f}", flush=True)
+                rate = seen / (time.monotonic() - started)
+                print(f"step={step} loss={loss.item():.4f} examples/s={rate:.0f}", flush=True)
             if step >= args.steps:
                 break
     with torch.no_grad():

@@ -8,12 +8,14 @@ gradients to the ps and brings the new values into the model. The same flags and
 examples/mnist_softmax.py; `--steps` counts global steps. The big first layer is partitioned
 over the ps tasks. Workers use CUDA when present; parameter servers never import torch.
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
 import os
 import sys
+import time
 import warnings
 
 # One BLAS thread per task: several tasks share the machine's cores, and idle BLAS threads that
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
     loader = DataLoader(train, batch_size=args.batch_size, sampler=shoal.torch.DistributedSampler(train, job))
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     opt = shoal.torch.DistributedOptimizer(opt, model, job)
-    step = 0
+    step, seen, started = 0, 0, time.monotonic()
     while step < args.steps:
         for x, y in loader:
             opt.zero_grad()
@@ -68,8 +70,10 @@ def main(argv=None) -> int:
             loss.backward()
             opt.step()
             step = opt.global_step
+            seen += len(x)
             if step % args.log_every == 0:
-                print(f"step={step} loss={loss.item():.4f}", flush=True)
+                rate = seen / (time.monotonic() - started)
+                print(f"step={step} loss={loss.item():.4f} examples/s={rate:.0f}", flush=True)
             if step >= args.steps:
                 break
     opt.finish()  # the final values into the model; the chief saves the final checkpoint and export

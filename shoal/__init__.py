@@ -8,6 +8,9 @@
         with shoal.TrainingSession(config, variables, shoal.SGD(0.5), secret=secret) as session:
             ...
 
+PyTorch programs use `shoal.torch` instead (docs/pytorch.md): `init`, `DistributedOptimizer`,
+`DistributedSampler`.
+
 The names below load on first use, so `import shoal.cli` (the launcher) does not pull in the
 runtime, and importing `shoal` never imports PyTorch (see `shoal.train.torch_model`).
 """

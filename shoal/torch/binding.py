@@ -28,8 +28,8 @@ class ModelBinding:
     """The parameters `optimizer` trains, by their names in `model` (state_dict names).
 
     The constructor reads the model only. `attach(params)` (after the session started) makes
-    the parameters follow `params`; `check()` and `gradients()` before each push,
-    `after_push(params)` after it."""
+    the parameters follow `params`; `check()` and `gradients()` before each push, `pushed()`
+    and `refresh(params)` after it."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         names = {id(p): name for name, p in model.named_parameters()}
@@ -57,10 +57,14 @@ class ModelBinding:
         return {name: p.detach().cpu().numpy().copy() for name, p in self.parameters.items()}
 
     @torch.no_grad()
-    def attach(self, params: Mapping[str, np.ndarray]) -> None:
+    def attach(self, params: Mapping[str, np.ndarray], share: bool | None = None) -> None:
         """Make the parameters hold `params` (a started session's): views of them when every
-        parameter is on the CPU, else a copy (and `after_push` copies again after each step)."""
-        self.shared = all(p.device.type == "cpu" for p in self.parameters.values())
+        parameter is on the CPU (or `share` says so), else a copy, which `refresh` repeats
+        after every step."""
+        on_cpu = all(p.device.type == "cpu" for p in self.parameters.values())
+        if share and not on_cpu:
+            raise TorchTrainError("only parameters on the CPU can share memory with Shoal's copy")
+        self.shared = on_cpu if share is None else share
         for name, p in self.parameters.items():
             if self.shared:
                 p.data = torch.from_numpy(params[name])
