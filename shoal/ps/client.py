@@ -114,14 +114,21 @@ class PsClient:
         Values whose name is in `into` are written straight into those arrays."""
         return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
 
-    def push_all(self, task: str, step: int, grads: Sequence[Tensors], into: Tensors,
-                 hyper: Sequence[Mapping[str, Hyper]] | None = None) -> list[Answer]:
-        """Per ps: PushReply and the new values of the pushed shards (written into `into`).
-        `hyper[ps]`, if given, is the learning rate and weight decay of each of `grads[ps]`."""
+    def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
+                 hyper: Mapping[str, Hyper] | None = None) -> list[Answer]:
+        """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
+        order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
+        so a ps updates and answers one part while the next is on its way. Per part:
+        PushReply and the new values of its shards (written into `into`). `hyper` (shard ->
+        Hyper, every pushed shard), if given, travels with each part for its shards. Blocks."""
+        last = {ps: k for k, (ps, _) in enumerate(parts)}
         if hyper is None:
-            request = PushRequest(task, step)
-            return self._all([(i, request, grads[i]) for i in range(self.num_ps)], into)
-        return self._all([(i, PushRequest(task, step, hyper=hyper[i]), grads[i]) for i in range(self.num_ps)], into)
+            middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
+            requests = [final if last[ps] == k else middle for k, (ps, _) in enumerate(parts)]
+        else:
+            requests = [PushRequest(task, step, ends_step=last[ps] == k, hyper={n: hyper[n] for n in grads})
+                        for k, (ps, grads) in enumerate(parts)]
+        return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
 
     def done_all(self, task: str, timeout_s: float) -> None:
         """Tell every ps that `task` finished training (no recovery; raises WireError)."""

@@ -355,18 +355,21 @@ class PullReply:
 @dataclass(frozen=True)
 class PushRequest:
     """Travels with one gradient per shard. `step` is the global step the gradient was computed
-    at; with `pull` the reply carries the shards' new values. `hyper`, if not None, names the
-    learning rate and weight decay of every pushed shard (none other), used instead of the update
-    rule's own (in sync mode: those of the push that completes the step)."""
+    at; with `pull` the reply carries the shards' new values. A push may travel in parts (one
+    request per group of the ps's shards); `ends_step` marks the last part, the one an
+    asynchronous ps counts as a step. `hyper`, if not None, names the learning rate and weight
+    decay of every shard of this part (none other), used instead of the update rule's own (in
+    sync mode: those of the push that completes the shard's step)."""
 
     op = Op.PUSH
     task: str
     step: int
     pull: bool = True
+    ends_step: bool = True
     hyper: Mapping[str, Hyper] | None = None
 
     def fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull}
+        fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
         if self.hyper is not None:
             fields["hyper"] = {n: [h.learning_rate, h.weight_decay] for n, h in self.hyper.items()}
         return fields
@@ -375,7 +378,7 @@ class PushRequest:
     def decode(cls, fields: Mapping[str, Any]) -> "PushRequest":
         where = "push request"
         return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True),
-                   _hyper(fields, where, "hyper"))
+                   _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"))
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class _Waiting:
     names: Sequence[str]
     min_step: int
     outcome: PushOutcome | None = None  # a sync push waiting for its step; None for a pull
+    pushed: Sequence[str] = ()  # a sync push: answered once these shards hold min_step's values
 
 
 class PsService:
@@ -168,18 +169,22 @@ class PsService:
         names = list(grads) if message.pull else []
         if self._sync is None:
             self.store.apply(grads, message.hyper)
-            self._async_step += 1
-            self._release()  # pulls waiting for a step (min_step) are answered in async mode too
+            if message.ends_step:
+                self._async_step += 1
+                self._release()  # pulls waiting for a step (min_step) are answered in async mode too
             return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
         if message.step > self._sync.step:
             raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
         outcome = self._sync.add(message.task, message.step, grads)
-        if outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE):
+        if outcome is PushOutcome.DUPLICATE:
             return self._reply_values(_Waiting(request, names, 0, outcome))
-        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED))
-        if outcome is PushOutcome.APPLIED:
-            self.store.apply(self._sync.take(), message.hyper)
+        if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
+            return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
+        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
+        ready = self._sync.take(self.store.names())  # only shards of this push can have just completed
+        if ready:
+            self.store.apply(ready, message.hyper)
             self._release()
         return DEFERRED
 
@@ -214,12 +219,13 @@ class PsService:
         """Queue the replies of every waiting request whose step has come."""
         still = []
         for w in self._waiting:
-            if self.step >= w.min_step:
+            if self.step >= w.min_step or (w.pushed and self._sync.applied(w.pushed, w.min_step - 1)):
                 self._released.append(self._reply_values(w))
             else:
                 still.append(w)
         self._waiting = still
 
     def _reply_values(self, w: _Waiting) -> Reply:
-        body = PullReply(self.step) if w.outcome is None else PushReply(self.step, w.outcome)
+        # a sync push part may be answered before the step ends: its shards are already at min_step
+        body = PullReply(self.step) if w.outcome is None else PushReply(max(self.step, w.min_step), w.outcome)
         return Reply(w.request, body, self.store.values(w.names), w.names)

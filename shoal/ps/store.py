@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Collection, Mapping
 
 import numpy as np
 import zmq
@@ -126,6 +126,10 @@ class ShardStore:
         if shard.gradient is None:
             shard.gradient = np.empty_like(shard.value)
         return shard.gradient
+
+    def names(self) -> Collection[str]:
+        """The names of the shards this ps holds (a live view)."""
+        return self._shards.keys()
 
     def values(self, names) -> dict[str, np.ndarray]:
         return {name: self.check_name(name).value for name in names}

@@ -24,7 +24,7 @@ from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
-from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
+from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.summaries import TaskSummaries
 from shoal.wire import JobSecret, PeerTimeoutError, Security, WireError
@@ -66,6 +66,7 @@ class TrainingSession:
                  secret: JobSecret, sync: bool | SyncOptions = False, max_steps: int | None = None,
                  placement: PlacementStrategy = PlacementStrategy.GREEDY,
                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
+                 push_part_bytes: int | None = DEFAULT_PUSH_PART_BYTES,
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
@@ -82,7 +83,11 @@ class TrainingSession:
         self.optimizer = optimizer
         self.training = _training_mode(sync, config.num_replicas)
         self.max_steps = max_steps
-        self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes)
+        self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes,
+                                                    push_part_bytes)
+        self._push_parts = self.placement.push_parts(push_part_bytes)
+        # async: the global step is ps 0's count of pushes, answered to the last part sent to it
+        self._step_part = max(k for k, (ps, _) in enumerate(self._push_parts) if ps == 0)
         self.model_dir = Path(model_dir) if model_dir else None
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
@@ -230,14 +235,16 @@ class TrainingSession:
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
-        answers = self.ps.push_all(self.task, self._step, self.placement.split(arrays), self._targets,
-                                   self._split_hyper(hyper) if hyper is not None else None)
+        per_ps = self.placement.split(arrays)
+        parts = [(ps, {name: per_ps[ps][name] for name in names}) for ps, names in self._push_parts]
+        answers = self.ps.push_all(self.task, self._step, parts, self._targets,
+                                   self._shard_hyper(hyper) if hyper is not None else None)
         self._assign(answers)
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
         else:
-            self._step = max(steps) if self.sync else steps[0]
+            self._step = max(steps) if self.sync else steps[self._step_part]
         result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
         if self.summaries is not None:
             learning_rate = (next(iter(hyper.values())).learning_rate if hyper
@@ -278,15 +285,13 @@ class TrainingSession:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _split_hyper(self, hyper: Mapping[str, Hyper]) -> list[dict[str, Hyper]]:
+    def _shard_hyper(self, hyper: Mapping[str, Hyper]) -> dict[str, Hyper]:
+        """Shard name -> the Hyper of its variable."""
         if hyper.keys() != self.params.keys():
             missing, extra = self.params.keys() - hyper.keys(), hyper.keys() - self.params.keys()
             raise TrainError(f"hyper-parameters must name every variable: missing {sorted(missing)[:5]}, "
                              f"unknown {sorted(extra)[:5]}")
-        out: list[dict[str, Hyper]] = [{} for _ in range(self.config.num_ps)]
-        for s in self.placement.shards:
-            out[s.ps][s.name] = hyper[s.variable]
-        return out
+        return {s.name: hyper[s.variable] for s in self.placement.shards}
 
     def _assign(self, answers: list[Answer]) -> None:
         for answer in answers:
