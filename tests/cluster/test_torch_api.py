@@ -29,19 +29,21 @@ def assert_state_dicts_close(got, want, atol=1e-5):
         torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
-def run_job(make_cluster, tmp_path, *flags, timeout=120):
-    cluster = make_cluster(num_ps=1, num_workers=1)
+def run_job(make_cluster, tmp_path, *flags, num_ps=1, timeout=120):
+    cluster = make_cluster(num_ps=num_ps, num_workers=1)
     cluster.start_all([PROGRAM, "--sync", *flags])
     codes = cluster.wait_all(timeout=timeout)
-    assert codes == {"ps:0": 0, "worker:0": 0}, cluster.dump()
+    assert codes == {**{f"ps:{i}": 0 for i in range(num_ps)}, "worker:0": 0}, cluster.dump()
     return cluster
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adamw"])
-def test_batchnorm_model_with_lr_schedule_matches_torch_optim_and_its_export_loads(make_cluster, tmp_path, kind):
+@pytest.mark.parametrize("kind, num_ps, part_bytes", [("sgd", 1, "0"), ("adamw", 2, "64")],
+                         ids=["sgd-1ps", "adamw-2ps-pushed-in-parts"])
+def test_batchnorm_model_with_lr_schedule_matches_torch_optim_and_its_export_loads(make_cluster, tmp_path, kind,
+                                                                                    num_ps, part_bytes):
     out, model_dir = tmp_path / "state.safetensors", tmp_path / "model"
-    run_job(make_cluster, tmp_path, "--optimizer", kind, "--steps", "8", "--out", str(out),
-            "--model_dir", str(model_dir))
+    run_job(make_cluster, tmp_path, "--optimizer", kind, "--steps", "8", "--out", str(out), "--model_dir",
+            str(model_dir), "--push_part_bytes", part_bytes, num_ps=num_ps)
     want = torch_bn.train_oracle(kind, 8)
     assert_state_dicts_close(load_file(out), want)  # parameters and the chief's BatchNorm buffers
 
