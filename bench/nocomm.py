@@ -4,8 +4,9 @@ and no exchange of anything; run N copies at once to get the most examples/s N c
     python bench/nocomm.py --model softmax --steps 3000 --replica 0 --replicas 2
 
 The loop is the examples' own, step for step: the same data (the MNIST cache), the same batch
-(100) drawn from this replica's shard by `shoal.ShardedBatches` and sorted, the same model and
-loss (examples/mnist_softmax.py's softmax regression in NumPy; examples/mnist_mlp_torch.py's
+(100) drawn from this replica's shard (by `shoal.ShardedBatches` and sorted for the softmax; by a
+DataLoader over a TensorDataset for the MLP, as examples/mnist_mlp_torch.py does with
+`shoal.torch.DistributedSampler`), the same model and loss (examples/mnist_softmax.py's softmax regression in NumPy; examples/mnist_mlp_torch.py's
 784-256-10 MLP in PyTorch), one BLAS thread, and the same progress line per step
 (`shoal.ProgressReporter`'s format), so bench.mnist_throughput measures it like a worker. The
 only difference is where the update happens: here SGD is applied in this process, in place,
@@ -51,24 +52,34 @@ def softmax_loop(data, batches, steps: int, lr: float, report) -> float:
 
 
 def mlp_loop(data, batches, steps: int, lr: float, report) -> float:
-    """examples/mnist_mlp_torch.py's model and step on the CPU, with torch's SGD applied here."""
+    """examples/mnist_mlp_torch.py's model, data loading and step on the CPU (a DataLoader over
+    this replica's shard), with torch's SGD applied here."""
+    import warnings
+
     import torch
     from torch import nn
+    from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    for step in range(1, steps + 1):
-        idx = np.sort(next(batches))
-        x = torch.from_numpy(np.ascontiguousarray(data.train_x[idx]))
-        y = torch.from_numpy(np.ascontiguousarray(data.train_y[idx]))
-        model.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        report(step, loss.item())
+    with warnings.catch_warnings():  # read-only memory maps, as in the example
+        warnings.simplefilter("ignore", UserWarning)
+        train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
+    loader = DataLoader(train, batch_size=batches.batch_size, sampler=SubsetRandomSampler(batches.shard.tolist()))
+    step = 0
+    while step < steps:
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            report(step, loss.item())
+            if step >= steps:
+                break
     with torch.no_grad():
         logits = model(torch.from_numpy(np.array(data.test_x)))  # a copy: the cache is a read-only mmap
     return float((logits.argmax(dim=1).numpy() == data.test_y).mean())

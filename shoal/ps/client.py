@@ -15,8 +15,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, InitReply, InitRequest, Op, PullRequest,
-                               PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest)
+from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, Op,
+                               PullRequest, PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply,
+                               StatusRequest)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
                         wait_all)
 
@@ -148,15 +149,21 @@ class PsClient:
         Values whose name is in `into` are written straight into those arrays."""
         return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
 
-    def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors) -> list[Answer]:
+    def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
+                 hyper: Mapping[str, Hyper] | None = None) -> list[Answer]:
         """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
         order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
         so a ps updates and answers one part while the next is on its way. Per part:
-        PushReply and the new values of its shards (written into `into`). Blocks."""
+        PushReply and the new values of its shards (written into `into`). `hyper` (shard ->
+        Hyper, every pushed shard), if given, travels with each part for its shards. Blocks."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
-        middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
-        return self._all([(ps, final if last[ps] == k else middle, grads) for k, (ps, grads) in enumerate(parts)],
-                         into)
+        if hyper is None:
+            middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
+            requests = [final if last[ps] == k else middle for k, (ps, _) in enumerate(parts)]
+        else:
+            requests = [PushRequest(task, step, ends_step=last[ps] == k, hyper={n: hyper[n] for n in grads})
+                        for k, (ps, grads) in enumerate(parts)]
+        return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
 
     def done_all(self, task: str, timeout_s: float) -> None:
         """Tell every ps that `task` finished training (no recovery; raises WireError)."""

@@ -14,6 +14,7 @@ Pure data and validation: no I/O; every type is immutable and thread-safe.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping
@@ -84,6 +85,15 @@ class TrainingMode:
 ASYNC = TrainingMode(Mode.ASYNC)
 
 
+@dataclass(frozen=True)
+class Hyper:
+    """The learning rate and weight decay one push applies to one shard (a PyTorch param
+    group's, read at every step), in place of its update rule's own."""
+
+    learning_rate: float
+    weight_decay: float = 0.0
+
+
 class ProtocolFieldError(PsError):
     """A request or reply field is missing or has the wrong type or value."""
 
@@ -146,6 +156,23 @@ def _map(fields: Mapping[str, Any], where: str, key: str) -> dict:
     if not isinstance(value, dict):
         raise _fail(where, key, "a map", value)
     return value
+
+
+def _hyper(fields: Mapping[str, Any], where: str, key: str) -> dict[str, Hyper] | None:
+    value = fields.get(key)
+    if value is None:
+        return None
+    want = "nil or a map of shard name -> [learning rate, weight decay], finite numbers >= 0"
+    if not isinstance(value, dict):
+        raise _fail(where, key, want, value)
+    out = {}
+    for name, pair in value.items():
+        if not (isinstance(name, str) and 0 < len(name) <= 512 and isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                        for x in pair)):
+            raise _fail(where, key, want, {name: pair})
+        out[name] = Hyper(float(pair[0]), float(pair[1]))
+    return out
 
 
 def _training_mode(fields: Mapping[str, Any], where: str) -> TrainingMode:
@@ -348,22 +375,28 @@ class PushRequest:
     """Travels with one gradient per shard. `step` is the global step the gradient was computed
     at; with `pull` the reply carries the shards' new values. A push may travel in parts (one
     request per group of the ps's shards); `ends_step` marks the last part, the one an
-    asynchronous ps counts as a step."""
+    asynchronous ps counts as a step. `hyper`, if not None, names the learning rate and weight
+    decay of every shard of this part (none other), used instead of the update rule's own (in
+    sync mode: those of the push that completes the shard's step)."""
 
     op = Op.PUSH
     task: str
     step: int
     pull: bool = True
     ends_step: bool = True
+    hyper: Mapping[str, Hyper] | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
+        fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
+        if self.hyper is not None:
+            fields["hyper"] = {n: [h.learning_rate, h.weight_decay] for n, h in self.hyper.items()}
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PushRequest":
         where = "push request"
         return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True),
-                   _bool(fields, where, "ends_step", True))
+                   _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"))
 
 
 @dataclass(frozen=True)

@@ -189,9 +189,14 @@ class PsService:
         grads = request.tensors
         for name, grad in grads.items():
             self.store.check(name, grad.shape, grad.dtype)
+        if message.hyper is not None and message.hyper.keys() != grads.keys():
+            raise PsError(f"{message.task}'s push names a learning rate for {sorted(message.hyper)[:5]} but pushes "
+                          f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
+        if message.hyper is not None:
+            self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
         names = list(grads) if message.pull else []
         if self._sync is None:
-            self.store.apply(grads)
+            self.store.apply(grads, message.hyper)
             if message.ends_step:
                 self._async_step += 1
                 self._release()  # pulls waiting for a step (min_step) are answered in async mode too
@@ -205,9 +210,9 @@ class PsService:
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
             return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
-        ready = self._sync.take(self.store.names())
+        ready = self._sync.take(self.store.names())  # only shards of this push can have just completed
         if ready:
-            self.store.apply(ready)
+            self.store.apply(ready, message.hyper)
             self._release()
         if self._sync.step > message.step:
             self._sync_watch.step_completed()

@@ -19,6 +19,7 @@ ALLOWED = {
     "wire": {"errors"},
     "ps": {"errors", "cluster", "wire", "logs_default"},
     "train": {"errors", "cluster", "wire", "ps", "home", "lazy", "logs_default"},
+    "torch": {"errors", "cluster", "wire", "ps", "train", "home", "lazy", "job_secret", "logs_default"},
     "datasets": {"errors"},
     "job_secret": {"home", "wire"},
     "launch": {"errors", "cluster", "home"},

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from shoal.ps.errors import PsError
-from shoal.ps.optimizers import SGD
-from shoal.ps.protocol import (ASYNC, DoneRequest, FailedRequest, InitRequest, Mode, Phase, PullReply, PullRequest,
-                               PushOutcome, PushReply, PushRequest, ReadyRequest, StatusReply, StatusRequest,
-                               TrainingMode)
+from shoal.ps.optimizers import SGD, Adagrad
+from shoal.ps.protocol import (ASYNC, DoneRequest, FailedRequest, Hyper, InitRequest, Mode, Phase, PullReply,
+                               PullRequest, PushOutcome, PushReply, PushRequest, ReadyRequest, StatusReply,
+                               StatusRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.wire import Message, Request
 
@@ -21,17 +21,17 @@ def request(message, tensors=None, peer=b"peer"):
     return Request(peer, Message(header, dict(tensors or {})))
 
 
-def make_service(num_replicas=2, training=ASYNC):
+def make_service(num_replicas=2, training=ASYNC, rule=SGD(1.0)):
     ended = []
     service = PsService("ps:0", num_replicas, ended.append)
     w = np.zeros(3, np.float32)
-    service.handle(request(InitRequest(SGD(1.0).to_config(), training), {"w": w}))
+    service.handle(request(InitRequest(rule.to_config(), training), {"w": w}))
     service.handle(request(ReadyRequest()))
     return service, ended
 
 
-def push(service, task, step, value=1.0):
-    return service.handle(request(PushRequest(task, step), {"w": np.full(3, value, np.float32)}))
+def push(service, task, step, value=1.0, hyper=None):
+    return service.handle(request(PushRequest(task, step, hyper=hyper), {"w": np.full(3, value, np.float32)}))
 
 
 def test_status_reports_phase_and_mode_as_enums():
@@ -100,6 +100,32 @@ def test_job_is_over_when_every_replica_failed():
     service.handle(request(FailedRequest("worker:0")))
     service.handle(request(FailedRequest("worker:1")))
     assert ended == ["all 2 workers failed"]
+
+
+def test_async_push_applies_its_own_learning_rate_and_weight_decay():
+    service, _ = make_service()
+    (first,) = push(service, "worker:0", 0, 1.0, hyper={"w": Hyper(0.5)})
+    np.testing.assert_array_equal(first.tensors["w"], np.full(3, -0.5))  # lr 0.5, not the rule's 1.0
+    (second,) = push(service, "worker:0", 1, 1.0, hyper={"w": Hyper(0.1, weight_decay=2.0)})
+    np.testing.assert_allclose(second.tensors["w"], -0.5 - 0.1 * (1.0 + 2.0 * -0.5))
+
+
+def test_sync_step_applies_the_learning_rate_of_the_push_that_completes_it():
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
+    assert push(service, "worker:0", 0, 1.0, hyper={"w": Hyper(0.25)}) == []
+    replies = push(service, "worker:1", 0, 3.0, hyper={"w": Hyper(0.25)})
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -0.5))  # 0.25 x the average, 2
+
+
+@pytest.mark.parametrize("rule, hyper, match", [
+    (SGD(1.0), {"v": Hyper(0.1)}, r"names a learning rate for \['v'\] but pushes \['w'\]"),
+    (Adagrad(1.0), {"w": Hyper(0.1, 0.5)}, "adagrad has no weight decay"),
+])
+def test_push_with_hyper_the_rule_cannot_take_is_refused_before_it_counts(rule, hyper, match):
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 1), rule=rule)
+    with pytest.raises(PsError, match=match):
+        push(service, "worker:0", 0, hyper=hyper)
+    assert service.step == 0
 
 
 def make_two_shard_service(training):
