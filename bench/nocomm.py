@@ -58,7 +58,7 @@ def mlp_loop(data, batches, steps: int, lr: float, report) -> float:
 
     import torch
     from torch import nn
-    from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+    from torch.utils.data import BatchSampler, DataLoader, SubsetRandomSampler, TensorDataset
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -68,7 +68,8 @@ def mlp_loop(data, batches, steps: int, lr: float, report) -> float:
     with warnings.catch_warnings():  # read-only memory maps, as in the example
         warnings.simplefilter("ignore", UserWarning)
         train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
-    loader = DataLoader(train, batch_size=batches.batch_size, sampler=SubsetRandomSampler(batches.shard.tolist()))
+    shard = BatchSampler(SubsetRandomSampler(batches.shard.tolist()), batches.batch_size, drop_last=False)
+    loader = DataLoader(train, batch_size=None, sampler=shard)  # one indexing per batch, as the example
     step = 0
     while step < steps:
         for x, y in loader:

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
     from shoal.datasets.mnist import default_cache_dir, load_mnist
 
@@ -55,11 +55,12 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():  # read-only memory maps, shared by the processes of a host: no copy
         warnings.simplefilter("ignore", UserWarning)
         train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
-    loader = DataLoader(train, batch_size=args.batch_size, sampler=DistributedSampler(train))
+    batches = BatchSampler(DistributedSampler(train), args.batch_size, drop_last=False)
+    loader = DataLoader(train, batch_size=None, sampler=batches)  # one indexing per batch: ~3x less than per example
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     step, seen, started = 0, 0, time.monotonic()
     while step < args.steps:
-        loader.sampler.set_epoch(step)  # else every epoch reads the same order
+        batches.sampler.set_epoch(step)  # else every epoch reads the same order
         for x, y in loader:
             opt.zero_grad()
             loss = loss_fn(model(x.to(device)), y.to(device))
