@@ -52,3 +52,13 @@ class SyncAggregator:
     @property
     def waiting_for(self) -> int:
         return self.replicas - len(self._contributors)
+
+    @property
+    def contributors(self) -> frozenset[str]:
+        """The tasks whose gradients the current step holds."""
+        return frozenset(self._contributors)
+
+    def abandon(self) -> None:
+        """Drop the current step's partial sums (the step stays where it is)."""
+        self._sums = {}
+        self._contributors = set()
