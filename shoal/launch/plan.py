@@ -75,6 +75,11 @@ def new_job_id(name: str, now: Optional[_dt.datetime] = None) -> str:
     return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def job_dir_for(shoal_home: Path, job_id: str) -> Path:
+    """Job `job_id`'s folder (logs; the model dir by default): <shoal home>/jobs/<id>, absolute."""
+    return (shoal_home / "jobs" / job_id).resolve()
+
+
 def job_workdir(spec: JobSpec, cwd: Path) -> Path:
     """Where the job's tasks run: spec.workdir (relative to `cwd`, where shoal was started),
     else `cwd`; absolute."""
@@ -93,7 +98,7 @@ def make_plan(
     """Render `spec` as job `job_id` on `allocation` (which must come from allocating this
     spec). `workdir` (absolute) is where shoal was started; a relative spec.workdir or
     output_dir is taken from there. `secret` defaults to a fresh random one."""
-    job_dir = (shoal_home / "jobs" / job_id).resolve()
+    job_dir = job_dir_for(shoal_home, job_id)
     workdir = job_workdir(spec, workdir)
     if spec.output_dir:
         out = Path(spec.output_dir).expanduser()
