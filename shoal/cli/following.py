@@ -71,6 +71,8 @@ def _ask(env: Environment) -> Choice:
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C at the prompt: stop
     try:
         return ask_detach_or_stop(env.stdin, env.stderr)
+    except KeyboardInterrupt:
+        return Choice.STOP
     finally:
         signal.signal(signal.SIGINT, previous)
 
