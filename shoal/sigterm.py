@@ -27,6 +27,9 @@ import threading
 import time
 from typing import Optional
 
+EXIT_STATUS = 128 + int(signal.SIGTERM)
+"""143: how a program that stopped because of SIGTERM exits (as a shell reports SIGTERM)."""
+
 _lock = threading.Lock()
 _users = 0
 _installed = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from typing import Any, Mapping, Optional
@@ -18,8 +17,6 @@ from shoal.wire import JobSecret, Request, RpcServer, Security
 
 log = logging.getLogger(__name__)
 
-EXIT_STATUS = 128 + int(signal.SIGTERM)
-
 
 class ServerTerminated(SystemExit):
     """`join()` ends with this after SIGTERM, once the training replicas no longer need the ps
@@ -27,7 +24,7 @@ class ServerTerminated(SystemExit):
     SIGTERM), as a shell reports SIGTERM, and no traceback."""
 
     def __init__(self, task: str, reason: str) -> None:
-        super().__init__(EXIT_STATUS)
+        super().__init__(sigterm.EXIT_STATUS)
         self.task = task
         self.reason = reason
 

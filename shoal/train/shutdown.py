@@ -18,7 +18,6 @@ from that handler to get the same behaviour. Not thread-safe (like the session i
 from __future__ import annotations
 
 import logging
-import signal
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,7 +25,7 @@ import shoal.sigterm as sigterm
 
 log = logging.getLogger("shoal.train.session")
 
-EXIT_STATUS = 128 + int(signal.SIGTERM)
+EXIT_STATUS = sigterm.EXIT_STATUS
 """The exit status of a program that ends by TrainingTerminated: 143, as a shell reports SIGTERM."""
 
 
