@@ -40,12 +40,11 @@ def acquire() -> bool:
     """Count one more user of SIGTERM-as-a-request; the first installs the handler when called
     on the main thread while SIGTERM has its default action. Returns whether Shoal's handler is
     in place (False: another thread, or the program handles SIGTERM itself)."""
-    global _users, _installed, _requested_at
+    global _users, _installed
     with _lock:
         _users += 1
         if not _installed and threading.current_thread() is threading.main_thread():
             if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                _requested_at = None
                 signal.signal(signal.SIGTERM, _on_sigterm)
                 _installed = True
         return _installed
@@ -80,6 +79,13 @@ def request() -> None:
     global _requested_at
     if _requested_at is None:
         _requested_at = time.monotonic()
+
+
+def clear() -> None:
+    """Forget a request: for a process that carries on after it stopped what SIGTERM asked to
+    stop (a test suite, an interactive session)."""
+    global _requested_at
+    _requested_at = None
 
 
 def _on_sigterm(signum: int, _frame: object) -> None:

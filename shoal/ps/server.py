@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 
 
 class ServerTerminated(SystemExit):
-    """`join()` ends with this after SIGTERM, once the training replicas no longer need the ps
-    (shoal/ps/draining.py). A SystemExit: uncaught, the program exits with status 143 (128 +
-    SIGTERM), as a shell reports SIGTERM, and no traceback."""
+    """`join()` ends with this after SIGTERM cut the job short, once the training replicas no
+    longer need the ps (shoal/ps/draining.py); after a job whose replicas all finished, `join()`
+    returns as usual even if SIGTERM came. A SystemExit: uncaught, the program exits with status
+    143 (128 + SIGTERM), as a shell reports SIGTERM, and no traceback."""
 
     def __init__(self, task: str, reason: str) -> None:
         super().__init__(sigterm.EXIT_STATUS)
@@ -41,8 +42,9 @@ class Server:
     SIGTERM while `join()` runs on the main thread (`shoal kill`, a deadline, preemption) does
     not end the process at once: the ps keeps serving until the training replicas, which stop
     at their next step boundary, no longer need it — the chief snapshots it for a final
-    checkpoint — then `join()` raises ServerTerminated (exit status 143). A second SIGTERM ends
-    the process at once. See shoal/ps/draining.py.
+    checkpoint — then `join()` raises ServerTerminated (exit status 143; it returns as usual if
+    every replica had finished anyway). A second SIGTERM ends the process at once. See
+    shoal/ps/draining.py.
 
     `secret` is the job's shared secret, resolved at the program's edge
     (`shoal.resolve_job_secret(os.environ)`). `start()` binds (raising BindError at once if the
@@ -149,7 +151,7 @@ class Server:
             raise
         finally:
             sigterm.release()
-        if sigterm.requested() and not self._thread.is_alive():
+        if sigterm.requested() and not self._thread.is_alive() and not self.service.all_done:
             raise ServerTerminated(str(self.config.task), self.reason or "SIGTERM")
         return not self._thread.is_alive()
 

@@ -101,6 +101,11 @@ class PsService:
         """Training replicas that have not said `done` or `failed` yet."""
         return max(0, self.num_replicas - len(self._done | self._failed))
 
+    @property
+    def all_done(self) -> bool:
+        """Whether every training replica said `done` (the job ran to its end)."""
+        return len(self._done) >= self.num_replicas
+
     def has_finished(self, task: str) -> bool:
         """Whether replica `task` ("worker:0") said `done` or `failed` (and did not come back)."""
         return task in self._done or task in self._failed

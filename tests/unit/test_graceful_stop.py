@@ -9,14 +9,18 @@ import subprocess
 import sys
 import textwrap
 
+import socket
+
 import numpy as np
 import pytest
 
 import shoal.sigterm as sigterm
 from shoal.ps.draining import TermDrain
-from shoal.ps.protocol import FailedRequest, Mode, PushOutcome, TrainingMode
+from shoal.ps.protocol import DoneRequest, FailedRequest, Mode, PushOutcome, TrainingMode
+from shoal.ps.server import Server, ServerTerminated
 from shoal.train.progress import ProgressReporter
 from shoal.train.shutdown import EXIT_STATUS, GracefulStop, TrainingTerminated
+from shoal.wire import JobSecret
 
 from tests.unit.test_ps_service import make_service, push, request
 
@@ -32,6 +36,7 @@ def test_sigterm_sets_the_flag_instead_of_ending_the_process_and_release_restore
         assert sigterm.requested()
     finally:
         sigterm.release()
+        sigterm.clear()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
@@ -78,7 +83,7 @@ def test_graceful_stop_saves_then_raises_training_terminated_once_sigterm_came()
             stop.stop(8, lambda: saved.append(8) or "ckpt-8")
     finally:
         stop.close()
-        sigterm._requested_at = None  # this test process goes on
+        sigterm.clear()  # this test process goes on
     assert saved == [8]
     assert caught.value.code == EXIT_STATUS == 143
     assert str(caught.value) == "worker:0 stopped training at global step 8 on SIGTERM; final checkpoint ckpt-8"
@@ -98,7 +103,7 @@ def test_graceful_stop_still_raises_when_the_final_save_fails(caplog):
             stop.stop(3, broken)
     finally:
         stop.close()
-        sigterm._requested_at = None
+        sigterm.clear()
     assert "could not save a final checkpoint at step 3 on SIGTERM: disk full" in caplog.text
 
 
@@ -157,3 +162,35 @@ def test_progress_line_counts_the_chiefs_checkpoints_and_only_the_chiefs():
     out = io.StringIO()
     ProgressReporter(_Session(None), every=1, batch_size=10, out=out).step_done(0.5, 42)
     assert "checkpoints" not in out.getvalue()
+
+
+def _lone_ps():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return Server({"ps": [f"127.0.0.1:{port}"], "worker": ["127.0.0.1:1"]}, "ps", 0,
+                  secret=JobSecret(b"x" * 32, "test"))
+
+
+def test_ps_that_gets_sigterm_after_every_replica_finished_returns_as_usual():
+    """The launcher stops the ps once the workers succeeded: that ps exits 0, not 143."""
+    server = _lone_ps().start()
+    try:
+        server.service.handle(request(DoneRequest("worker:0")))
+        sigterm.request()
+        assert server.join(timeout=10) is True
+    finally:
+        server.stop()
+        sigterm.clear()
+
+
+def test_ps_that_gets_sigterm_before_its_replicas_finished_ends_with_server_terminated():
+    server = _lone_ps()
+    sigterm.request()
+    try:
+        with pytest.raises(ServerTerminated) as caught:
+            server.join(timeout=10)  # no replica ever connected: it stops at once
+    finally:
+        server.stop()
+        sigterm.clear()
+    assert caught.value.code == 143 and "no training replica ever connected" in str(caught.value)
