@@ -27,34 +27,45 @@ from tests.unit.test_ps_service import make_service, push, request
 SYNC_2 = TrainingMode(Mode.SYNC, 2)
 
 
+def run_python(program: str) -> subprocess.CompletedProcess:
+    """`program` in a fresh interpreter: SIGTERM's handler is process-wide, and this test
+    process may hold sessions of other tests."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(program)], capture_output=True, text=True,
+                          timeout=30, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+
 def test_sigterm_sets_the_flag_instead_of_ending_the_process_and_release_restores_the_default():
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    try:
-        assert sigterm.acquire()
-        assert not sigterm.requested()
+    out = run_python("""
+        import os, signal
+        import shoal.sigterm as sigterm
+        assert sigterm.acquire() and sigterm.acquire()
         os.kill(os.getpid(), signal.SIGTERM)  # os.kill runs the handler before it returns
-        assert sigterm.requested()
-    finally:
+        print("requested" if sigterm.requested() else "not seen")
         sigterm.release()
-        sigterm.clear()
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        print("still ours" if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL else "default")
+        sigterm.release()
+        print("default" if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else "still ours")
+    """)
+    assert out.stdout.split() == ["requested", "still", "ours", "default"], out.stderr
+    assert out.returncode == 0
 
 
 def test_sigterm_leaves_a_handler_the_program_installed_alone():
-    def mine(signum, frame):
-        pass
-
-    previous = signal.signal(signal.SIGTERM, mine)
-    try:
-        assert not sigterm.acquire()
+    out = run_python("""
+        import signal
+        import shoal.sigterm as sigterm
+        def mine(signum, frame):
+            pass
+        signal.signal(signal.SIGTERM, mine)
+        print(sigterm.acquire())
         sigterm.release()
-        assert signal.getsignal(signal.SIGTERM) is mine
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        print(signal.getsignal(signal.SIGTERM) is mine)
+    """)
+    assert out.stdout.split() == ["False", "True"], out.stderr
 
 
 def test_a_second_sigterm_ends_the_process_as_the_default_action_would():
-    program = textwrap.dedent("""
+    program = """
         import os, signal, sys, time
         import shoal.sigterm as sigterm
         sigterm.acquire()
@@ -64,9 +75,8 @@ def test_a_second_sigterm_ends_the_process_as_the_default_action_would():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
         print("survived the second", flush=True)
-    """)
-    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    """
+    out = run_python(program)
     assert out.stdout == "first: requested\n"
     assert out.returncode == -signal.SIGTERM
 
