@@ -13,7 +13,8 @@ from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.detach import BACKGROUND_FLAG
 from shoal.launch.executor import LaunchNotes
-from shoal.launch.plan import format_plan, make_plan, new_job_id
+from shoal.launch.errors import SpecError
+from shoal.launch.plan import format_plan, is_job_id, make_plan, new_job_id
 from shoal.launch.runner import run_job
 from shoal.launch.spec import JobSpec
 
@@ -33,6 +34,10 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     """Plan `spec`; print the plan if --dry-run, else run the job (in the background with
     --detach, or followed from a terminal). Returns the exit code."""
     background_id = getattr(args, "background_job_id", None)
+    if background_id is not None and not is_job_id(spec.name, background_id):
+        raise SpecError(f"{background_id!r} is not an id for a job named {spec.name!r}; {BACKGROUND_FLAG}"
+                        " is for the launcher --detach starts; leave it out", source="flags",
+                        field=BACKGROUND_FLAG)
     if not args.dry_run and background_id is None and (args.detach or env.interactive):
         return launch_in_background(spec, args, env, follow=not args.detach)
     executor = executor_for(spec, args, env)

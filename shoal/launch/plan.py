@@ -9,6 +9,7 @@ interpreter) comes from the executor's `allocate` (see allocation.py).
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import secrets
 import shlex
 from dataclasses import dataclass, field
@@ -73,6 +74,11 @@ def new_job_id(name: str, now: Optional[_dt.datetime] = None) -> str:
     """A fresh, sortable job id: "<name>-YYYYMMDD-HHMMSS-<4 hex>"."""
     now = now or _dt.datetime.now()
     return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def is_job_id(name: str, job_id: str) -> bool:
+    """Whether `job_id` is of the form `new_job_id(name)` makes."""
+    return re.fullmatch(re.escape(name) + r"-\d{8}-\d{6}-[0-9a-f]{4}", job_id) is not None
 
 
 def job_dir_for(shoal_home: Path, job_id: str) -> Path:

@@ -95,3 +95,21 @@ def test_unanswered_question_stops_when_the_time_is_up():
     threading.Thread(target=ask, daemon=True).start()
     assert done.wait(10)
     assert result == [Choice.STOP]
+
+
+def test_background_flag_takes_only_an_id_for_the_jobs_name(tmp_path):
+    from tests.unit.test_launch_cli import Captured
+
+    shoal = Captured(tmp_path)
+    code = shoal("run", "--name", "j", BACKGROUND_FLAG, "../../elsewhere", "--", "python", "t.py")
+    assert code == 3
+    assert "'../../elsewhere' is not an id for a job named 'j'" in shoal.err.getvalue()
+    assert not (tmp_path / "home" / "jobs").exists()
+
+
+def test_dry_run_with_detach_prints_the_plan_and_starts_nothing(tmp_path):
+    from tests.unit.test_launch_cli import Captured
+
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--name", "j", "--detach", "--dry-run", "--", "python", "t.py") == 0
+    assert "t.py" in shoal.out.getvalue() and not (tmp_path / "home" / "jobs").exists()
