@@ -10,10 +10,13 @@ gradients of every worker per step. Each worker ends with `accuracy: <test accur
 parameter servers exit 0 by themselves when the workers are done.
 
 With `--model_dir DIR` (default: $OUTPUT_DIR) the chief saves checkpoints there every
-`--checkpoint_every_steps` steps and at the end, a run started again carries on from the newest
-one (`restored checkpoint step=N`), a ps task that dies and is started again gets its variables
-back, and every task writes TensorBoard summaries (`tensorboard --logdir DIR`). The final model
-is DIR/export/model.safetensors.
+`--checkpoint_every_secs` seconds (60; or every `--checkpoint_every_steps` steps), at the end,
+and when the job is stopped (SIGTERM: `shoal kill`, a deadline, preemption; at the next step,
+then the task exits 143). A periodic save is a DEBUG line only; the chief's progress line counts
+them (`checkpoints=N`). A run started again carries on from the newest one (`restored checkpoint
+step=N`), a ps task that dies and is started again gets its variables back, and every task
+writes TensorBoard summaries (`tensorboard --logdir DIR`). The final model is
+DIR/export/model.safetensors.
 """
 
 from __future__ import annotations

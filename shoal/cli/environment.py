@@ -28,12 +28,17 @@ class Environment:
     cwd: Path
     is_tty: bool = False
     python: str = field(default=sys.executable)
+    stdin: Optional[IO[str]] = None
+    interactive: bool = False
+    """Someone at a terminal can answer (stdin and stderr are terminals): `shoal train`
+    then runs its launcher in the background, follows it, and asks on Ctrl-C."""
 
     @classmethod
     def from_process(cls) -> "Environment":
         return cls(
             environ=dict(os.environ), stdout=sys.stdout, stderr=sys.stderr,
             stdout_bytes=sys.stdout.buffer, cwd=Path.cwd(), is_tty=sys.stdout.isatty(),
+            stdin=sys.stdin, interactive=_isatty(sys.stdin) and _isatty(sys.stderr),
         )
 
     @property
@@ -55,3 +60,10 @@ class Environment:
         stream: Optional[IO[str]] = self.stderr if err else self.stdout
         stream.write(text + end)
         stream.flush()
+
+
+def _isatty(stream: Optional[IO[str]]) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False

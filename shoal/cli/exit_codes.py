@@ -9,6 +9,8 @@ from shoal.cli.errors import MissingTool
 from shoal.cluster import ClusterError
 from shoal.errors import ShoalError
 from shoal.launch.errors import JobNotFound, PlanError, SpecError, StartError, WorkspaceError
+from shoal.launch.records import JobRecord
+from shoal.launch.states import JobState
 from shoal.launch.supervisor import EndReason, JobResult
 
 
@@ -66,3 +68,14 @@ def job_exit_code(result: JobResult) -> int:
     if reason is EndReason.START_FAILED:
         return int(ExitCode.START_FAILED)
     return int(ExitCode.JOB_FAILED)
+
+
+def recorded_exit_code(job: JobRecord) -> int:
+    """What `shoal attach` exits with for a job that is over: the code its launcher recorded
+    (the one `shoal train` / `run` exited with), else by its state — a launcher that died
+    before recording one leaves the job KILLED."""
+    if job.exit_code is not None:
+        return job.exit_code
+    if job.state is JobState.SUCCEEDED:
+        return int(ExitCode.OK)
+    return int(ExitCode.KILLED) if job.state is JobState.KILLED else int(ExitCode.JOB_FAILED)

@@ -1,17 +1,21 @@
 """What `shoal train` and `shoal run` share: allocate and plan a JobSpec on an executor,
 print the plan (dry run) or run it in the foreground, and turn the job's end into the exit
-code."""
+code. With `--detach`, or in a terminal, the launcher runs in the background instead
+(shoal/cli/background.py): it is this same command, run again with a hidden flag."""
 
 from __future__ import annotations
 
 import argparse
 
+from shoal.cli.background import launch_in_background
 from shoal.cli.environment import Environment
 from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
+from shoal.launch.detach import BACKGROUND_FLAG
 from shoal.launch.executor import LaunchNotes
+from shoal.launch.errors import SpecError
 from shoal.launch.executor_local import KIND as LOCAL
-from shoal.launch.plan import format_plan, make_plan, new_job_id
+from shoal.launch.plan import format_plan, is_job_id, make_plan, new_job_id
 from shoal.launch.preflight import check_plan
 from shoal.launch.runner import run_job
 from shoal.launch.spec import JobSpec
@@ -20,15 +24,27 @@ from shoal.launch.spec import JobSpec
 def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (every task's command and environment) and exit")
+    parser.add_argument("--detach", action="store_true",
+                        help="run the job in the background: print its id and how to follow it"
+                        " (shoal attach JOB), and exit 0")
+    parser.add_argument(BACKGROUND_FLAG, dest="background_job_id", default=None,
+                        help=argparse.SUPPRESS)  # run as the background launcher of this job id
     add_host_flags(parser)
 
 
 def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     """Plan `spec`; print the plan if --dry-run, else check it (shoal/launch/preflight.py)
-    and run the job. Returns the exit code."""
+    and run the job (in the background with --detach, or followed from a terminal). Returns the exit code."""
+    background_id = getattr(args, "background_job_id", None)
+    if background_id is not None and not is_job_id(spec.name, background_id):
+        raise SpecError(f"{background_id!r} is not an id for a job named {spec.name!r}; {BACKGROUND_FLAG}"
+                        " is for the launcher --detach starts; leave it out", source="flags",
+                        field=BACKGROUND_FLAG)
+    if not args.dry_run and background_id is None and (args.detach or env.interactive):
+        return launch_in_background(spec, args, env, follow=not args.detach)
     executor = executor_for(spec, args, env)
     try:
-        plan = make_plan(spec, executor.allocate(spec), job_id=new_job_id(spec.name),
+        plan = make_plan(spec, executor.allocate(spec), job_id=background_id or new_job_id(spec.name),
                          shoal_home=env.shoal_home, workdir=env.cwd)
         if args.dry_run:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""

@@ -6,14 +6,14 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from shoal.cli import (cmd_check, cmd_kill, cmd_logs, cmd_monitor, cmd_run, cmd_status,
-                       cmd_tensorboard, cmd_train)
+from shoal.cli import (cmd_attach, cmd_check, cmd_kill, cmd_logs, cmd_monitor, cmd_run,
+                       cmd_status, cmd_tensorboard, cmd_train)
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode, exit_code_for
 from shoal.errors import ShoalError
 
-COMMANDS = (cmd_train, cmd_run, cmd_status, cmd_logs, cmd_kill, cmd_check, cmd_monitor,
-            cmd_tensorboard)
+COMMANDS = (cmd_train, cmd_run, cmd_status, cmd_logs, cmd_attach, cmd_kill, cmd_check,
+            cmd_monitor, cmd_tensorboard)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +34,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed --help (code 0) or a usage error
         return int(ExitCode.OK) if not e.code else int(ExitCode.USAGE)
+    args.argv = tuple(argv)  # the command line, for a launcher that runs it again in the background
     try:
         return int(args.handler(args, env))
     except (ShoalError, OSError, RecursionError) as e:

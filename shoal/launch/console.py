@@ -35,6 +35,10 @@ class ConsoleObserver:
         self._started = time.monotonic()
         self._last_plain = 0.0
 
+    def set_live(self, live: bool) -> None:
+        """Keep the progress line live at the bottom (a terminal), or print it every 10 s."""
+        self._live = live
+
     def job_changed(self, state: JobState, reason: str) -> None:
         if state.is_terminal:
             self._mux.clear_status()

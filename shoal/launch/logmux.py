@@ -126,6 +126,14 @@ class LogMux:
             self._status = text.encode()[:200]
             self._write(_CLEAR + self._status)
 
+    def set_live(self, live: bool) -> None:
+        """Draw the live status line (a terminal) or not (a file). Writes nothing: when it is
+        turned off, the terminal that showed the line may be gone."""
+        with self._lock:
+            self._live = live
+            if not live:
+                self._status = b""
+
     def clear_status(self) -> None:
         """Remove the live status line, e.g. before the final summary."""
         with self._lock:
@@ -181,5 +189,5 @@ class LogMux:
         try:
             self._out.write(data)
             self._out.flush()
-        except (BrokenPipeError, ValueError):
-            pass  # the console went away; the log files still get everything
+        except (OSError, ValueError):
+            pass  # the console went away (EPIPE, or EIO from a hung-up terminal); the log files have it all

@@ -9,6 +9,7 @@ interpreter) comes from the executor's `allocate` (see allocation.py).
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import secrets
 import shlex
 from dataclasses import dataclass, field
@@ -75,6 +76,16 @@ def new_job_id(name: str, now: Optional[_dt.datetime] = None) -> str:
     return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def is_job_id(name: str, job_id: str) -> bool:
+    """Whether `job_id` is of the form `new_job_id(name)` makes."""
+    return re.fullmatch(re.escape(name) + r"-\d{8}-\d{6}-[0-9a-f]{4}", job_id) is not None
+
+
+def job_dir_for(shoal_home: Path, job_id: str) -> Path:
+    """Job `job_id`'s folder (logs; the model dir by default): <shoal home>/jobs/<id>, absolute."""
+    return (shoal_home / "jobs" / job_id).resolve()
+
+
 def job_workdir(spec: JobSpec, cwd: Path) -> Path:
     """Where the job's tasks run: spec.workdir (relative to `cwd`, where shoal was started),
     else `cwd`; absolute."""
@@ -93,7 +104,7 @@ def make_plan(
     """Render `spec` as job `job_id` on `allocation` (which must come from allocating this
     spec). `workdir` (absolute) is where shoal was started; a relative spec.workdir or
     output_dir is taken from there. `secret` defaults to a fresh random one."""
-    job_dir = (shoal_home / "jobs" / job_id).resolve()
+    job_dir = job_dir_for(shoal_home, job_id)
     workdir = job_workdir(spec, workdir)
     if spec.output_dir:
         out = Path(spec.output_dir).expanduser()

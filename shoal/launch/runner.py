@@ -1,9 +1,11 @@
 """`run_job`: run a planned job in the foreground — records, console, supervisor, executor
 and the launcher's signal handling wired together. Blocks until the job is over.
 
-Must be called from the main thread (it installs SIGINT/SIGTERM/SIGHUP handlers: the
-first asks the supervisor to stop the job, a second skips the grace period). The caller
-owns the executor and closes it afterwards.
+Must be called from the main thread (it installs signal handlers). SIGINT and SIGTERM ask
+the supervisor to stop the job (a second one skips the grace period). SIGHUP — the terminal
+closed, the ssh session dropped — does not stop it: the launcher moves what it wrote to the
+terminal into `<job dir>/launcher.log` (launcher_output.py) and the job runs on; `shoal attach`
+follows it again. The caller owns the executor and closes it afterwards.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from shoal.launch.console import ConsoleObserver, Observers, RecordsObserver
 from shoal.launch.errors import WorkspaceError
 from shoal.launch.executor import Executor
 from shoal.launch.files import private_dirs
+from shoal.launch.launcher_output import launcher_log_path, move_terminal_output
 from shoal.launch.logmux import LogMux
 from shoal.launch.plan import JobPlan
 from shoal.launch.processes import process_started
@@ -24,7 +27,7 @@ from shoal.launch.records import JobStore
 from shoal.launch.root_cause import report_root_cause
 from shoal.launch.supervisor import JobResult, Supervisor
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes],
@@ -59,7 +62,20 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     def on_signal(signum: int, _frame: object) -> None:
         supervisor.request_stop(f"the launcher got {signal.Signals(signum).name}")
 
+    def on_hangup(_signum: int, _frame: object) -> None:
+        path = launcher_log_path(plan.job_dir)
+        try:
+            moved = move_terminal_output(path)
+        except (WorkspaceError, OSError):
+            moved = False  # the console's writers ignore a dead terminal; the task logs have it all
+        console.set_live(False)
+        mux.set_live(False)
+        where = f"; its output goes on in {path}" if moved else ""
+        mux.note(f"shoal | the terminal hung up (SIGHUP); job {plan.job_id} keeps running{where};"
+                 f" follow it with shoal attach {plan.job_id}")
+
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
     try:
         result = supervisor.run()
         report_root_cause(result.failure, plan.job_dir, mux.note)

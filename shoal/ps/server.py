@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping
+import time
+from typing import Any, Mapping, Optional
+
+import shoal.sigterm as sigterm
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.logs_default import show_shoal_logs
+from shoal.ps.draining import TermDrain
 from shoal.ps.errors import PsError
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
@@ -15,11 +19,33 @@ from shoal.wire import JobSecret, Request, RpcServer, Security
 log = logging.getLogger(__name__)
 
 
+class ServerTerminated(SystemExit):
+    """`join()` ends with this after SIGTERM cut the job short, once the training replicas no
+    longer need the ps (shoal/ps/draining.py); after a job whose replicas all finished, `join()`
+    returns as usual even if SIGTERM came. A SystemExit: uncaught, the program exits with status
+    143 (128 + SIGTERM), as a shell reports SIGTERM, and no traceback."""
+
+    def __init__(self, task: str, reason: str) -> None:
+        super().__init__(sigterm.EXIT_STATUS)
+        self.task = task
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.task} stopped: {self.reason}"
+
+
 class Server:
     """Hosts this ps task's share of the variables and serves pulls and pushes.
 
     Unlike TensorFlow's `server.join()`, `join()` returns when the job is over: when every
     training replica (the chief and the workers) said it is done, or one ended the job.
+
+    SIGTERM while `join()` runs on the main thread (`shoal kill`, a deadline, preemption) does
+    not end the process at once: the ps keeps serving until the training replicas, which stop
+    at their next step boundary, no longer need it — the chief snapshots it for a final
+    checkpoint — then `join()` raises ServerTerminated (exit status 143; it returns as usual if
+    every replica had finished anyway). A second SIGTERM ends the process at once. See
+    shoal/ps/draining.py.
 
     `secret` is the job's shared secret, resolved at the program's edge
     (`shoal.resolve_job_secret(os.environ)`). `start()` binds (raising BindError at once if the
@@ -40,6 +66,10 @@ class Server:
         self._thread: threading.Thread | None = None
         self._rpc: RpcServer | None = None
         self.reason: str | None = None
+        self._last_request_at: Optional[float] = None  # written by the serving thread
+        self._unfinished = 1
+        self._chief_finished = False
+        self._drain = threading.Event()  # set by join() on SIGTERM; the serving thread drains the service
         self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over,
                                  replica_names=[str(t) for t in self.config.replica_tasks])
 
@@ -67,15 +97,28 @@ class Server:
 
     def _handle(self, request: Request) -> None:
         """Run one request through the service and send the replies it gives (serving thread)."""
-        for reply in self.service.handle(request):
+        self._last_request_at = time.monotonic()
+        try:
+            replies = self.service.handle(request)
+        finally:
+            self._unfinished = self.service.unfinished_replicas
+            self._chief_finished = self.service.has_finished(str(self.config.chief_task))
+        self._send(replies)
+
+    def _send(self, replies) -> None:
+        for reply in replies:
             tracker = self._rpc.reply(reply.request, reply.body.fields(), reply.tensors, track=bool(reply.shards))
             self.service.store.track(reply.shards, tracker)
 
     def _serve(self) -> None:
+        drained = False
         try:
             while not self._stopped.is_set():
                 self._rpc.serve_once(100)
                 self.service.log_sync_wait()
+                if self._drain.is_set() and not drained:
+                    drained = True
+                    self._send(self.service.drain())
         finally:
             self._rpc.close()
 
@@ -87,11 +130,22 @@ class Server:
 
     def join(self, timeout: float | None = None) -> bool:
         """Start if needed, then block until the job is over (or `timeout` seconds passed).
-        Returns True when the server has stopped. Ctrl-C stops the server and re-raises."""
+        Returns True when the server has stopped. Ctrl-C stops the server and re-raises; after
+        SIGTERM it raises ServerTerminated once the replicas are through (see the class)."""
         self.start()
+        sigterm.acquire()
+        drain: TermDrain | None = None
         try:
             while self._thread.is_alive():
                 self._thread.join(0.2 if timeout is None else min(0.2, timeout))
+                if sigterm.requested():
+                    drain = drain or self._start_drain()
+                    why = drain.stop_reason(time.monotonic(), unfinished_replicas=self._unfinished,
+                                            chief_finished=self._chief_finished,
+                                            last_request_at=self._last_request_at)
+                    if why is not None:
+                        self._job_over(why)
+                        self._thread.join(5)
                 if timeout is not None:
                     timeout -= 0.2
                     if timeout <= 0:
@@ -99,7 +153,17 @@ class Server:
         except KeyboardInterrupt:
             self.stop()
             raise
+        finally:
+            sigterm.release()
+        if sigterm.requested() and not self._thread.is_alive() and not self.service.all_done:
+            raise ServerTerminated(str(self.config.task), self.reason or "SIGTERM")
         return not self._thread.is_alive()
+
+    def _start_drain(self) -> TermDrain:
+        self._drain.set()
+        log.info("%s got SIGTERM: serving on until the training replicas have finished (%d left)",
+                 self.config.task, self._unfinished)
+        return TermDrain(sigterm.requested_at() or time.monotonic())
 
     def stop(self) -> None:
         """Stop serving and release the port. Idempotent; blocks until the serving thread ended."""

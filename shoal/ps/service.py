@@ -90,6 +90,7 @@ class PsService:
         self._created = 0
         self._done: set[str] = set()
         self._failed: set[str] = set()
+        self._draining = False
         self._waiting: list[_Waiting] = []
         self._released: list[Reply] = []
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
@@ -106,6 +107,20 @@ class PsService:
     def phase(self) -> Phase:
         return self._phase
 
+    @property
+    def unfinished_replicas(self) -> int:
+        """Training replicas that have not said `done` or `failed` yet."""
+        return max(0, self.num_replicas - len(self._done | self._failed))
+
+    @property
+    def all_done(self) -> bool:
+        """Whether every training replica said `done` (the job ran to its end)."""
+        return len(self._done) >= self.num_replicas
+
+    def has_finished(self, task: str) -> bool:
+        """Whether replica `task` ("worker:0") said `done` or `failed` (and did not come back)."""
+        return task in self._done or task in self._failed
+
     def handle(self, request: Request) -> list[Reply]:
         """Run one request; returns the replies to send now, in order. Raises PsError (the
         sender's error reply) for a request that is bad or cannot be served."""
@@ -114,6 +129,17 @@ class PsService:
         reply = self._handlers[op](request, message)
         released, self._released = self._released, []
         return released if reply is DEFERRED else [reply, *released]
+
+    def drain(self) -> list[Reply]:
+        """This ps got SIGTERM: the job is ending and no replica will join a step late. From now on
+        a sync step that the replicas still training can no longer complete (some stopped a step
+        earlier) is given up: its pushes are answered as stale, with the values of the last
+        finished step, so the chief ends its step and can snapshot a final checkpoint. Returns
+        the replies to send now. Idempotent."""
+        self._draining = True
+        self._give_up_stuck_step()
+        released, self._released = self._released, []
+        return released
 
     def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         """Where a push's large gradient is received: the shard's reusable buffer, so a big
@@ -218,6 +244,7 @@ class PsService:
             self._sync_watch.step_completed()
         else:
             self._sync_watch.gradient_arrived(self._sync.step, self._clock())
+            self._give_up_stuck_step()
         return DEFERRED
 
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:
@@ -225,6 +252,7 @@ class PsService:
         self._failed.discard(message.task)
         if len(self._done) >= self.num_replicas:
             self._on_job_over(f"all {self.num_replicas} workers finished")
+        self._give_up_stuck_step()
         return Reply(request, DoneReply(len(self._done)))
 
     def _failed_op(self, request: Request, message: FailedRequest) -> Reply:
@@ -233,6 +261,7 @@ class PsService:
             log.warning("%s: %s left training by an error", self.task_name, message.task)
         if not self._done and len(self._failed) >= self.num_replicas:
             self._on_job_over(f"all {self.num_replicas} workers failed")
+        self._give_up_stuck_step()
         return Reply(request, Empty())
 
     def _shutdown(self, request: Request, message: ShutdownRequest) -> Reply:
@@ -246,6 +275,28 @@ class PsService:
             return self._reply_values(waiting)
         self._waiting.append(waiting)
         return DEFERRED
+
+    def _give_up_stuck_step(self) -> None:
+        """While draining: if the replicas still training cannot bring the current sync step its
+        gradients any more, drop it and queue its waiting pushes' replies as stale."""
+        sync = self._sync
+        if not self._draining or sync is None:
+            return
+        contributors = sync.contributors
+        yet_to_come = self.num_replicas - len(self._done | self._failed | contributors)
+        if len(contributors) + max(0, yet_to_come) >= sync.replicas:
+            return
+        if contributors:
+            log.info("%s: giving up sync step %d (%d of %d gradients; the other replicas have stopped)",
+                     self.task_name, sync.step, len(contributors), sync.replicas)
+        sync.abandon()
+        still = []
+        for w in self._waiting:
+            if w.outcome in (PushOutcome.APPLIED, PushOutcome.STALE) and w.min_step > sync.step:
+                self._released.append(self._reply_values(_Waiting(w.request, w.names, 0, PushOutcome.STALE)))
+            else:
+                still.append(w)
+        self._waiting = still
 
     def _release(self) -> None:
         """Queue the replies of every waiting request whose step has come."""

@@ -80,3 +80,9 @@ class SyncAggregator:
         if not self._contributors:
             return self.replicas
         return self.replicas - min(len(tasks) for tasks in self._contributors.values())
+
+    def abandon(self) -> None:
+        """Drop the current step's partial sums (the step stays where it is; shards already
+        applied this step stay applied)."""
+        self._sums = {}
+        self._contributors = {}

@@ -13,4 +13,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.train.placement": ("Placement", "PlacementStrategy", "place_variables"),
     "shoal.train.options": ("CheckpointOptions", "SessionState", "StepResult", "SyncOptions"),
     "shoal.train.session": ("TrainingSession",),
+    "shoal.train.shutdown": ("TrainingTerminated",),
 })

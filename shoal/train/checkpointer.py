@@ -3,12 +3,17 @@ every ps, joined into whole variables), and reading the newest back for a restor
 
 A part of TrainingSession; only the chief has one. Every call blocks on the network and the
 filesystem; not thread-safe.
+
+Each save is logged with why it was taken (`SaveReason`): a periodic one at DEBUG level only (a
+long run takes many; the progress line counts them, `checkpoints=N`), the others — at the end of
+training, on SIGTERM, on request — at INFO.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from enum import Enum
 from pathlib import Path
 
 from shoal.ps.client import PsClient
@@ -21,6 +26,15 @@ from shoal.train.placement import Placement
 from shoal.train.snapshot import gather
 
 log = logging.getLogger("shoal.train.session")
+
+
+class SaveReason(Enum):
+    """Why a checkpoint is taken; its value is how the log line says it."""
+
+    PERIODIC = "periodic"        # every_steps / every_s came round
+    FINAL = "final"              # the session's `with` block ended without an error
+    TERMINATED = "on SIGTERM"    # the process was asked to stop (shoal kill, deadline, preemption)
+    REQUESTED = "requested"      # session.save_checkpoint()
 
 
 class Checkpointer:
@@ -43,6 +57,8 @@ class Checkpointer:
         self._saved_at = time.monotonic()
         self._lock = ModelDirLock(model_dir)
         self._local_state = local_state
+        self.saves = 0
+        """Checkpoints this process wrote (the progress line shows it)."""
 
     def open(self) -> None:
         """Take the model dir for this job. Raises ModelDirLockedError if another job has it."""
@@ -71,13 +87,13 @@ class Checkpointer:
         if not self.due(step):
             return
         try:
-            self.save(client)
+            self.save(client, reason=SaveReason.PERIODIC)
         except CheckpointError as e:
             self.mark_saved(step)  # retry at the next interval, not on every step
             log.warning("%s could not save a periodic checkpoint (will try again in one interval): %s",
                         self._task, e)
 
-    def save(self, client: PsClient, export: bool = False) -> Path:
+    def save(self, client: PsClient, export: bool = False, reason: SaveReason = SaveReason.REQUESTED) -> Path:
         """Snapshot every ps (values, optimizer state, step) and write a checkpoint; with
         `export`, also the model alone. Returns the checkpoint's path. Raises CheckpointError."""
         started = time.monotonic()
@@ -94,7 +110,10 @@ class Checkpointer:
             first = answers[0].body
             path = write_checkpoint(self.model_dir, step, variables, slots, optimizer=first.rule,
                                     mode=_mode_label(first.training), layout=layout, keep=self.options.keep)
-            log.info("%s saved checkpoint step=%d to %s (%.2fs)", self._task, step, path, time.monotonic() - started)
+            self.saves += 1
+            log.log(logging.DEBUG if reason is SaveReason.PERIODIC else logging.INFO,
+                    "%s saved checkpoint step=%d to %s (%.2fs, %s)", self._task, step, path,
+                    time.monotonic() - started, reason.value)
         self.mark_saved(step)
         if export:
             exported = export_model(self.model_dir / "export" / "model.safetensors", variables, step=step)

@@ -27,9 +27,11 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
     parser.add_argument("--model_dir", default=environ.get("OUTPUT_DIR"),
                         help="model directory shared by the job (default: $OUTPUT_DIR)")
     parser.add_argument("--log_every", type=int, default=100, help="print progress every N local steps")
-    parser.add_argument("--checkpoint_every_steps", type=int, default=100,
-                        help="with --model_dir: save a checkpoint every N global steps (0: only at the end)")
-    parser.add_argument("--checkpoint_every_secs", type=float, default=600)
+    parser.add_argument("--checkpoint_every_steps", type=int, default=0,
+                        help="with --model_dir: also save a checkpoint every N global steps (default 0: off)")
+    parser.add_argument("--checkpoint_every_secs", type=float, default=60,
+                        help="with --model_dir: save a checkpoint every N seconds (default 60; 0: off). The chief "
+                             "also saves at the end and when stopped by SIGTERM (shoal kill, a deadline, preemption)")
     parser.add_argument("--keep_checkpoints", type=int, default=5)
     parser.add_argument("--ps_recovery_timeout", type=float, default=120,
                         help="seconds to wait for a lost ps task to come back before failing")

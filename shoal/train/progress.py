@@ -1,5 +1,6 @@
 """`ProgressReporter`: a worker's progress line, `<task> step=N loss=X examples/s=R`, which the
-launcher reads to show the job's step and loss (`shoal status`, the live line)."""
+launcher reads to show the job's step and loss (`shoal status`, the live line). The chief's line
+also counts the checkpoints it saved, `checkpoints=N` (each save is logged at DEBUG level only)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ class ProgressReporter:
         if self.local_steps % self._every:
             return
         rate = self.local_steps * self._batch_size / max(1e-9, time.monotonic() - self._started)
-        print(f"{self._session.task} step={global_step} loss={loss:.4f} examples/s={rate:.0f}", file=self._out,
+        checkpointer = getattr(self._session, "checkpointer", None)
+        saves = f" checkpoints={checkpointer.saves}" if checkpointer is not None else ""
+        print(f"{self._session.task} step={global_step} loss={loss:.4f} examples/s={rate:.0f}{saves}", file=self._out,
               flush=True)
         if self._session.summaries is not None:
             self._session.summaries.scalar("loss", loss, global_step)

