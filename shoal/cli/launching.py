@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from shoal.cli.environment import Environment
+from shoal.cli.errors import UsageError
 from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.executor import LaunchNotes
@@ -18,18 +19,24 @@ from shoal.launch.spec import JobSpec
 def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (every task's command and environment) and exit")
+    parser.add_argument("--show-secret", action="store_true",
+                        help="with --dry-run: print the job secret (hidden otherwise), so the"
+                        " printed commands, run by hand, make a working job")
     add_host_flags(parser)
 
 
 def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     """Plan `spec`; print the plan if --dry-run, else run the job. Returns the exit code."""
+    if args.show_secret and not args.dry_run:
+        raise UsageError("--show-secret only goes with --dry-run (a job's secret is never"
+                         " printed while it runs)")
     executor = executor_for(spec, args, env)
     try:
         plan = make_plan(spec, executor.allocate(spec), job_id=new_job_id(spec.name),
                          shoal_home=env.shoal_home, workdir=env.cwd)
         if args.dry_run:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
-            env.say(notes + format_plan(plan), end="")
+            env.say(notes + format_plan(plan, show_secret=args.show_secret), end="")
             return int(ExitCode.OK)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
