@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         extra[name] = value
     if args.workers == 0 and not args.chief:
         raise SpecError("--workers 0 leaves no task to train; give --workers 1 or more (or"
-                        " add --chief)", source="flags", field="--workers")
+                        " add --chief)", source="flags")
     roles: dict = {"worker": {"count": args.workers}}
     if args.ps:
         roles["ps"] = {"count": args.ps}

@@ -37,8 +37,8 @@ def program_argv(words: Sequence[str], options: Iterable[str], command: str) -> 
     if misplaced:
         option = misplaced[0]
         raise UsageError(
-            f"{option} comes after the command words ({words[0]} ...), where it is meant for"
-            f" {command} or for the program; for {command}, put it before the command:"
-            f" {command} {option} ... -- {words[0]} ...; for the program, write the command"
-            f" after --: {command} [OPTIONS] -- {' '.join(words)}")
+            f"{option} comes after the command words ({words[0]} ...), so it is unclear whether"
+            f" it is for {command} or for the program; for {command}, put it before the"
+            f" command: {command} {option} ... -- {words[0]} ...; for the program, put the"
+            f" command after --: {command} [OPTIONS] -- {' '.join(words)}")
     return words
