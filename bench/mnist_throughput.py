@@ -36,6 +36,11 @@ How each figure is measured (nothing is added to the examples):
                    shared pages: the MNIST arrays are an mmap of the cached .npy files, shared
                    between the workers but counted in RSS).
 
+    /nocomm        Shoal's examples/s as a fraction of the no-communication bound: the same
+                   training loop (model, batch, data, one BLAS thread) in 2 processes with no ps
+                   and no exchange at all (bench/nocomm.py), measured the same way in the same
+                   run: the most examples/s these cores can do for this model.
+
 The reference figures are real TensorFlow 2.21 on a machine like this one (issue 2), not
 measured in this run: TF1 async 28k examples/s, TF1 SyncReplicasOptimizer 23k, 5-9 s from
 launch to first step, 600-735 MB RSS per process. Shoal's goals: >= 3x those throughputs,
@@ -62,10 +67,14 @@ from bench.usage import UsageSampler, interpolate
 EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_torch.py"}
 STEPS = {"softmax": 3000, "mlp": 1000}  # global steps: a few seconds of steady training each
 MODES = {"async": [], "sync": ["--sync"]}
+NOCOMM = "nocomm"  # the no-communication bound's rows: bench/nocomm.py, no ps
+NOCOMM_COPIES = 2  # as many as the job's workers (and this machine's cores)
+NOCOMM_STEPS = {"softmax": 10000, "mlp": 2000}  # local steps per copy: a few seconds each
 REFERENCE_TF1 = {"async": 28_000, "sync": 23_000}
 GOAL_RATIO = 3.0
 GOAL_FIRST_STEP_S = 1.5
 GOAL_PS_RSS_MB = 100
+GOAL_NOCOMM = {"softmax": 0.35, "mlp": 0.7}  # issue 16: fraction of the no-communication bound
 BATCH = 100
 PROGRESS = re.compile(r"step=(\d+) loss=(\S+) examples/s=(\d+)")
 ACCURACY = re.compile(r"accuracy: (\d+\.\d+)")
@@ -99,6 +108,22 @@ def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path 
         spies.wait(time.monotonic() + 30)
         spies.close()
     return _measure(example, mode, steps, job, codes, ended)
+
+
+def run_nocomm(example: str, steps: int, timeout_s: float) -> dict:
+    """Launch 2 copies of the example's loop with no ps and no exchange (bench/nocomm.py), wait
+    for them, and measure them like the workers of a job. Blocks."""
+    job = Job(UsageSampler())
+    try:
+        for index in range(NOCOMM_COPIES):
+            argv = ("bench/nocomm.py", "--model", example, "--steps", str(steps), "--replica", str(index),
+                    "--replicas", str(NOCOMM_COPIES))
+            job.start(Launch(f"worker:{index}", argv, clean_env(os.environ, {}), output=Output.CAPTURE))
+        codes = job.wait(job.launched + timeout_s)
+        ended = time.monotonic()
+    finally:
+        job.close()
+    return _measure(example, NOCOMM, steps, job, codes, ended)
 
 
 def _py_spy(task: Task, out: Path) -> Launch:
@@ -172,10 +197,10 @@ def summarize(runs: list[dict]) -> list[dict]:
             continue
         eps = median([r["examples_per_s"] for r in group])
         first = median([r["first_step_max_s"] for r in group])
-        ps_rss = max(max(v for k, v in r["peak_rss_mb"].items() if k.startswith("ps")) for r in group)
+        ps_rss = max(max((v for k, v in r["peak_rss_mb"].items() if k.startswith("ps")), default=0) for r in group)
         worker_rss = max(max(v for k, v in r["peak_rss_mb"].items() if k.startswith("worker")) for r in group)
         worker_private = max(max(v for k, v in r["peak_private_mb"].items() if k.startswith("worker")) for r in group)
-        ref = REFERENCE_TF1[mode] if example == "softmax" else None  # TF was measured on softmax only
+        ref = REFERENCE_TF1.get(mode) if example == "softmax" else None  # TF was measured on softmax only
         out.append({
             "example": example, "mode": mode, "ok": True, "repeats": len(group),
             "examples_per_s": round(eps), "examples_per_s_all": [r["examples_per_s"] for r in group],
@@ -183,9 +208,9 @@ def summarize(runs: list[dict]) -> list[dict]:
             "tf1_reference": ref, "ratio_vs_tf1": round(eps / ref, 2) if ref else None,
             "throughput_goal_met": eps >= GOAL_RATIO * ref if ref else None,
             "first_step_s": round(first, 2), "first_step_all": [r["first_step_max_s"] for r in group],
-            "first_step_goal_met": first <= GOAL_FIRST_STEP_S,
+            "first_step_goal_met": first <= GOAL_FIRST_STEP_S if mode != NOCOMM else None,
             "peak_rss_mb_ps": ps_rss, "peak_rss_mb_worker": worker_rss, "peak_private_mb_worker": worker_private,
-            "ps_rss_goal_met": ps_rss <= GOAL_PS_RSS_MB,
+            "ps_rss_goal_met": ps_rss <= GOAL_PS_RSS_MB if mode != NOCOMM else None,
             "accuracy_min": min(a for r in group for a in r["accuracy"].values() if a is not None),
             "cpu_us_per_example": median([r["cpu_us_per_example"] for r in group]),
             "cpu_us_per_example_worker": median([r["cpu_us_per_example_by_job"]["worker"] for r in group]),
@@ -193,26 +218,34 @@ def summarize(runs: list[dict]) -> list[dict]:
             "cpu_bound_examples_per_s": round(median([r["cpu_bound_examples_per_s"] for r in group])),
             "cpu_share_others": median([r["cpu_share_others"] for r in group]),
         })
+    bound = {row["example"]: row["examples_per_s"] for row in out if row["mode"] == NOCOMM and row["ok"]}
+    for row in out:
+        if row["ok"] and row["mode"] != NOCOMM and bound.get(row["example"]):
+            row["fraction_of_nocomm"] = round(row["examples_per_s"] / bound[row["example"]], 3)
+            row["nocomm_goal"] = GOAL_NOCOMM[row["example"]]
+            row["nocomm_goal_met"] = row["fraction_of_nocomm"] >= GOAL_NOCOMM[row["example"]]
     return out
 
 
 def _table(summary: list[dict]) -> str:
     rows = [f"{'example':8} {'mode':5} {'examples/s':>10} {'vs TF1':>7} {'(self)':>8} {'1st step s':>10} "
             f"{'ps RSS MB':>9} {'wk RSS MB':>9} {'wk priv MB':>10} {'acc':>6} {'cpu us/ex':>9} {'w/ps':>11} "
-            f"{'cpu-bound/s':>11} {'others':>6}  goals (3x TF1 / 1.5 s / ps 100 MB)"]
+            f"{'cpu-bound/s':>11} {'others':>6} {'/nocomm':>7}  goals (3x TF1 / 1.5 s / ps 100 MB / nocomm "
+            f"softmax {GOAL_NOCOMM['softmax']}, mlp {GOAL_NOCOMM['mlp']})"]
     for s in summary:
         if not s["ok"]:
             rows.append(f"{s['example']:8} {s['mode']:5} FAILED (see the JSON 'runs' for the tasks' output)")
             continue
-        goals = "/".join({True: "met", False: "MISSED", None: "n/a"}[s[k]]
-                         for k in ("throughput_goal_met", "first_step_goal_met", "ps_rss_goal_met"))
+        goals = "/".join({True: "met", False: "MISSED", None: "n/a"}[s.get(k)]
+                         for k in ("throughput_goal_met", "first_step_goal_met", "ps_rss_goal_met", "nocomm_goal_met"))
+        fraction = f"{s['fraction_of_nocomm']:>7.2f}" if s.get("fraction_of_nocomm") else f"{'':>7}"
         vs_tf1 = f"{s['ratio_vs_tf1']:>6.2f}x" if s["ratio_vs_tf1"] else f"{'n/a':>7}"
         rows.append(f"{s['example']:8} {s['mode']:5} {s['examples_per_s']:>10} {vs_tf1} "
                     f"{s['examples_per_s_self_reported']:>8} {s['first_step_s']:>10.2f} {s['peak_rss_mb_ps']:>9.0f} "
                     f"{s['peak_rss_mb_worker']:>9.0f} {s['peak_private_mb_worker']:>10.0f} {s['accuracy_min']:>6.3f} "
                     f"{s['cpu_us_per_example']:>9.1f} "
                     f"{s['cpu_us_per_example_worker']:>5.1f}/{s['cpu_us_per_example_ps']:<5.1f} "
-                    f"{s['cpu_bound_examples_per_s']:>11} {s['cpu_share_others']:>6.2f}  {goals}")
+                    f"{s['cpu_bound_examples_per_s']:>11} {s['cpu_share_others']:>6.2f} {fraction}  {goals}")
     return "\n".join(rows)
 
 
@@ -224,6 +257,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration (default 3)")
     parser.add_argument("--steps", type=int, default=None,
                         help="global steps per run (default: " + ", ".join(f"{k} {v}" for k, v in STEPS.items()) + ")")
+    parser.add_argument("--no-nocomm", dest="nocomm", action="store_false",
+                        help="leave out the no-communication bound (bench/nocomm.py: the same loop in "
+                             f"{NOCOMM_COPIES} processes with no ps, the most these cores can do)")
+    parser.add_argument("--nocomm-steps", type=int, default=None,
+                        help="local steps per copy of the bound (default: " +
+                             ", ".join(f"{k} {v}" for k, v in NOCOMM_STEPS.items()) + ")")
     parser.add_argument("--timeout", type=float, default=300, help="seconds one run may take (default 300)")
     parser.add_argument("--py-spy", type=Path, metavar="DIR",
                         help="record ps:0 and worker:0 of every run with py-spy (raw stacks) into DIR; "
@@ -246,8 +285,11 @@ def main(argv=None) -> int:
     started = time.monotonic()
     for r in range(args.repeats):
         for example in examples:
-            for mode in modes:
-                run = run_job(example, mode, args.steps or STEPS[example], args.timeout, args.py_spy)
+            for mode in modes + ([NOCOMM] if args.nocomm else []):
+                if mode == NOCOMM:
+                    run = run_nocomm(example, args.nocomm_steps or NOCOMM_STEPS[example], args.timeout)
+                else:
+                    run = run_job(example, mode, args.steps or STEPS[example], args.timeout, args.py_spy)
                 run["repeat"] = r
                 runs.append(run)
                 if run["ok"]:

@@ -4,7 +4,8 @@ job on loopback and to PyTorch DDP (gloo) on the same hosts and links (issue 11)
     sudo .venv/bin/python -m bench.multihost_throughput [--json]        # ~15 min, as root
     python -m bench.multihost_throughput --dry-run                      # the schedule; runs nothing
         [--models softmax,mlp] [--modes async,sync] [--shapes 1ps+2w,2ps+2w]
-        [--links 1gbit,10gbit,unshaped] [--plain-links 1gbit,unshaped] [--ddp-workers 2,4]
+        [--links 1gbit,10gbit,unshaped] [--plain-links 1gbit,unshaped] [--whole-push-links 1gbit]
+        [--ddp-workers 2,4]
         [--no-loopback] [--rounds 2] [--examples softmax=250000,mlp=50000] [--out DIR] [--out-name NAME]
 
 Hosts are network namespaces with their own sshd on this machine, made with the multi-host
@@ -53,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--links", default=",".join(plan.LINKS), help=f"of {', '.join(plan.LINKS)}")
     parser.add_argument("--plain-links", default="1gbit,unshaped",
                         help="links on which Shoal also runs with --wire_security plain (the cost of CURVE)")
+    parser.add_argument("--whole-push-links", default="1gbit",
+                        help="links on which Shoal also runs with --push_part_bytes 0 (the gain of pushing in parts)")
     parser.add_argument("--ddp-workers", default="2,4", help="torch DDP world sizes ('' for none)")
     parser.add_argument("--no-loopback", action="store_true", help="leave out the shoal-local runs")
     parser.add_argument("--rounds", type=int, default=2)
@@ -68,7 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.examples = {k: int(v) for k, v in (item.split("=") for item in _list(args.examples))}
     bad = [m for m in _list(args.models) if m not in EXAMPLES]
-    bad += [link for link in _list(args.links) + _list(args.plain_links) if link not in plan.LINKS]
+    bad += [link for link in _list(args.links) + _list(args.plain_links) + _list(args.whole_push_links)
+            if link not in plan.LINKS]
     if bad or set(_list(args.models)) - set(args.examples):
         parser.error(f"unknown model or link {bad}, or a model without --examples; models: {', '.join(EXAMPLES)}, "
                      f"links: {', '.join(plan.LINKS)}")
@@ -94,7 +98,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     configs = plan.matrix(_list(args.models), _list(args.modes), _list(args.shapes), _list(args.links),
                           _list(args.plain_links), [int(n) for n in _list(args.ddp_workers)],
-                          loopback=not args.no_loopback)
+                          loopback=not args.no_loopback, whole_push_links=_list(args.whole_push_links))
     schedule = plan.rounds(configs, args.rounds)
     if args.dry_run:
         for n, order in enumerate(schedule):

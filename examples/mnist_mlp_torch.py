@@ -1,9 +1,12 @@
 """Distributed MNIST with a PyTorch MLP (784-256-10) on Shoal's parameter servers.
 
-The same flags and TF_CONFIG as examples/mnist_softmax.py. The module's parameters become ps
-variables (the big first layer is partitioned over the ps tasks); each step copies the current
-values into the module, runs forward/backward, and pushes the gradients. Workers use CUDA when
-present. Parameter servers never import torch.
+examples/mnist_mlp_plain.py with 8 lines changed (docs/pytorch.md): `shoal.torch.init` resolves
+the cluster from the flags or TF_CONFIG (a ps task serves there and exits; with no cluster, a ps
+runs in this process, so `python examples/mnist_mlp_torch.py` trains alone), a
+`DistributedSampler` gives each worker its shard, and a `DistributedOptimizer` pushes the
+gradients to the ps and brings the new values into the model. The same flags and TF_CONFIG as
+examples/mnist_softmax.py; `--steps` counts global steps. The big first layer is partitioned
+over the ps tasks. Workers use CUDA when present; parameter servers never import torch.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import argparse
 import logging
 import os
 import sys
+import time
+import warnings
 
 # One BLAS thread per task: several tasks share the machine's cores, and idle BLAS threads that
 # spin waiting for work slow every task down (torchrun sets OMP_NUM_THREADS=1 for the same reason).
@@ -19,32 +24,31 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402  (after the thread settings, which numpy reads at import)
-
-import shoal  # noqa: E402
+import shoal.torch  # noqa: E402
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    shoal.add_cluster_flags(parser)
-    shoal.add_training_flags(parser, os.environ)
     parser.add_argument("--learning_rate", type=float, default=0.1)
+    parser.add_argument("--momentum", type=float, default=0.0)
     parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=1000, help="steps to train (default: 1000)")
+    parser.add_argument("--log_every", type=int, default=100, help="print progress every N steps")
+    parser.add_argument("--model_dir", default=os.environ.get("OUTPUT_DIR"), help="where to save the model")
+    shoal.torch.add_flags(parser, os.environ)  # the cluster flags, --sync, the checkpoint flags, ...
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
-    config = shoal.resolve_cluster_config(args, os.environ)
-    secret = shoal.resolve_job_secret(os.environ)
-    if shoal.serve_unless_training(config, secret=secret, security=shoal.wire_security(args)):
-        return 0
+    job = shoal.torch.init(args, os.environ)  # a ps task serves here, then exits: it never imports torch
 
     import torch
     from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
 
     from shoal.datasets.mnist import default_cache_dir, load_mnist
-    from shoal.train.torch_model import assign_module, module_gradients, module_variables, share_module_memory
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -52,29 +56,32 @@ def main(argv=None) -> int:
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     loss_fn = nn.CrossEntropyLoss()
     data = load_mnist(default_cache_dir(os.environ))
-    batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
-    with shoal.TrainingSession(config, module_variables(model), shoal.SGD(args.learning_rate), secret=secret,
-                               **shoal.session_options(args)) as session:
-        shared = share_module_memory(model, session.params)  # on CPU the module reads session.params in place
-        progress = shoal.ProgressReporter(session, args.log_every, args.batch_size)
-        while not session.should_stop():
-            idx = np.sort(next(batches))
-            x = torch.from_numpy(np.ascontiguousarray(data.train_x[idx])).to(device)
-            y = torch.from_numpy(np.ascontiguousarray(data.train_y[idx])).to(device)
-            if not shared:
-                assign_module(model, session.params)
-            model.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+    with warnings.catch_warnings():  # read-only memory maps, shared by the processes of a host: no copy
+        warnings.simplefilter("ignore", UserWarning)
+        train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
+    loader = DataLoader(train, batch_size=args.batch_size, sampler=shoal.torch.DistributedSampler(train, job))
+    opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
+    opt = shoal.torch.DistributedOptimizer(opt, model, job)
+    step, seen, started = 0, 0, time.monotonic()
+    while step < args.steps:
+        for x, y in loader:
+            opt.zero_grad()
+            loss = loss_fn(model(x.to(device)), y.to(device))
             loss.backward()
-            result = session.push(module_gradients(model))
-            progress.step_done(loss.item(), result.global_step)
-        session.pull()
-        assign_module(model, session.params)
-        with torch.no_grad():
-            logits = model(torch.from_numpy(np.ascontiguousarray(data.test_x)).to(device))
-            acc = float((logits.argmax(dim=1).cpu().numpy() == data.test_y).mean())
-        if session.summaries is not None:
-            session.summaries.scalar("accuracy", acc, session.global_step)
+            opt.step()
+            step = opt.global_step
+            seen += len(x)
+            if step % args.log_every == 0:
+                rate = seen / (time.monotonic() - started)
+                print(f"step={step} loss={loss.item():.4f} examples/s={rate:.0f}", flush=True)
+            if step >= args.steps:
+                break
+    opt.finish()  # the final values into the model; the chief saves the final checkpoint and export
+    with torch.no_grad():
+        logits = model(torch.from_numpy(np.ascontiguousarray(data.test_x)).to(device))
+        acc = float((logits.argmax(dim=1).cpu().numpy() == data.test_y).mean())
+    if args.model_dir and job.is_chief:
+        torch.save(model.state_dict(), os.path.join(args.model_dir, "model.pt"))
     print(f"accuracy: {acc:.4f}", flush=True)
     return 0
 

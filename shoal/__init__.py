@@ -8,6 +8,9 @@
         with shoal.TrainingSession(config, variables, shoal.SGD(0.5), secret=secret) as session:
             ...
 
+PyTorch programs use `shoal.torch` instead (docs/pytorch.md): `init`, `DistributedOptimizer`,
+`DistributedSampler`.
+
 The names below load on first use, so `import shoal.cli` (the launcher) does not pull in the
 runtime, and importing `shoal` never imports PyTorch (see `shoal.train.torch_model`).
 """
@@ -21,7 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
                       "resolve_cluster_config"),
     "shoal.errors": ("ShoalError",),
     "shoal.job_secret": ("resolve_job_secret",),
-    "shoal.ps": ("SGD", "Adagrad", "Adam", "Momentum", "PsError", "Server", "UpdateRule"),
+    "shoal.ps": ("SGD", "Adagrad", "Adam", "AdamW", "Momentum", "PsError", "Server", "UpdateRule"),
     "shoal.train": ("CheckpointOptions", "PlacementStrategy", "SessionState", "ShardedBatches", "StepResult",
                     "SyncOptions", "TrainError", "TrainingSession"),
     "shoal.train.flags": ("add_training_flags", "session_options", "wire_security"),

@@ -25,7 +25,8 @@ def parse_shape(text: str) -> tuple[int, int]:
 
 
 def matrix(models: Sequence[str], modes: Sequence[str], shapes: Sequence[str], links: Sequence[str],
-           plain_links: Sequence[str], ddp_workers: Sequence[int], loopback: bool = True) -> list[Config]:
+           plain_links: Sequence[str], ddp_workers: Sequence[int], loopback: bool = True,
+           whole_push_links: Sequence[str] = ()) -> list[Config]:
     """Every configuration of one round, grouped by link (loopback last), comparisons adjacent."""
     configs = []
     for link in links:
@@ -36,6 +37,8 @@ def matrix(models: Sequence[str], modes: Sequence[str], shapes: Sequence[str], l
                     configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "curve"))
                     if link in plain_links:
                         configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "plain"))
+                    if link in whole_push_links:
+                        configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "curve", "whole"))
             for n in ddp_workers:
                 configs.append(Config(System.DDP, model, "sync", 0, n, link, "-"))
     if loopback:

@@ -64,6 +64,11 @@ def ratio(runs: list[dict], top: str, bottom: str) -> dict | None:
             "per_round": [round(v, 3) for v in values]}
 
 
+def _wire(row: dict) -> str:
+    """The table's wire column: the security, and "whole push" for a run that sent one push message per ps."""
+    return row["security"] + (", whole push" if row.get("push") == "whole" else "")
+
+
 def _key(system, model, mode, shape, link, security) -> str:
     return f"{system} {model} {mode} {shape} {link} {security}"
 
@@ -72,7 +77,7 @@ def ratios(runs: list[dict], summary: list[dict]) -> dict[str, list[dict]]:
     """vs_loopback (ssh CURVE / local), plain_vs_curve, vs_ddp (Shoal over DDP, same link,
     same number of workers), each a list of `ratio` results."""
     keys = {row["key"] for row in summary}
-    out: dict[str, list[dict]] = {"vs_loopback": [], "plain_vs_curve": [], "vs_ddp": []}
+    out: dict[str, list[dict]] = {"vs_loopback": [], "plain_vs_curve": [], "parts_vs_whole": [], "vs_ddp": []}
 
     def add(name: str, top: str, bottom: str, extra: Callable[[], dict] = dict) -> None:
         if top in keys and bottom in keys and (found := ratio(runs, top, bottom)):
@@ -82,8 +87,11 @@ def ratios(runs: list[dict], summary: list[dict]) -> dict[str, list[dict]]:
         if row["system"] != "shoal-ssh":
             continue
         model, mode, shape, link, security = row["model"], row["mode"], row["shape"], row["link"], row["security"]
+        if row.get("push") == "whole":
+            continue
         if security == "curve":
             add("vs_loopback", row["key"], _key("shoal-local", model, mode, shape, "loopback", "plain"))
+            add("parts_vs_whole", row["key"], row["key"] + " whole-push")
             add("plain_vs_curve", _key("shoal-ssh", model, mode, shape, link, "plain"), row["key"])
         add("vs_ddp", row["key"], _key("ddp", model, "sync", f"{row['workers']}w", link, "-"),
             lambda: {"same_ps_and_workers": row["ps"] == row["workers"]})
@@ -136,14 +144,14 @@ def markdown(result: dict) -> str:
     for row in result["summary"]:
         if not row.get("examples_per_s"):
             lines.append(f"| {row['system']} | {row['model']} | {row['mode']} | {row['shape']} | {row['link']} | "
-                         f"{row['security']} | FAILED ({row['ok_runs']}/{row['runs']} ok) | | | | | | | |")
+                         f"{_wire(row)} | FAILED ({row['ok_runs']}/{row['runs']} ok) | | | | | | | |")
             continue
         cpu = row["cpu_us_per_example"]
         kb_step = row["bytes_per_example"] * 100 / 1000 if row["bytes_per_example"] else None
         use = row.get("utilization")
         busiest = f"{row['busiest_link']}" + (f", {use['in']:.2f}/{use['out']:.2f}" if use else "")
         lines.append(
-            f"| {row['system']} | {row['model']} | {row['mode']} | {row['shape']} | {row['link']} | {row['security']} | "
+            f"| {row['system']} | {row['model']} | {row['mode']} | {row['shape']} | {row['link']} | {_wire(row)} | "
             f"{row['examples_per_s']:,} | {_fmt(row['link_bound_examples_per_s'], ',')} | "
             f"{_fmt(row['fraction_of_link_bound'], '.2f')} | {_fmt(kb_step, '.0f')} ({busiest}) | "
             f"{row['cpu_us_per_example_total']:.0f} ({cpu['ps']:.0f}/{cpu['worker']:.0f}/"
@@ -151,6 +159,8 @@ def markdown(result: dict) -> str:
             f"{row['others_share']:.2f} | {_fmt(row['accuracy_min'], '.3f')} |")
     for name, title in (("vs_loopback", "Across hosts (CURVE) / the same job on loopback"),
                         ("plain_vs_curve", "PLAIN / CURVE between hosts (the cost of encryption)"),
+                        ("parts_vs_whole", "push in parts / one push message per ps (the gain of overlapping "
+                                           "upload and download)"),
                         ("vs_ddp", "Shoal / torch DDP (gloo), same links, same number of workers")):
         if result["ratios"][name]:
             lines += ["", f"{title} (median over rounds of the ratio within a round):", ""]

@@ -69,6 +69,7 @@ class Config:
     workers: int
     link: str
     security: str
+    push: str = "parts"  # "whole": the examples' --push_part_bytes 0, one push message per ps
 
     @property
     def hosts(self) -> int:
@@ -80,7 +81,8 @@ class Config:
 
     @property
     def key(self) -> str:
-        return f"{self.system.value} {self.model} {self.mode} {self.shape} {self.link} {self.security}"
+        whole = " whole-push" if self.push == "whole" else ""
+        return f"{self.system.value} {self.model} {self.mode} {self.shape} {self.link} {self.security}{whole}"
 
     def as_dict(self) -> dict:
         return dict(asdict(self), system=self.system.value, shape=self.shape, hosts=self.hosts)
@@ -115,6 +117,7 @@ def shoal_argv(config: Config, where: Where, examples: int) -> tuple[str, ...]:
     program += ["--sync"] if config.mode == "sync" else []
     # On loopback AUTO is PLAIN already; between hosts AUTO is CURVE unless told otherwise.
     program += ["--wire_security", "plain"] if config.security == "plain" and config.hosts else []
+    program += ["--push_part_bytes", "0"] if config.push == "whole" else []
     return ("-m", "shoal.cli.main", "run", "--name", "mh", "--ps", str(config.ps), "--workers",
             str(config.workers), *hosts, "--", *program)
 

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     from shoal.datasets.mnist import default_cache_dir, load_mnist
     load_mnist(default_cache_dir(os.environ))  # the .npy cache every system reads, built before anything is timed
     peers_python = None
-    if any(systems.SYSTEMS[s].peer for s in selected) and not args.dry_run:
+    if any(systems.SYSTEMS[s].peer and systems.SYSTEMS[s].venv for s in selected) and not args.dry_run:
         from bench.peers.venv import ensure_peers_venv
         peers_python = str(ensure_peers_venv())
     elif args.dry_run:

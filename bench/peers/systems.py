@@ -66,6 +66,7 @@ class System:
     peer: bool
     compare_with: str | None = None  # the Shoal system a peer is paired with
     steps_per_dispatch: int = 1
+    venv: bool = True  # a peer that runs in the peers' virtualenv (TensorFlow, its torch)
 
     def examples_per_step(self, workers: int = 2) -> int:
         return BATCH * (workers if self.sync else 1)
@@ -80,6 +81,8 @@ SYSTEMS = {s.name: s for s in (
     System("tf2-ps-k10", "tf2ps", sync=False, peer=True, compare_with="shoal-async", steps_per_dispatch=10),
     System("tf-mwms", "mwms", sync=True, peer=True, compare_with="shoal-sync"),
     System("torch-ddp", "ddp", sync=True, peer=True, compare_with="shoal-sync"),
+    # the no-communication bound: each worker's loop with no ps and no exchange (bench/nocomm.py)
+    System("nocomm", "nocomm", sync=True, peer=True, compare_with="shoal-sync", venv=False),
 )}
 
 
@@ -100,7 +103,8 @@ def build(system: System, model: str, examples: int, ctx: Context, workers: int 
     steps = max(1, examples // per_step)
     if system.steps_per_dispatch > 1:
         steps = max(system.steps_per_dispatch, steps // system.steps_per_dispatch * system.steps_per_dispatch)
-    builder = {"shoal": _shoal, "tf1": _tf1, "tf2ps": _tf2ps, "mwms": _mwms, "ddp": _ddp}[system.kind]
+    builder = {"shoal": _shoal, "tf1": _tf1, "tf2ps": _tf2ps, "mwms": _mwms, "ddp": _ddp,
+               "nocomm": _nocomm}[system.kind]
     return JobSpec(system.name, model, steps, per_step, builder(system, model, steps, ctx, workers, log_every))
 
 
@@ -174,3 +178,9 @@ def _ddp(system, model, steps, ctx, workers, log_every):
                           {"RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(workers),
                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}, End.EXITS)
                  for i in range(workers))
+
+
+def _nocomm(system, model, steps, ctx, workers, log_every):
+    argv = ("bench/nocomm.py", "--model", model, "--steps", str(steps), "--replicas", str(workers))
+    return tuple(TaskSpec(f"worker:{i}", ctx.shoal_python or sys.executable, (*argv, "--replica", str(i)), {},
+                          End.EXITS) for i in range(workers))

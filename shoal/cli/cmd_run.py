@@ -9,6 +9,7 @@ from shoal.cli.environment import Environment
 from shoal.cli.launching import add_launch_flags, launch
 from shoal.cli.usage import option_strings
 from shoal.launch.errors import SpecError
+from shoal.launch.preflight import default_ps
 from shoal.launch.spec import spec_from_dict
 
 
@@ -18,17 +19,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run COMMAND as every task of a job given by flags, e.g."
         " shoal run --ps 2 --workers 2 -- python train.py --lr 0.1")
     parser.add_argument("--name", default="job", help="job name (default: job)")
-    parser.add_argument("--ps", type=int, default=0, metavar="N", help="parameter servers")
-    parser.add_argument("--workers", type=int, default=1, metavar="N", help="workers")
+    parser.add_argument("--ps", type=int, default=None, metavar="N",
+                        help="parameter servers (default: 1 if the command's script imports shoal, else 0)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help="workers (default: 1)")
     parser.add_argument("--chief", action="store_true", help="add a chief task")
     parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     parser.add_argument("--restart", choices=("never", "on-failure"), default="never",
-                        help="restart policy (default never)")
-    parser.add_argument("--max-restarts", type=int, default=3, metavar="N")
-    parser.add_argument("--backoff", default="1s", help="wait before the first restart")
-    parser.add_argument("--deadline", default=None, help="stop the job after e.g. 10m")
-    parser.add_argument("--grace", default="5s", help="TERM-to-KILL grace period")
-    parser.add_argument("--output-dir", default=None, help="model dir (default: job folder)")
+                        help="restart policy (default: never); a task that exits 2 within its first"
+                        " second (a usage error) is never restarted")
+    parser.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                        help="restarts per task (default: 3)")
+    parser.add_argument("--backoff", default="1s",
+                        help="wait before the first restart, doubling after (default: 1s)")
+    parser.add_argument("--deadline", default=None, help="stop the job after e.g. 10m (default: none)")
+    parser.add_argument("--grace", default="5s", help="TERM-to-KILL grace period (default: 5s)")
+    parser.add_argument("--output-dir", default=None, help="model dir (default: the job's folder)")
     parser.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment variable for every task (repeatable)")
     add_launch_flags(parser)
@@ -51,8 +56,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         raise SpecError("--workers 0 leaves no task to train; give --workers 1 or more (or"
                         " add --chief)", source="flags")
     roles: dict = {"worker": {"count": args.workers}}
-    if args.ps:
-        roles["ps"] = {"count": args.ps}
+    ps = default_ps(cmd, env.cwd) if args.ps is None else args.ps
+    if ps:
+        roles["ps"] = {"count": ps}
     if args.chief:
         roles["chief"] = {"count": 1}
     if args.evaluator:

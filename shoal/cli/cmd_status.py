@@ -13,7 +13,8 @@ from shoal.cli.job_args import JOB_HELP
 from shoal.launch.control import reconcile
 from shoal.launch.job_refs import find_job
 from shoal.launch.records import JobRecord
-from shoal.launch.states import TaskState
+from shoal.launch.root_cause import load_root_cause
+from shoal.launch.states import JobState, TaskState
 
 RECENT = 10
 """How many of the newest jobs `shoal status` lists by default (running ones always)."""
@@ -40,9 +41,12 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         shown = select(jobs, running=args.running, every=args.all, last=args.last)
         jobs, hidden = shown, len(jobs) - len(shown)
     if args.json:
-        env.say(json.dumps([job.as_json() for job in jobs], indent=2))
+        env.say(json.dumps([with_root_cause(job.as_json(), job) for job in jobs], indent=2))
     elif args.job:
         env.say(job_table(jobs[0]))
+        cause = load_root_cause(jobs[0].job_dir) if jobs[0].state is JobState.FAILED else None
+        if cause is not None:
+            env.say(cause.format())
     else:
         env.say(jobs_table(jobs, running_only=args.running))
         if hidden:
@@ -62,6 +66,12 @@ def select(jobs: list[JobRecord], *, running: bool = False, every: bool = False,
     if last is not None:
         return jobs[:last]
     return [job for i, job in enumerate(jobs) if i < RECENT or not job.state.is_terminal]
+
+
+def with_root_cause(data: dict, job: JobRecord) -> dict:
+    """A job's JSON, with its root cause (shoal/launch/root_cause.py) if it failed and one was kept."""
+    cause = load_root_cause(job.job_dir) if job.state is JobState.FAILED else None
+    return {**data, "root_cause": cause.as_json()} if cause is not None else data
 
 
 def jobs_table(jobs: list[JobRecord], running_only: bool = False) -> str:

@@ -11,7 +11,9 @@ from shoal.cli.errors import UsageError
 from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.executor import LaunchNotes
+from shoal.launch.executor_local import KIND as LOCAL
 from shoal.launch.plan import format_plan, make_plan, new_job_id
+from shoal.launch.preflight import check_plan
 from shoal.launch.runner import run_job
 from shoal.launch.spec import JobSpec
 
@@ -26,7 +28,8 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
-    """Plan `spec`; print the plan if --dry-run, else run the job. Returns the exit code."""
+    """Plan `spec`; print the plan if --dry-run, else check it (shoal/launch/preflight.py)
+    and run the job. Returns the exit code."""
     if args.show_secret and not args.dry_run:
         raise UsageError("--show-secret only goes with --dry-run (a job's secret is never"
                          " printed while it runs)")
@@ -38,6 +41,7 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
             env.say(notes + format_plan(plan, show_secret=args.show_secret), end="")
             return int(ExitCode.OK)
+        check_plan(plan, local=executor.kind == LOCAL)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
                              live_status=env.is_tty)

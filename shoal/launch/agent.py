@@ -47,6 +47,8 @@ from shoal.launch import job_processes
 from shoal.launch.agent_protocol import (LAUNCHER_TYPES, AgentProtocolError, decode, encode, field, line_text)
 from shoal.launch.parent_death import die_with_parent
 from shoal.launch.processes import group_members, signal_group, stop_group
+from shoal.launch.errors import PlanError
+from shoal.launch.ports import bind_ports
 
 _CHUNK = 1 << 16
 _STOP_GRACE_S = 2.0
@@ -106,9 +108,7 @@ class Agent:
         if not 0 < count <= 1024:
             raise AgentProtocolError(f"bind message: count must be 1..1024, got {count}")
         ports = []
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET6 if ":" in interface else socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((interface, 0))
+        for sock in bind_ports(count, interface):
             port = sock.getsockname()[1]
             self._held[port] = sock
             ports.append(port)
@@ -316,7 +316,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             try:
                 if not agent.handle(decode(line, LAUNCHER_TYPES)):
                     return 0
-            except (AgentProtocolError, OSError) as e:
+            except (AgentProtocolError, PlanError, OSError) as e:
                 agent.send({"type": "error", "message": str(e)})
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -21,6 +21,7 @@ from shoal.launch.logmux import LogMux
 from shoal.launch.plan import JobPlan
 from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
+from shoal.launch.root_cause import report_root_cause
 from shoal.launch.supervisor import JobResult, Supervisor
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -64,7 +65,9 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     try:
-        return supervisor.run()
+        result = supervisor.run()
+        report_root_cause(result.failure, plan.job_dir, mux.note)
+        return result
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -6,7 +6,9 @@ evaluators); any chief/worker/ps task failing for good stops every task and make
 FAILED (CHIEF_FAILED with the chief's exit code if the chief failed, else TASK_FAILED); an
 evaluator's failure is reported and ignored. Restart policy: a task exiting non-zero is
 restarted with the same identity (argv, address, TF_CONFIG) after a doubling backoff, up
-to max_restarts times. Deadline: past it every task stops and the job FAILS (DEADLINE).
+to max_restarts times, except a task that exits 2 (a usage error, as argparse and Python
+give for bad arguments or a missing script) within its first second: running it again would
+fail the same way. Deadline: past it every task stops and the job FAILS (DEADLINE).
 Stopping is TERM to the task's process group -> grace period -> KILL.
 
 Policy only: processes, hosts and pipes are the executor's (executor.py), so the policies
@@ -34,6 +36,7 @@ from shoal.launch.executor import Executor, TaskHandle, TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan
+from shoal.launch.root_cause import TaskFailure
 from shoal.launch.spec import RestartPolicy
 from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState
 
@@ -43,6 +46,10 @@ _MAX_BACKOFF = 30.0
 _KILL_WAIT = 5.0
 _POLL = 0.1
 _READER_JOIN = 2.0
+USAGE_EXIT = 2
+"""The exit code of a usage error (argparse, `python missing.py`)."""
+USAGE_WINDOW_S = 1.0
+"""A task that exits USAGE_EXIT this soon after it started is not restarted."""
 
 
 class EndReason(str, Enum):
@@ -65,11 +72,13 @@ class EndReason(str, Enum):
 @dataclass(frozen=True)
 class JobResult:
     """How a job ended: why (`reason`, and in words `detail`), and for CHIEF_FAILED the
-    chief's exit code (-N: killed by signal N)."""
+    chief's exit code (-N: killed by signal N). `failure` is the first task that failed for
+    good (its root cause, shoal/launch/root_cause.py), if one did."""
 
     reason: EndReason
     detail: str
     chief_exit: Optional[int] = None
+    failure: Optional[TaskFailure] = None
 
     @property
     def state(self) -> JobState:
@@ -92,6 +101,7 @@ class _Slot:
     state: TaskState = TaskState.PENDING
     handle: Optional[TaskHandle] = None
     attempt: int = 0
+    started_at: float = 0.0
     restarts: int = 0
     restart_at: float = 0.0
     stopping: bool = False
@@ -124,6 +134,7 @@ class Supervisor:
         self._stop_reason: Optional[str] = None
         self._force = False
         self._finishing = False
+        self._failure: Optional[TaskFailure] = None
 
     def request_stop(self, reason: str = "stopped by request", force: bool = False) -> None:
         """Ask `run` to stop every task and end the job KILLED; a second call (or
@@ -178,10 +189,12 @@ class Supervisor:
         self._move(slot, TaskState.STARTING, "")
         slot.attempt += 1
         slot.stopping = False
+        slot.started_at = self._clock()
         try:
             handle = self._executor.start(self._plan, slot.plan)
         except StartError as e:
             self._move(slot, TaskState.FAILED, str(e))
+            self._failed(slot, None, str(e))
             self._finish(EndReason.START_FAILED, str(e))
             return
         slot.handle = handle
@@ -196,11 +209,12 @@ class Supervisor:
     def _watch(self, name: str, attempt: int, handle: TaskHandle,
                reader: threading.Thread) -> None:
         code = handle.wait()
+        ended_at = self._clock()
         reader.join(timeout=_READER_JOIN)
         handle.close()
-        self._events.put((name, attempt, code))
+        self._events.put((name, attempt, code, ended_at))
 
-    def _on_exit(self, name: str, attempt: int, code: int) -> None:
+    def _on_exit(self, name: str, attempt: int, code: int, ended_at: float) -> None:
         slot = self._slots[name]
         if attempt != slot.attempt or slot.state is not TaskState.RUNNING:
             return
@@ -213,7 +227,10 @@ class Supervisor:
             self._check_success()
             return
         restart = self._plan.restart
-        if restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts:
+        if code == USAGE_EXIT and ended_at - slot.started_at < USAGE_WINDOW_S:
+            if restart.policy is RestartPolicy.ON_FAILURE:
+                detail += f" within {USAGE_WINDOW_S:g}s of its start, a usage error: not restarted"
+        elif restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts:
             delay = min(restart.backoff * 2 ** slot.restarts, _MAX_BACKOFF)
             slot.restarts += 1
             slot.restart_at = self._clock() + delay
@@ -224,11 +241,18 @@ class Supervisor:
         if slot.plan.task.job == "evaluator":
             self._mux.note(f"shoal | {slot.plan.label} failed; an evaluator does not stop the job")
             return
+        self._failed(slot, code, detail)
         why = f"{slot.plan.label} failed ({detail})"
         if slot.plan.task == self._plan.primary:
             self._finish(EndReason.CHIEF_FAILED, why, chief_exit=code)
         else:
             self._finish(EndReason.TASK_FAILED, why)
+
+    def _failed(self, slot: _Slot, code: Optional[int], detail: str) -> None:
+        """Remember the first task that failed for good: the job's root cause."""
+        if self._failure is None:
+            self._failure = TaskFailure(slot.plan.name, slot.plan.label, code, detail, time.time(),
+                                        slot.plan.log_path if code is not None else "")
 
     def _check_success(self) -> None:
         chief = self._slots.get("chief.0")
@@ -269,7 +293,7 @@ class Supervisor:
                 log.warning("%s did not exit after SIGKILL", slot.plan.label)
                 self._move(slot, TaskState.KILLED, "did not exit after SIGKILL")
         self._set_job(reason.state, detail)
-        self._result = JobResult(reason, detail, chief_exit)
+        self._result = JobResult(reason, detail, chief_exit, self._failure)
 
     def _drain(self, seconds: float, force_ok: bool = True) -> None:
         end = self._clock() + seconds

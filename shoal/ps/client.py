@@ -15,14 +15,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, InitReply, InitRequest, Op, PullRequest,
-                               PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest)
+from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, Op,
+                               PullRequest, PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply,
+                               StatusRequest)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
                         wait_all)
 
 Tensors = Mapping[str, np.ndarray]
 LostPsHandler = Callable[["PsClient", int, float, Exception], None]
 """on_lost(client, ps, deadline, cause): block until ps `ps` serves again, or raise."""
+SlowWaitHandler = Callable[["PsClient", Op, tuple[int, ...], float], None]
+"""on_slow(client, op, ps still to answer, seconds waited): called every `slow_every_s` while a
+request to every ps waits (a sync push waits for its step); may use `probe_status`."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ class PsClient:
 
     `on_lost` recovers a lost ps (see module docstring) within `recovery_timeout_s`; without
     it a lost ps raises PeerLostError. `timeout_error` turns a PeerTimeoutError into the error
-    to raise (the session adds what the user can do about it). `security` is the wire's
+    to raise (the session adds what the user can do about it). `on_slow` is told every
+    `slow_every_s` while a request to every ps waits for its replies. `security` is the wire's
     (shoal/wire/security.py; AUTO: PLAIN to loopback addresses, CURVE otherwise); every ps of
     the job must resolve the same.
     """
@@ -48,6 +53,7 @@ class PsClient:
     def __init__(self, addresses: Sequence[str], secret: JobSecret, *, timeout_s: float,
                  on_lost: LostPsHandler | None = None, recovery_timeout_s: float = 120.0,
                  timeout_error: Callable[[PeerTimeoutError], Exception] | None = None,
+                 on_slow: SlowWaitHandler | None = None, slow_every_s: float = 5.0,
                  security: Security = Security.AUTO):
         self.addresses = tuple(addresses)
         self.timeout_s = timeout_s
@@ -56,6 +62,11 @@ class PsClient:
         self._on_lost = on_lost
         self._recovery_timeout_s = recovery_timeout_s
         self._timeout_error = timeout_error
+        self._on_slow = on_slow
+        self._slow_every_s = slow_every_s
+        self._secret = secret
+        self._security = security
+        self._probes: dict[int, RpcClient] = {}  # second connections, for status while a request waits
         self._incarnations: list[str | None] = [None] * len(self._rpc)
 
     @property
@@ -63,13 +74,24 @@ class PsClient:
         return len(self._rpc)
 
     def close(self) -> None:
-        for rpc in self._rpc:
+        """Close every connection. Idempotent."""
+        for rpc in [*self._rpc, *self._probes.values()]:
             rpc.close()
 
     # --- one ps at a time (no recovery: these are what recovery itself uses) ---------------
 
     def status(self, ps: int, timeout_s: float) -> StatusReply:
         return self._one(ps, StatusRequest(), None, timeout_s).body
+
+    def probe_status(self, ps: int, timeout_s: float) -> StatusReply:
+        """ps `ps`'s status over a second connection, opened on first use, so it can be asked
+        while a request on the main one waits (from `on_slow`, or after a timeout). Raises
+        WireError."""
+        probe = self._probes.get(ps)
+        if probe is None:
+            probe = self._probes[ps] = RpcClient(self.addresses[ps], self._secret, f"ps:{ps}", timeout_s,
+                                                 security=self._security)
+        return StatusReply.decode(probe.call(Op.STATUS.value, timeout_s=timeout_s).header)
 
     def init(self, ps: int, request: InitRequest, tensors: Tensors) -> InitReply:
         return self._one(ps, request, tensors, self.timeout_s).body
@@ -83,6 +105,20 @@ class PsClient:
         """Every ps's status, or the first error (PeerTimeoutError, PeerLostError, ...)."""
         replies = wait_all([(rpc, rpc.send(Op.STATUS.value)) for rpc in self._rpc], timeout_s)
         return [StatusReply.decode(m.header) for m in replies]
+
+    def status_each(self, timeout_s: float) -> list[StatusReply | WireError]:
+        """Every ps's status, or, for a ps that did not answer within `timeout_s` (all waits
+        together), the PeerTimeoutError or PeerLostError that says so; a refusal
+        (AuthRejectedError, RemoteError) is raised. Blocks up to `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        rids = [rpc.send(Op.STATUS.value) for rpc in self._rpc]
+        results: list[StatusReply | WireError] = []
+        for rpc, rid in zip(self._rpc, rids):
+            try:
+                results.append(StatusReply.decode(rpc.wait(rid, max(0.01, deadline - time.monotonic())).header))
+            except (PeerTimeoutError, PeerLostError) as e:
+                results.append(e)
+        return results
 
     def remember_incarnations(self, statuses: Sequence[StatusReply]) -> None:
         """The ps processes this client trains with; a ps answering as another one restarted."""
@@ -113,10 +149,21 @@ class PsClient:
         Values whose name is in `into` are written straight into those arrays."""
         return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
 
-    def push_all(self, task: str, step: int, grads: Sequence[Tensors], into: Tensors) -> list[Answer]:
-        """Per ps: PushReply and the new values of the pushed shards (written into `into`)."""
-        request = PushRequest(task, step)
-        return self._all([(i, request, grads[i]) for i in range(self.num_ps)], into)
+    def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
+                 hyper: Mapping[str, Hyper] | None = None) -> list[Answer]:
+        """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
+        order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
+        so a ps updates and answers one part while the next is on its way. Per part:
+        PushReply and the new values of its shards (written into `into`). `hyper` (shard ->
+        Hyper, every pushed shard), if given, travels with each part for its shards. Blocks."""
+        last = {ps: k for k, (ps, _) in enumerate(parts)}
+        if hyper is None:
+            middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
+            requests = [final if last[ps] == k else middle for k, (ps, _) in enumerate(parts)]
+        else:
+            requests = [PushRequest(task, step, ends_step=last[ps] == k, hyper={n: hyper[n] for n in grads})
+                        for k, (ps, grads) in enumerate(parts)]
+        return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
 
     def done_all(self, task: str, timeout_s: float) -> None:
         """Tell every ps that `task` finished training (no recovery; raises WireError)."""
@@ -149,9 +196,11 @@ class PsClient:
         sent = [(ps, request, fields_of[id(request)], tensors) for ps, request, tensors in requests]
         rids = [self._rpc[ps].send(request.op.value, fields, tensors, into) for ps, request, fields, tensors in sent]
         deadline = None
+        progress = self._progress(requests[0][1].op) if self._on_slow is not None else None
         while True:
             try:
-                replies = wait_all([(self._rpc[s[0]], rid) for s, rid in zip(sent, rids)], self.timeout_s)
+                replies = wait_all([(self._rpc[s[0]], rid) for s, rid in zip(sent, rids)], self.timeout_s,
+                                   progress=progress, progress_every_s=self._slow_every_s)
                 return [_answer(s[1].op, m) for s, m in zip(sent, replies)]
             except PeerTimeoutError as e:
                 if self._timeout_error is None:
@@ -167,6 +216,12 @@ class PsClient:
                 for k, (ps, request, fields, tensors) in enumerate(sent):
                     if ps == lost:
                         rids[k] = self._rpc[ps].send(request.op.value, fields, tensors, into)
+
+    def _progress(self, op: Op) -> Callable[[float, Sequence[str]], None]:
+        def progress(waited: float, peers: Sequence[str]) -> None:
+            pending = tuple(i for i, rpc in enumerate(self._rpc) if rpc.peer_name in peers)
+            self._on_slow(self, op, pending, waited)
+        return progress
 
     def _index_of(self, peer_name: str) -> int | None:
         for i, rpc in enumerate(self._rpc):

@@ -14,11 +14,13 @@ Pure data and validation: no I/O; every type is immutable and thread-safe.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping
 
 from shoal.ps.errors import PsError
+from shoal.ps.sync_wait import SyncWait
 
 SLOT_SEPARATOR = "@"
 """A tensor named "<shard>@<slot>" is optimizer state of that shard (Adam's m, v, t, ...)."""
@@ -81,6 +83,15 @@ class TrainingMode:
 
 
 ASYNC = TrainingMode(Mode.ASYNC)
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """The learning rate and weight decay one push applies to one shard (a PyTorch param
+    group's, read at every step), in place of its update rule's own."""
+
+    learning_rate: float
+    weight_decay: float = 0.0
 
 
 class ProtocolFieldError(PsError):
@@ -147,6 +158,23 @@ def _map(fields: Mapping[str, Any], where: str, key: str) -> dict:
     return value
 
 
+def _hyper(fields: Mapping[str, Any], where: str, key: str) -> dict[str, Hyper] | None:
+    value = fields.get(key)
+    if value is None:
+        return None
+    want = "nil or a map of shard name -> [learning rate, weight decay], finite numbers >= 0"
+    if not isinstance(value, dict):
+        raise _fail(where, key, want, value)
+    out = {}
+    for name, pair in value.items():
+        if not (isinstance(name, str) and 0 < len(name) <= 512 and isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                        for x in pair)):
+            raise _fail(where, key, want, {name: pair})
+        out[name] = Hyper(float(pair[0]), float(pair[1]))
+    return out
+
+
 def _training_mode(fields: Mapping[str, Any], where: str) -> TrainingMode:
     mode = _enum(Mode, fields, where, "mode")
     replicas = _optional_int(fields, where, "sync_replicas", 1)
@@ -176,7 +204,10 @@ class StatusRequest:
 @dataclass(frozen=True)
 class StatusReply:
     """`training` is None while the ps is EMPTY. `incarnation` is random per ps process, so a
-    worker can tell a restarted ps from a network blip."""
+    worker can tell a restarted ps from a network blip. In sync mode, `sync_have` names the
+    replicas whose gradient for the current step arrived, `sync_needed` how many more the step
+    needs and `sync_missing` the replicas that have not pushed for it (see `sync_wait`); a ps
+    that predates these fields sends none, read as empty."""
 
     phase: Phase
     training: TrainingMode | None
@@ -186,15 +217,27 @@ class StatusReply:
     created: int
     done: tuple[str, ...]
     incarnation: str
+    sync_have: tuple[str, ...] = ()
+    sync_needed: int = 0
+    sync_missing: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
         return self.phase is Phase.READY
 
+    @property
+    def sync_wait(self) -> SyncWait | None:
+        """What the current sync step waits for; None in async mode or before `init`."""
+        if self.training is None or self.training.mode is not Mode.SYNC:
+            return None
+        return SyncWait(self.step, self.sync_have, self.sync_needed, self.sync_missing, self.done)
+
     def fields(self) -> dict[str, Any]:
         mode = _mode_fields(self.training) if self.training else {"mode": None, "sync_replicas": None}
         return {"phase": self.phase.value, **mode, "step": self.step, "shards": self.shards, "bytes": self.nbytes,
-                "created": self.created, "done": list(self.done), "incarnation": self.incarnation}
+                "created": self.created, "done": list(self.done), "incarnation": self.incarnation,
+                "sync_have": list(self.sync_have), "sync_needed": self.sync_needed,
+                "sync_missing": list(self.sync_missing)}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "StatusReply":
@@ -203,7 +246,9 @@ class StatusReply:
         training = None if phase is Phase.EMPTY else _training_mode(fields, where)
         return cls(phase, training, _int(fields, where, "step"), _int(fields, where, "shards"),
                    _int(fields, where, "bytes"), _int(fields, where, "created"),
-                   _names(fields, where, "done", MAX_TASK_NAME), _str(fields, where, "incarnation", 64))
+                   _names(fields, where, "done", MAX_TASK_NAME), _str(fields, where, "incarnation", 64),
+                   _names(fields, where, "sync_have", MAX_TASK_NAME), _int(fields, where, "sync_needed", default=0),
+                   _names(fields, where, "sync_missing", MAX_TASK_NAME))
 
 
 @dataclass(frozen=True)
@@ -328,20 +373,30 @@ class PullReply:
 @dataclass(frozen=True)
 class PushRequest:
     """Travels with one gradient per shard. `step` is the global step the gradient was computed
-    at; with `pull` the reply carries the shards' new values."""
+    at; with `pull` the reply carries the shards' new values. A push may travel in parts (one
+    request per group of the ps's shards); `ends_step` marks the last part, the one an
+    asynchronous ps counts as a step. `hyper`, if not None, names the learning rate and weight
+    decay of every shard of this part (none other), used instead of the update rule's own (in
+    sync mode: those of the push that completes the shard's step)."""
 
     op = Op.PUSH
     task: str
     step: int
     pull: bool = True
+    ends_step: bool = True
+    hyper: Mapping[str, Hyper] | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {"task": self.task, "step": self.step, "pull": self.pull}
+        fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
+        if self.hyper is not None:
+            fields["hyper"] = {n: [h.learning_rate, h.weight_decay] for n, h in self.hyper.items()}
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PushRequest":
         where = "push request"
-        return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True))
+        return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True),
+                   _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import threading
 from typing import Any, Mapping
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+from shoal.logs_default import show_shoal_logs
 from shoal.ps.errors import PsError
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
@@ -39,7 +40,8 @@ class Server:
         self._thread: threading.Thread | None = None
         self._rpc: RpcServer | None = None
         self.reason: str | None = None
-        self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over)
+        self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over,
+                                 replica_names=[str(t) for t in self.config.replica_tasks])
 
     @classmethod
     def for_task(cls, config: ClusterConfig, *, secret: JobSecret, security: Security = Security.AUTO) -> "Server":
@@ -53,6 +55,7 @@ class Server:
         """Bind and begin serving in the background. Returns self. Does not block."""
         if self._thread is not None:
             return self
+        show_shoal_logs()
         self._rpc = RpcServer(self.address, self._secret, self._handle, str(self.config.task),
                               into=self.service.tensor_destination, security=self._security)
         self._rpc.start()
@@ -72,6 +75,7 @@ class Server:
         try:
             while not self._stopped.is_set():
                 self._rpc.serve_once(100)
+                self.service.log_sync_wait()
         finally:
             self._rpc.close()
 

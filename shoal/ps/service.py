@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,6 +26,7 @@ from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, Fai
                                SnapshotReply, StatusReply, TrainingMode, parse_op, split_slots)
 from shoal.ps.store import ShardStore
 from shoal.ps.sync import SyncAggregator
+from shoal.ps.sync_wait import SyncWait, SyncWaitWatch, sync_wait
 from shoal.wire import Request
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ class _Waiting:
     names: Sequence[str]
     min_step: int
     outcome: PushOutcome | None = None  # a sync push waiting for its step; None for a pull
+    pushed: Sequence[str] = ()  # a sync push: answered once these shards hold min_step's values
 
 
 class PsService:
@@ -64,11 +67,19 @@ class PsService:
     `on_job_over(reason)` is called once every replica said `done`, when one said `shutdown`,
     or when every replica said `failed` and none is done (nobody is left to train). A replica
     that failed and comes back is counted again when it says `done`.
+
+    `replica_names` (chief first, then workers) lets a sync step name the replicas it waits
+    for, in its status replies and in the log (`log_sync_wait`); `clock` is time.monotonic
+    unless a test injects one.
     """
 
-    def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None]):
+    def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None], *,
+                 replica_names: Sequence[str] = (), clock: Callable[[], float] = time.monotonic):
         self.task_name = task_name
         self.num_replicas = num_replicas
+        self.replica_names = tuple(replica_names)
+        self._clock = clock
+        self._sync_watch = SyncWaitWatch()
         self.store = ShardStore(task_name)
         self.incarnation = secrets.token_hex(8)  # tells workers this process is new after a restart
         self._on_job_over = on_job_over
@@ -114,8 +125,26 @@ class PsService:
     # --- the ops ---------------------------------------------------------------------------
 
     def _status(self, request: Request, _message) -> Reply:
+        wait = self._sync_wait()
+        have, needed, missing = (wait.have, wait.needed, wait.missing) if wait is not None else ((), 0, ())
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
-                                          self._created, tuple(sorted(self._done)), self.incarnation))
+                                          self._created, tuple(sorted(self._done)), self.incarnation,
+                                          have, needed, missing))
+
+    def _sync_wait(self) -> SyncWait | None:
+        if self._sync is None:
+            return None
+        return sync_wait(self._sync.step, self._sync.contributors, self._sync.waiting_for, self.replica_names,
+                         self._done)
+
+    def log_sync_wait(self) -> None:
+        """Log what the current sync step waits for once it has waited long enough (then every
+        so often; see SyncWaitWatch). Call it often, from the serving thread."""
+        waited = self._sync_watch.due(self._clock())
+        wait = self._sync_wait() if waited is not None else None
+        if wait is not None and wait.waiting:
+            missing = f"; is {' / '.join(wait.missing)} running?" if wait.missing else ""
+            log.info("%s: %s, for %.0fs%s", self.task_name, wait.describe(), waited, missing)
 
     def _init(self, request: Request, message: InitRequest) -> Reply:
         rule = rule_from_config(message.rule)
@@ -160,22 +189,35 @@ class PsService:
         grads = request.tensors
         for name, grad in grads.items():
             self.store.check(name, grad.shape, grad.dtype)
+        if message.hyper is not None and message.hyper.keys() != grads.keys():
+            raise PsError(f"{message.task}'s push names a learning rate for {sorted(message.hyper)[:5]} but pushes "
+                          f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
+        if message.hyper is not None:
+            self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
         names = list(grads) if message.pull else []
         if self._sync is None:
-            self.store.apply(grads)
-            self._async_step += 1
-            self._release()  # pulls waiting for a step (min_step) are answered in async mode too
+            self.store.apply(grads, message.hyper)
+            if message.ends_step:
+                self._async_step += 1
+                self._release()  # pulls waiting for a step (min_step) are answered in async mode too
             return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
         if message.step > self._sync.step:
             raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
         outcome = self._sync.add(message.task, message.step, grads)
-        if outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE):
+        if outcome is PushOutcome.DUPLICATE:
             return self._reply_values(_Waiting(request, names, 0, outcome))
-        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED))
-        if outcome is PushOutcome.APPLIED:
-            self.store.apply(self._sync.take())
+        if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
+            return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
+        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
+        ready = self._sync.take(self.store.names())  # only shards of this push can have just completed
+        if ready:
+            self.store.apply(ready, message.hyper)
             self._release()
+        if self._sync.step > message.step:
+            self._sync_watch.step_completed()
+        else:
+            self._sync_watch.gradient_arrived(self._sync.step, self._clock())
         return DEFERRED
 
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:
@@ -209,12 +251,13 @@ class PsService:
         """Queue the replies of every waiting request whose step has come."""
         still = []
         for w in self._waiting:
-            if self.step >= w.min_step:
+            if self.step >= w.min_step or (w.pushed and self._sync.applied(w.pushed, w.min_step - 1)):
                 self._released.append(self._reply_values(w))
             else:
                 still.append(w)
         self._waiting = still
 
     def _reply_values(self, w: _Waiting) -> Reply:
-        body = PullReply(self.step) if w.outcome is None else PushReply(self.step, w.outcome)
+        # a sync push part may be answered before the step ends: its shards are already at min_step
+        body = PullReply(self.step) if w.outcome is None else PushReply(max(self.step, w.min_step), w.outcome)
         return Reply(w.request, body, self.store.values(w.names), w.names)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Collection, Mapping
 
 import numpy as np
 import zmq
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import State, UpdateRule
-from shoal.ps.protocol import slot_key
+from shoal.ps.protocol import Hyper, slot_key
 
 
 @dataclass
@@ -102,11 +102,19 @@ class ShardStore:
                           f"but a worker sent {np.dtype(dtype)}{list(shape)}; every task must build the same model")
         return shard
 
-    def apply(self, grads: Mapping[str, np.ndarray]) -> None:
-        """Apply one (already averaged) gradient per shard with the update rule."""
+    def apply(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None = None) -> None:
+        """Apply one (already averaged) gradient per shard with the update rule, with the
+        learning rate and weight decay `hyper` names for the shard when it is given."""
+        rules = self.rules_for(hyper) if hyper is not None else {}
         for name, grad in grads.items():
             shard = self.check(name, grad.shape, grad.dtype)
-            self.rule.apply(shard.writable_value(), grad, shard.state)
+            rule = self.rule if hyper is None else rules[hyper[name]]
+            rule.apply(shard.writable_value(), grad, shard.state)
+
+    def rules_for(self, hyper: Mapping[str, Hyper]) -> dict[Hyper, UpdateRule]:
+        """The update rule for each distinct hyper (a param group's) of a push. Raises PsError
+        if the rule cannot take one (a weight decay on a rule without it), changing nothing."""
+        return {h: self.rule.with_hyper(h.learning_rate, h.weight_decay) for h in set(hyper.values())}
 
     def gradient_buffer(self, name: str, dtype, shape) -> np.ndarray | None:
         """A buffer to receive a gradient of shard `name` into, reused for every push (the
@@ -118,6 +126,10 @@ class ShardStore:
         if shard.gradient is None:
             shard.gradient = np.empty_like(shard.value)
         return shard.gradient
+
+    def names(self) -> Collection[str]:
+        """The names of the shards this ps holds (a live view)."""
+        return self._shards.keys()
 
     def values(self, names) -> dict[str, np.ndarray]:
         return {name: self.check_name(name).value for name in names}

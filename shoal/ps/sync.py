@@ -1,9 +1,15 @@
-"""Synchronous aggregation: average `replicas` fresh gradients per step, drop stale ones."""
+"""Synchronous aggregation: average `replicas` fresh gradients per shard and step, drop stale ones.
+
+Each shard is aggregated on its own, as TensorFlow's SyncReplicasOptimizer keeps one
+accumulator per variable: a shard's update is applied as soon as `replicas` distinct tasks
+pushed it for the current step, so a push that travels in parts (one message per group of
+shards) is answered part by part. The step advances once every shard of the ps was applied.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Collection, Iterable, Mapping
 
 import numpy as np
 
@@ -12,7 +18,8 @@ from shoal.ps.protocol import PushOutcome
 
 @dataclass
 class SyncAggregator:
-    """Sums the gradients of distinct tasks for the current step until `replicas` arrived.
+    """Sums the gradients of distinct tasks per shard for the current step until `replicas`
+    arrived for that shard.
 
     Not thread-safe (one serving thread per ps).
     """
@@ -22,13 +29,17 @@ class SyncAggregator:
 
     def __post_init__(self) -> None:
         self._sums: dict[str, np.ndarray] = {}
-        self._contributors: set[str] = set()
+        self._contributors: dict[str, set[str]] = {}
+        self._applied: set[str] = set()  # shards whose update of this step is applied
 
     def add(self, task: str, step: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
-        """Count a push. When it completes the step, the averaged gradients wait in `take()`."""
-        if step < self.step:
+        """Count a push of some shards. APPLIED: it completed every one of its shards (their
+        averages wait in `take()`); ACCUMULATED: some still wait for other replicas; STALE: it
+        was computed before this step, or one of its shards was already applied this step;
+        DUPLICATE: `task` already pushed one of these shards this step."""
+        if step < self.step or any(name in self._applied for name in grads):
             return PushOutcome.STALE
-        if task in self._contributors:
+        if any(task in self._contributors.get(name, ()) for name in grads):
             return PushOutcome.DUPLICATE
         for name, grad in grads.items():
             total = self._sums.get(name)
@@ -36,19 +47,36 @@ class SyncAggregator:
                 self._sums[name] = np.array(grad, copy=True)
             else:
                 total += grad
-        self._contributors.add(task)
-        return PushOutcome.APPLIED if len(self._contributors) >= self.replicas else PushOutcome.ACCUMULATED
+            self._contributors.setdefault(name, set()).add(task)
+        complete = all(len(self._contributors[name]) >= self.replicas for name in grads)
+        return PushOutcome.APPLIED if complete else PushOutcome.ACCUMULATED
 
-    def take(self) -> dict[str, np.ndarray]:
-        """The averaged gradients of the completed step; advances the step."""
-        averaged = self._sums
-        for total in averaged.values():
+    def take(self, shards: Collection[str]) -> dict[str, np.ndarray]:
+        """The averaged gradients of the shards that every replica pushed, marked applied.
+        When all of `shards` (every shard the ps holds) are applied, the step advances."""
+        ready = {name: total for name, total in self._sums.items()
+                 if len(self._contributors[name]) >= self.replicas}
+        for name, total in ready.items():
             total /= self.replicas
-        self._sums = {}
-        self._contributors = set()
-        self.step += 1
-        return averaged
+            del self._sums[name]
+            self._applied.add(name)
+        if self._applied.issuperset(shards):
+            self._sums, self._contributors, self._applied = {}, {}, set()
+            self.step += 1
+        return ready
+
+    def applied(self, names: Iterable[str], step: int) -> bool:
+        """Whether the update of `step` is applied to every shard of `names`."""
+        return step < self.step or (step == self.step and all(name in self._applied for name in names))
+
+    @property
+    def contributors(self) -> set[str]:
+        """The tasks that pushed some shard for the current step."""
+        return set().union(*self._contributors.values()) if self._contributors else set()
 
     @property
     def waiting_for(self) -> int:
-        return self.replicas - len(self._contributors)
+        """How many replicas the least complete shard of this step still waits for."""
+        if not self._contributors:
+            return self.replicas
+        return self.replicas - min(len(tasks) for tasks in self._contributors.values())

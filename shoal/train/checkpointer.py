@@ -14,6 +14,7 @@ from pathlib import Path
 from shoal.ps.client import PsClient
 from shoal.train.checkpoint import Checkpoint, CheckpointError, checkpoint_root, export_model, load_latest_checkpoint
 from shoal.train.checkpoint import save_checkpoint as write_checkpoint
+from shoal.train.local_state import LocalState
 from shoal.train.model_dir_lock import ModelDirLock
 from shoal.train.options import CheckpointOptions
 from shoal.train.placement import Placement
@@ -28,10 +29,12 @@ class Checkpointer:
     The constructor does no I/O. `open()` takes the model dir's lock (one job per model dir;
     ModelDirLockedError names the holder), `close()` releases it (idempotent).
     `mark_saved(step)` records the step the session started from, so the first periodic save
-    comes one interval later.
+    comes one interval later. `local_state` (the chief's buffers) is saved and exported beside
+    the variables, by its own names, with no shards.
     """
 
-    def __init__(self, model_dir: Path, options: CheckpointOptions, placement: Placement, task: str):
+    def __init__(self, model_dir: Path, options: CheckpointOptions, placement: Placement, task: str,
+                 local_state: LocalState | None = None):
         self.model_dir = model_dir
         self.options = options
         self._placement = placement
@@ -39,6 +42,7 @@ class Checkpointer:
         self._saved_step = -1
         self._saved_at = time.monotonic()
         self._lock = ModelDirLock(model_dir)
+        self._local_state = local_state
 
     def open(self) -> None:
         """Take the model dir for this job. Raises ModelDirLockedError if another job has it."""
@@ -79,6 +83,8 @@ class Checkpointer:
         started = time.monotonic()
         answers = client.snapshot_all()
         variables, slots = gather(self._placement, [a.tensors for a in answers])
+        if self._local_state is not None:
+            variables.update(self._local_state.values())
         step = max(a.body.step for a in answers)
         layout: dict[str, list[dict]] = {}
         for s in self._placement.shards:

@@ -16,6 +16,7 @@ from shoal.ps.client import PsClient
 from shoal.ps.optimizers import UpdateRule
 from shoal.ps.protocol import InitRequest, TrainingMode
 from shoal.train.checkpointer import Checkpointer
+from shoal.train.local_state import LocalState
 from shoal.train.placement import Placement
 from shoal.train.snapshot import check_fits, scatter
 from shoal.wire import WireError
@@ -28,10 +29,13 @@ class ChiefDuties:
 
     `params` is the chief's own copy of the variables (the source when there is no checkpoint);
     `checkpoints` is None without a model dir; `current_step()` is the chief's global step.
+    `local_state` (the chief's buffers), if any, is in every checkpoint and is restored from the
+    one that initializes the job (not when a ps is rebuilt: the chief's own values are newer).
     """
 
     def __init__(self, task: str, placement: Placement, params: Mapping[str, np.ndarray], optimizer: UpdateRule,
-                 training: TrainingMode, checkpoints: Checkpointer | None, current_step: Callable[[], int]):
+                 training: TrainingMode, checkpoints: Checkpointer | None, current_step: Callable[[], int],
+                 local_state: LocalState | None = None):
         self._task = task
         self._placement = placement
         self._params = params
@@ -39,6 +43,7 @@ class ChiefDuties:
         self._training = training
         self._checkpoints = checkpoints
         self._current_step = current_step
+        self._local_state = local_state
 
     def initialize(self, client: PsClient) -> None:
         """Create every shard on every ps (from the newest checkpoint if any), then mark them
@@ -47,6 +52,8 @@ class ChiefDuties:
         tensors = scatter(self._placement, values, slots)
         replies = client.init_all(self._init_request(step or 0), tensors)
         client.ready_all()
+        if step is not None and self._local_state is not None:
+            self._local_state.restore({name: values[name] for name in self._local_state.values()})
         log.info("%s initialized %d variables (%d shards) on %d ps", self._task, len(self._params),
                  sum(r.created for r in replies), client.num_ps)
 
@@ -79,7 +86,8 @@ class ChiefDuties:
         checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
         if checkpoint is None:
             return self._params, {}, None
-        check_fits(self._params, checkpoint.variables, str(checkpoint.path))
+        local = self._local_state.values() if self._local_state is not None else {}
+        check_fits({**self._params, **local}, checkpoint.variables, str(checkpoint.path))
         slots = checkpoint.slots
         if checkpoint.optimizer.get("name") != self._optimizer.name:
             log.warning("the checkpoint was trained with %s, this job uses %s: the optimizer state starts fresh",

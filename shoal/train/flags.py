@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.train.options import CheckpointOptions, SyncOptions
+from shoal.train.placement import DEFAULT_PUSH_PART_BYTES
 from shoal.wire.security import Security
 
 
 def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every, the
-    checkpoint and recovery flags, and --wire_security."""
+    checkpoint and recovery flags, --push_part_bytes and --wire_security."""
     parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
     parser.add_argument("--replicas_to_aggregate", type=int, default=None,
                         help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
@@ -32,6 +33,9 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
     parser.add_argument("--keep_checkpoints", type=int, default=5)
     parser.add_argument("--ps_recovery_timeout", type=float, default=120,
                         help="seconds to wait for a lost ps task to come back before failing")
+    parser.add_argument("--push_part_bytes", type=int, default=DEFAULT_PUSH_PART_BYTES,
+                        help="send a push in parts of about this many bytes, so the upload of one part overlaps "
+                             f"the download of the one before (default: {DEFAULT_PUSH_PART_BYTES}; 0: one message per ps)")
     parser.add_argument("--wire_security", choices=[s.value for s in Security], default=Security.AUTO.value,
                         help="how tasks authenticate to the ps (every task of the job must say the same): auto "
                              "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
@@ -45,7 +49,8 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                 checkpoints=CheckpointOptions(every_steps=args.checkpoint_every_steps or None,
                                               every_s=args.checkpoint_every_secs or None,
                                               keep=args.keep_checkpoints),
-                ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args))
+                ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
+                push_part_bytes=args.push_part_bytes or None)
 
 
 def wire_security(args: argparse.Namespace) -> Security:

@@ -15,6 +15,7 @@ import numpy as np
 from shoal.train.errors import TrainError
 
 DEFAULT_MIN_SHARD_BYTES = 256 << 10
+DEFAULT_PUSH_PART_BYTES = 256 << 10
 
 
 class PlacementStrategy(Enum):
@@ -57,12 +58,36 @@ class Placement:
             out[s.ps][s.name] = s.rows(arrays[s.variable])
         return out
 
+    def push_parts(self, part_bytes: int | None) -> tuple[tuple[int, tuple[str, ...]], ...]:
+        """The messages a push is sent in: (ps, shard names), per ps in shard order, each
+        holding shards of at most `part_bytes` together (a larger shard alone); one message
+        per ps when `part_bytes` is None. A ps answers each message as soon as its shards are
+        updated, so a worker's upload of one part overlaps the download of the one before."""
+        parts: list[tuple[int, tuple[str, ...]]] = []
+        for ps in range(self.num_ps):
+            group: list[str] = []
+            size = 0
+            for s in self.on_ps(ps):
+                if group and part_bytes is not None and size + s.nbytes > part_bytes:
+                    parts.append((ps, tuple(group)))
+                    group, size = [], 0
+                group.append(s.name)
+                size += s.nbytes
+            if group:
+                parts.append((ps, tuple(group)))
+        return tuple(parts)
+
 
 def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
                     strategy: PlacementStrategy = PlacementStrategy.GREEDY,
-                    min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES) -> Placement:
+                    min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
+                    part_bytes: int | None = None) -> Placement:
     """Partition variables larger than 2 x `min_shard_bytes` along their first axis into at
-    most `num_ps` shards of at least `min_shard_bytes`, and assign shards to ps tasks."""
+    most `num_ps` shards of at least `min_shard_bytes`, and assign shards to ps tasks. With
+    `part_bytes`, a variable is also cut into shards of at most about `part_bytes` (so a push
+    can travel in parts, see `Placement.push_parts`)."""
+    if part_bytes is not None and part_bytes < 1:
+        raise TrainError(f"push part size {part_bytes} must be a positive number of bytes (or None: one part per ps)")
     if num_ps < 1:
         raise TrainError("the cluster has no ps tasks; add at least one to cluster.ps (or --ps_hosts)")
     if not variables:
@@ -73,6 +98,8 @@ def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
         parts = 1
         if value.ndim and value.nbytes >= 2 * min_shard_bytes:
             parts = max(1, min(num_ps, value.nbytes // min_shard_bytes, rows))
+        if value.ndim and part_bytes is not None:
+            parts = min(rows, max(parts, -(-value.nbytes // part_bytes)))
         bounds = np.linspace(0, rows, parts + 1).round().astype(int)
         row_bytes = value.nbytes // rows if rows else 0
         for i in range(parts):

@@ -14,30 +14,33 @@ from typing import Callable
 from shoal.ps.client import PsClient
 from shoal.ps.protocol import StatusReply
 from shoal.train.errors import TrainError
-from shoal.train.waiting import log_waiting, poll_until
-from shoal.wire import PeerLostError, PeerTimeoutError, WireError
+from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
+from shoal.wire import WireError
 
 log = logging.getLogger("shoal.train.session")
 
 
-def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float) -> list[StatusReply]:
-    """Every ps's status, polling until all answer."""
-    last_error: list[Exception] = []
+def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float, *,
+                log_every_s: float = LOG_EVERY_S) -> list[StatusReply]:
+    """Every ps's status, polling until all answer; logs which ps it still waits for every
+    `log_every_s` ("worker:0 waiting for ps:1 at host:2222 (5s of 120s)")."""
+    missing: list[tuple[int, Exception]] = []
 
     def probe() -> list[StatusReply] | None:
-        try:
-            return client.status_all(min(2.0, max(0.1, deadline - time.monotonic())))
-        except (PeerTimeoutError, PeerLostError) as e:
-            last_error[:] = [e]
-            return None
+        results = client.status_each(min(2.0, log_every_s, max(0.1, deadline - time.monotonic())))
+        missing[:] = [(i, r) for i, r in enumerate(results) if isinstance(r, WireError)]
+        return None if missing else results  # type: ignore[return-value]
+
+    def absent() -> str:
+        return ", ".join(f"ps:{i} at {client.addresses[i]}" for i, _ in missing) or "the parameter servers"
 
     def timed_out() -> Exception:
-        return TrainError(f"{task}: parameter servers did not come up within {total_s:g}s "
-                          f"({last_error[0] if last_error else 'no answer'}); start the ps tasks or fix --ps_hosts")
+        why = str(missing[0][1]) if missing else "no answer"
+        return TrainError(f"{task}: parameter servers did not come up within {total_s:g}s: no answer from "
+                          f"{absent()} ({why}); start the ps tasks or fix --ps_hosts / TF_CONFIG")
 
-    return poll_until(probe, deadline=deadline, interval_s=0.05, timed_out=timed_out,
-                      waiting=log_waiting(log, f"{task} waiting for parameter servers ({', '.join(client.addresses)})",
-                                          total_s))
+    return poll_until(probe, deadline=deadline, interval_s=0.05, timed_out=timed_out, log_every_s=log_every_s,
+                      waiting=log_waiting(log, lambda: f"{task} waiting for {absent()}", total_s))
 
 
 def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, total_s: float) -> list[StatusReply]:
@@ -94,6 +97,12 @@ class PsRecovery:
             error.__cause__ = cause
             return error
 
-        status = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out)
+        def waiting_for() -> str:
+            if last[0] is None:
+                return f"{self._task} waiting for ps:{ps} at {address} to come back"
+            return f"{self._task} waiting for the chief ({self._chief}) to restore ps:{ps} at {address}"
+
+        status = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
+                            waiting=log_waiting(log, waiting_for, self._timeout_s))
         client.set_incarnation(ps, status.incarnation)
         log.info("%s: ps:%d is back at step %d", self._task, ps, status.step)

@@ -16,17 +16,21 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from shoal.cluster import ClusterConfig
+from shoal.logs_default import show_shoal_logs
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.optimizers import UpdateRule
-from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Mode, PushOutcome, StatusReply, TrainingMode
+from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode
 from shoal.train.checkpointer import Checkpointer
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
+from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
-from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
+from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
+from shoal.train.stalls import StallReporter
 from shoal.train.summaries import TaskSummaries
-from shoal.wire import JobSecret, PeerTimeoutError, Security, WireError
+from shoal.train.waiting import LOG_EVERY_S
+from shoal.wire import JobSecret, Security, WireError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ class TrainingSession:
     chief rebuilds its shards from the newest checkpoint and every worker resends what it lost;
     workers wait up to `ps_recovery_timeout_s` for that, then fail with a clear error.
 
+    `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
+    (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
+    the variables, exported, and restored when the chief initializes the job from a checkpoint.
+
     `params` holds this worker's current copy of every variable (writable numpy arrays, updated
     in place by `push` and `pull`). Calls block; not thread-safe. The constructor does no I/O.
     States (SessionState): NEW -> STARTED -> CLOSED. Use as a context manager, or call `start()`
@@ -61,10 +69,11 @@ class TrainingSession:
                  secret: JobSecret, sync: bool | SyncOptions = False, max_steps: int | None = None,
                  placement: PlacementStrategy = PlacementStrategy.GREEDY,
                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
+                 push_part_bytes: int | None = DEFAULT_PUSH_PART_BYTES,
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
-                 security: Security = Security.AUTO):
+                 security: Security = Security.AUTO, local_state: LocalState | None = None):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
@@ -77,7 +86,11 @@ class TrainingSession:
         self.optimizer = optimizer
         self.training = _training_mode(sync, config.num_replicas)
         self.max_steps = max_steps
-        self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes)
+        self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes,
+                                                    push_part_bytes)
+        self._push_parts = self.placement.push_parts(push_part_bytes)
+        # async: the global step is ps 0's count of pushes, answered to the last part sent to it
+        self._step_part = max(k for k, (ps, _) in enumerate(self._push_parts) if ps == 0)
         self.model_dir = Path(model_dir) if model_dir else None
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
@@ -88,14 +101,16 @@ class TrainingSession:
             logdir = self.model_dir if config.is_chief else self.model_dir / f"{config.task.job}_{config.task.index}"
             self.summaries = TaskSummaries(logdir, every_steps=summary_every_steps, is_chief=config.is_chief)
             if config.is_chief:
-                self.checkpointer = Checkpointer(self.model_dir, checkpoints, self.placement, self.task)
+                self.checkpointer = Checkpointer(self.model_dir, checkpoints, self.placement, self.task, local_state)
         self._chief = ChiefDuties(self.task, self.placement, self.params, optimizer, self.training,
-                                  self.checkpointer, lambda: self._step) if config.is_chief else None
+                                  self.checkpointer, lambda: self._step, local_state) if config.is_chief else None
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
+        stalls = StallReporter(self.task, self.training, request_timeout_s)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=recovery.recover,
-                           recovery_timeout_s=ps_recovery_timeout_s, timeout_error=self._timeout_error,
-                           security=security)
+                           recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
+                           on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security)
+        stalls.client = self.ps
         self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
@@ -129,6 +144,7 @@ class TrainingSession:
         """Connect, initialize (chief) or wait for initialization (others), pull. Blocks.
         If it fails, the session stays NEW and may be started again."""
         self._require(SessionState.NEW, "start")
+        show_shoal_logs()
         try:
             if self.checkpointer is not None:
                 self.checkpointer.open()
@@ -208,12 +224,14 @@ class TrainingSession:
     def should_stop(self) -> bool:
         return self.max_steps is not None and self._step >= self.max_steps
 
-    def push(self, grads: Mapping[str, np.ndarray]) -> StepResult:
+    def push(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None = None) -> StepResult:
         """Send one gradient per variable; on return `params` holds the updated values.
 
         Async: the ps applies it at once. Sync: returns once the step's aggregate is applied
         (or at once, with applied=False, if the gradient was stale). The chief also saves a
-        checkpoint here when one is due. Blocks.
+        checkpoint here when one is due. `hyper` (variable -> Hyper, every variable) applies
+        this step with those learning rates and weight decays instead of the update rule's own
+        (a PyTorch optimizer's param groups, read every step). Blocks.
         """
         self._require(SessionState.STARTED, "push")
         if grads.keys() != self.params.keys():
@@ -223,16 +241,21 @@ class TrainingSession:
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
-        answers = self.ps.push_all(self.task, self._step, self.placement.split(arrays), self._targets)
+        per_ps = self.placement.split(arrays)
+        parts = [(ps, {name: per_ps[ps][name] for name in names}) for ps, names in self._push_parts]
+        answers = self.ps.push_all(self.task, self._step, parts, self._targets,
+                                   self._shard_hyper(hyper) if hyper is not None else None)
         self._assign(answers)
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
         else:
-            self._step = max(steps) if self.sync else steps[0]
+            self._step = max(steps) if self.sync else steps[self._step_part]
         result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
         if self.summaries is not None:
-            self.summaries.step_done(self._step, getattr(self.optimizer, "learning_rate", None))
+            learning_rate = (next(iter(hyper.values())).learning_rate if hyper
+                             else getattr(self.optimizer, "learning_rate", None))
+            self.summaries.step_done(self._step, learning_rate)
         if self.checkpointer is not None:
             self.checkpointer.save_if_due(self.ps, self._step)
         return result
@@ -268,6 +291,14 @@ class TrainingSession:
 
     # -- internals -------------------------------------------------------------------------
 
+    def _shard_hyper(self, hyper: Mapping[str, Hyper]) -> dict[str, Hyper]:
+        """Shard name -> the Hyper of its variable."""
+        if hyper.keys() != self.params.keys():
+            missing, extra = self.params.keys() - hyper.keys(), hyper.keys() - self.params.keys()
+            raise TrainError(f"hyper-parameters must name every variable: missing {sorted(missing)[:5]}, "
+                             f"unknown {sorted(extra)[:5]}")
+        return {s.name: hyper[s.variable] for s in self.placement.shards}
+
     def _assign(self, answers: list[Answer]) -> None:
         for answer in answers:
             for name, value in answer.tensors.items():
@@ -282,11 +313,6 @@ class TrainingSession:
             if s.training != self.training:
                 raise TrainError(f"{self.task} was started for {self.training} training but ps:{i} runs "
                                  f"{s.training}; start every worker with the same --sync / replicas_to_aggregate")
-
-    def _timeout_error(self, e: PeerTimeoutError) -> Exception:
-        hint = (f" In sync mode a step waits for {self.training.replicas} replicas: if a worker is down, use backup "
-                "workers (replicas_to_aggregate < replicas)." if self.sync else "")
-        return TrainError(f"{self.task}: {e}.{hint}")
 
 
 def _training_mode(sync: bool | SyncOptions, num_replicas: int) -> TrainingMode:

@@ -1,5 +1,6 @@
 """`poll_until`: the one bounded poll loop behind every wait of a worker (ps tasks coming up,
-the chief initializing, a lost ps coming back)."""
+the chief initializing, a lost ps coming back). Every wait says what it waits for every few
+seconds (`LOG_EVERY_S`), e.g. "worker:0 waiting for ps:1 at host:2222 (12s of 120s)"."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
+LOG_EVERY_S = 5.0
+"""How often a wait logs what it still waits for."""
+
 
 def poll_until(probe: Callable[[], "T | None"], *, deadline: float, interval_s: float,
                timed_out: Callable[[], Exception], waiting: Callable[[float], None] | None = None,
-               log_every_s: float = 10.0) -> T:
+               log_every_s: float = LOG_EVERY_S) -> T:
     """Call `probe()` every `interval_s` until it returns something other than None, and
     return that. At `deadline` (time.monotonic) raise `timed_out()`. Every `log_every_s` while
     waiting, call `waiting(seconds waited so far)` (to log who is missing). Blocks; the probe
@@ -31,6 +35,7 @@ def poll_until(probe: Callable[[], "T | None"], *, deadline: float, interval_s: 
         time.sleep(min(interval_s, max(0.0, deadline - now)))
 
 
-def log_waiting(log: logging.Logger, what: str, total_s: float) -> Callable[[float], None]:
-    """A `waiting` callback that logs "<what> (Ns of Ms)" at INFO."""
-    return lambda waited: log.info("%s (%.0fs of %.0fs)", what, waited, total_s)
+def log_waiting(log: logging.Logger, what: "str | Callable[[], str]", total_s: float) -> Callable[[float], None]:
+    """A `waiting` callback that logs "<what> (Ns of Ms)" at INFO; `what` may be a callable
+    that says what is still missing at the time."""
+    return lambda waited: log.info("%s (%.0fs of %.0fs)", what() if callable(what) else what, waited, total_s)

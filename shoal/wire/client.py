@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import zmq
@@ -181,14 +181,23 @@ class RpcClient:
         self._watch = None
 
 
-def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float) -> list[Message]:
+Progress = Callable[[float, Sequence[str]], None]
+"""progress(seconds waited, peer names still missing), called while a wait_all is slow."""
+
+
+def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
+             progress: Progress | None = None, progress_every_s: float = 5.0) -> list[Message]:
     """Block until every (client, rid) has its reply, or raise for the first that cannot.
 
     Auth refusal and a lost connection (PeerLostError) are reported as soon as they are seen,
     a silent peer after `timeout_s`. Only the failing client is reset: replies for the other
-    clients' requests stay buffered, so the caller can wait for them again.
+    clients' requests stay buffered, so the caller can wait for them again. Every
+    `progress_every_s` of waiting, `progress(waited, peers still missing)` is called (it must
+    not use these clients; its own time counts against `timeout_s`).
     """
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_progress = started + progress_every_s
     clients = {id(c): c for c, _ in pending}.values()
     poller = zmq.Poller()
     for client in clients:
@@ -206,8 +215,14 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float) -> list
             watch = client._watch
             if watch is not None and (watch.refusal is not None or watch.lost):
                 client._fail(rid, timeout_s)
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        remaining = deadline - now
         if remaining <= 0:
             client, rid = missing[0]
             client._fail(rid, timeout_s)
-        poller.poll(max(1, int(remaining * 1000)))
+        if progress is not None and now >= next_progress:
+            progress(now - started, sorted({client.peer_name for client, _ in missing}))
+            next_progress = time.monotonic() + progress_every_s
+            continue
+        wake = remaining if progress is None else min(remaining, next_progress - now)
+        poller.poll(max(1, int(wake * 1000)))

@@ -1,7 +1,8 @@
 """Gatekeeper: authenticates a server's peers (zmq's ZAP) and bounds those that have not.
 
 One thread per server answers zmq's ZAP requests with `check` and reads the server socket's
-monitor. For every accepted connection it asks the kernel who the peer is; when an address holds
+monitor. Refused peers and dropped connections are logged at WARNING with the peer's address
+and why, rate-limited (shoal/wire/refusals.py). For every accepted connection it asks the kernel who the peer is; when an address holds
 more unauthenticated connections than `ConnectionLimits.unauthenticated_per_address` (or all
 addresses together more than `unauthenticated_total`), it shuts the oldest of them down, so
 peers without the job secret cannot use up the server's file descriptors or memory
@@ -30,6 +31,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from shoal.wire.ledger import Connection, HandshakeLedger
 from shoal.wire.limits import ConnectionLimits
+from shoal.wire.refusals import RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,9 @@ class Gatekeeper:
         self._check = check
         self._ledger = HandshakeLedger(limits.unauthenticated_per_address, limits.unauthenticated_total,
                                        limits.handshake_timeout_s)
+        self._refusals = RefusalLog(log, name)  # gatekeeper thread only
+        self._over_bound = (f"too many connections that did not authenticate (bound: "
+                            f"{limits.unauthenticated_per_address} per address, {limits.unauthenticated_total} in all)")
         self._lock = threading.Lock()  # guards the ledger (the serving thread calls `trusted`)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -150,7 +155,8 @@ class Gatekeeper:
                 with self._lock:
                     self._ledger.approved(host, time.monotonic())
             else:
-                log.debug("%s refused a peer at %s: not this job's credentials", self.name, host)
+                self._refusals.refused(host, "not this job's credentials (another job secret, or another "
+                                       "security setting: PLAIN vs CURVE)", time.monotonic())
 
     def _drain_monitor(self) -> None:
         while True:
@@ -202,8 +208,7 @@ class Gatekeeper:
             if (_host(host), port) == (conn.host, conn.port):
                 sock.shutdown(socket.SHUT_RDWR)
                 self.evicted += 1
-                log.debug("%s dropped an unauthenticated connection from %s:%d (over the bound)",
-                          self.name, conn.host, conn.port)
+                self._refusals.refused(conn.host, f"dropped a connection: {self._over_bound}", time.monotonic())
         except (OSError, ValueError, TypeError):
             pass
         finally:

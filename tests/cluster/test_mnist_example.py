@@ -40,7 +40,7 @@ def test_mnist_run_again_with_the_same_model_dir_resumes_and_writes_summaries(ma
     chief = cluster.tasks[2]
     restored = re.search(r"restored checkpoint step=(\d+)", chief.output())
     assert restored and 300 <= int(restored.group(1)) < 600, chief.output()[-3000:]
-    assert all(_accuracy(w) >= 0.90 for w in cluster.tasks[2:])
+    assert all(_accuracy(w) >= 0.90 for w in cluster.tasks[2:]), [_accuracy(w) for w in cluster.tasks[2:]]
 
     def scalar_tags(logdir):
         acc = event_accumulator.EventAccumulator(str(logdir))

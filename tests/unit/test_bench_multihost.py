@@ -106,3 +106,15 @@ def test_goals_mark_a_link_bound_above_the_loopback_rate_as_cpu_bound_here():
     goals = report.goals(summary, {"vs_ddp": []})["fraction_of_link_bound"]
     assert [(g["key"], g["cpu_bound_here"], g["met"]) for g in goals] == [("fast link", True, False),
                                                                          ("slow link", False, False)]
+
+
+def test_whole_push_twins_run_only_on_their_links_and_send_one_message_per_ps():
+    configs = plan.matrix(["mlp"], ["sync"], ["1ps+2w"], ["1gbit", "unshaped"], [], [], loopback=False,
+                          whole_push_links=["1gbit"])
+    keys = [c.key for c in configs]
+    assert keys == ["shoal-ssh mlp sync 1ps+2w 1gbit curve", "shoal-ssh mlp sync 1ps+2w 1gbit curve whole-push",
+                    "shoal-ssh mlp sync 1ps+2w unshaped curve"]
+    where = Where(("host1", "host2", "host3"), ("a1", "a2", "a3"), (), "/cfg", None, None, "py")
+    whole = shoal_argv(configs[1], where, 40_000)
+    assert whole[whole.index("--push_part_bytes") + 1] == "0"
+    assert "--push_part_bytes" not in shoal_argv(configs[0], where, 40_000)

@@ -20,3 +20,9 @@ def test_a_ps_task_loads_no_session_checkpoints_or_summaries():
 def test_a_worker_session_loads_no_pydantic_until_it_touches_a_checkpoint():
     modules = loaded_after("import shoal\nshoal.TrainingSession")
     assert "shoal.train.session" in modules and "pydantic" not in modules
+
+
+def test_a_ps_task_of_a_pytorch_program_loads_no_torch():
+    modules = loaded_after("import shoal.torch\nshoal.torch.init\nshoal.torch.add_flags\nshoal.torch.Job")
+    assert "shoal.torch.job" in modules and "shoal.ps.server" in modules
+    assert not {"torch", "shoal.train.session", "safetensors"} & modules

@@ -48,3 +48,26 @@ def test_split_gives_views_that_cover_each_variable():
 def test_no_ps_is_a_clear_error():
     with pytest.raises(TrainError, match="no ps tasks"):
         place_variables({"w": np.zeros(3)}, num_ps=0)
+
+
+def test_part_bytes_cuts_a_variable_larger_than_a_part_on_one_ps():
+    placement = place_variables({"w": np.zeros((784, 256), np.float32)}, num_ps=1, part_bytes=256 << 10)
+    assert [s.name for s in placement.shards] == [f"w/part_{i}" for i in range(4)]  # 784 KiB in 4 parts
+    assert all(s.ps == 0 for s in placement.shards) and placement.shards[-1].stop == 784
+
+
+def test_push_parts_group_small_shards_and_keep_each_ps_in_order():
+    variables = {"w": np.zeros((512, 256), np.float32), "b": np.zeros(256, np.float32), "c": np.zeros(10, np.float32)}
+    placement = place_variables(variables, num_ps=2, strategy=PlacementStrategy.ROUND_ROBIN, part_bytes=200 << 10)
+    parts = placement.push_parts(200 << 10)
+    assert sorted(name for _, names in parts for name in names) == sorted(s.name for s in placement.shards)
+    for ps, names in parts:
+        assert all(placement.shards[[s.name for s in placement.shards].index(n)].ps == ps for n in names)
+        assert len(names) == 1 or sum(s.nbytes for s in placement.shards if s.name in names) <= 200 << 10
+    assert len(parts) < len(placement.shards)  # the small shards travel together
+    assert placement.push_parts(None) == tuple((ps, tuple(s.name for s in placement.on_ps(ps))) for ps in range(2))
+
+
+def test_a_part_size_below_one_byte_is_refused_naming_it():
+    with pytest.raises(TrainError, match="push part size 0"):
+        place_variables({"w": np.zeros(3)}, num_ps=1, part_bytes=0)

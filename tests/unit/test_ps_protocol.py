@@ -5,7 +5,7 @@ import pytest
 
 from shoal.ps.errors import PsError
 from shoal.ps.protocol import (ASYNC, REPLY_TYPES, REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest,
-                               InitReply, InitRequest, Mode, Op, Phase, ProtocolFieldError, PullReply, PullRequest,
+                               Hyper, InitReply, InitRequest, Mode, Op, Phase, ProtocolFieldError, PullReply, PullRequest,
                                PushOutcome, PushReply, PushRequest, ReadyRequest, ShutdownRequest, SnapshotReply,
                                SnapshotRequest, StatusReply, StatusRequest, TrainingMode, parse_op, split_slots)
 
@@ -18,6 +18,7 @@ EXAMPLES = [
     SnapshotReply(9, SYNC2, {"name": "adam"}),
     PullRequest(("W", "b/part_0"), 3), PullReply(3),
     PushRequest("worker:1", 4, False), PushReply(5, PushOutcome.STALE),
+    PushRequest("worker:0", 2, hyper={"W/part_0": Hyper(0.1, 1e-4), "b": Hyper(0.05)}),
     DoneRequest("chief:0"), DoneReply(2), FailedRequest("worker:0"), ShutdownRequest("worker:0"),
 ]
 
@@ -39,6 +40,11 @@ def test_every_op_has_a_request_and_a_reply_type():
     (PushRequest, {"task": "worker:0", "step": -1}, "step"),
     (PushRequest, {"task": "worker:0", "step": True}, "step"),
     (PushRequest, {"task": "worker:0", "step": 1, "pull": "yes"}, "pull"),
+    (PushRequest, {"task": "worker:0", "step": 1, "hyper": [0.1, 0.0]}, "hyper"),
+    (PushRequest, {"task": "worker:0", "step": 1, "hyper": {"w": [0.1]}}, "hyper"),
+    (PushRequest, {"task": "worker:0", "step": 1, "hyper": {"w": [-0.1, 0.0]}}, "hyper"),
+    (PushRequest, {"task": "worker:0", "step": 1, "hyper": {"w": [float("nan"), 0.0]}}, "hyper"),
+    (PushRequest, {"task": "worker:0", "step": 1, "hyper": {"w": [0.1, True]}}, "hyper"),
     (PullRequest, {"min_step": 0}, "names"),
     (PullRequest, {"names": ["W", 3]}, "names"),
     (InitRequest, {"rule": {"name": "sgd"}, "mode": "sometimes"}, "mode"),

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from shoal.ps.errors import PsError
-from shoal.ps.optimizers import SGD
-from shoal.ps.protocol import (ASYNC, DoneRequest, FailedRequest, InitRequest, Mode, Phase, PullReply, PullRequest,
-                               PushOutcome, PushReply, PushRequest, ReadyRequest, StatusReply, StatusRequest,
-                               TrainingMode)
+from shoal.ps.optimizers import SGD, Adagrad
+from shoal.ps.protocol import (ASYNC, DoneRequest, FailedRequest, Hyper, InitRequest, Mode, Phase, PullReply,
+                               PullRequest, PushOutcome, PushReply, PushRequest, ReadyRequest, StatusReply,
+                               StatusRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.wire import Message, Request
 
@@ -21,17 +21,17 @@ def request(message, tensors=None, peer=b"peer"):
     return Request(peer, Message(header, dict(tensors or {})))
 
 
-def make_service(num_replicas=2, training=ASYNC):
+def make_service(num_replicas=2, training=ASYNC, rule=SGD(1.0)):
     ended = []
     service = PsService("ps:0", num_replicas, ended.append)
     w = np.zeros(3, np.float32)
-    service.handle(request(InitRequest(SGD(1.0).to_config(), training), {"w": w}))
+    service.handle(request(InitRequest(rule.to_config(), training), {"w": w}))
     service.handle(request(ReadyRequest()))
     return service, ended
 
 
-def push(service, task, step, value=1.0):
-    return service.handle(request(PushRequest(task, step), {"w": np.full(3, value, np.float32)}))
+def push(service, task, step, value=1.0, hyper=None):
+    return service.handle(request(PushRequest(task, step, hyper=hyper), {"w": np.full(3, value, np.float32)}))
 
 
 def test_status_reports_phase_and_mode_as_enums():
@@ -100,3 +100,74 @@ def test_job_is_over_when_every_replica_failed():
     service.handle(request(FailedRequest("worker:0")))
     service.handle(request(FailedRequest("worker:1")))
     assert ended == ["all 2 workers failed"]
+
+
+def test_async_push_applies_its_own_learning_rate_and_weight_decay():
+    service, _ = make_service()
+    (first,) = push(service, "worker:0", 0, 1.0, hyper={"w": Hyper(0.5)})
+    np.testing.assert_array_equal(first.tensors["w"], np.full(3, -0.5))  # lr 0.5, not the rule's 1.0
+    (second,) = push(service, "worker:0", 1, 1.0, hyper={"w": Hyper(0.1, weight_decay=2.0)})
+    np.testing.assert_allclose(second.tensors["w"], -0.5 - 0.1 * (1.0 + 2.0 * -0.5))
+
+
+def test_sync_step_applies_the_learning_rate_of_the_push_that_completes_it():
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
+    assert push(service, "worker:0", 0, 1.0, hyper={"w": Hyper(0.25)}) == []
+    replies = push(service, "worker:1", 0, 3.0, hyper={"w": Hyper(0.25)})
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -0.5))  # 0.25 x the average, 2
+
+
+@pytest.mark.parametrize("rule, hyper, match", [
+    (SGD(1.0), {"v": Hyper(0.1)}, r"names a learning rate for \['v'\] but pushes \['w'\]"),
+    (Adagrad(1.0), {"w": Hyper(0.1, 0.5)}, "adagrad has no weight decay"),
+])
+def test_push_with_hyper_the_rule_cannot_take_is_refused_before_it_counts(rule, hyper, match):
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 1), rule=rule)
+    with pytest.raises(PsError, match=match):
+        push(service, "worker:0", 0, hyper=hyper)
+    assert service.step == 0
+
+
+def make_two_shard_service(training):
+    service = PsService("ps:0", 2, lambda reason: None)
+    service.handle(request(InitRequest(SGD(1.0).to_config(), training),
+                           {"a": np.zeros(2, np.float32), "b": np.zeros(2, np.float32)}))
+    service.handle(request(ReadyRequest()))
+    return service
+
+
+def push_part(service, task, step, name, value, ends_step):
+    return service.handle(request(PushRequest(task, step, ends_step=ends_step), {name: np.full(2, value, np.float32)}))
+
+
+def test_sync_push_in_parts_answers_each_part_when_its_shards_are_updated():
+    service = make_two_shard_service(TrainingMode(Mode.SYNC, 2))
+    assert push_part(service, "worker:0", 0, "a", 1.0, False) == []
+    assert push_part(service, "worker:0", 0, "b", 1.0, True) == []
+    replies = push_part(service, "worker:1", 0, "a", 3.0, False)  # shard a complete: both a-parts answered
+    assert [r.request.header["task"] for r in replies] == ["worker:0", "worker:1"]
+    assert all(r.body == PushReply(1, PushOutcome.APPLIED) and set(r.tensors) == {"a"} for r in replies)
+    np.testing.assert_array_equal(replies[0].tensors["a"], np.full(2, -2.0))
+    assert service.step == 0  # shard b still waits for worker:1
+    pull = request(PullRequest(("a", "b"), min_step=1))
+    assert service.handle(pull) == []
+    replies = push_part(service, "worker:1", 0, "b", 5.0, True)
+    assert pull in [r.request for r in replies] and len(replies) == 3 and service.step == 1
+    np.testing.assert_array_equal(replies[0].tensors["b"], np.full(2, -3.0))
+
+
+def test_sync_part_of_a_shard_already_applied_is_stale_and_waits_for_the_next_step():
+    service = make_two_shard_service(TrainingMode(Mode.SYNC, 1))  # one of two replicas: a backup worker
+    assert len(push_part(service, "worker:0", 0, "a", 1.0, False)) == 1
+    assert push_part(service, "worker:1", 0, "a", 9.0, False) == []  # stale, answered when step 1 begins
+    replies = push_part(service, "worker:0", 0, "b", 1.0, True)
+    stale = [r for r in replies if r.request.header["task"] == "worker:1"]
+    assert stale[0].body == PushReply(1, PushOutcome.STALE)
+    np.testing.assert_array_equal(stale[0].tensors["a"], np.full(2, -1.0))  # worker:1's 9.0 was not applied
+
+
+def test_async_push_in_parts_counts_one_step_per_push():
+    service = make_two_shard_service(ASYNC)
+    (first,) = push_part(service, "worker:0", 0, "a", 1.0, False)
+    (last,) = push_part(service, "worker:0", 0, "b", 1.0, True)
+    assert (first.body.step, last.body.step, service.step) == (0, 1, 1)

@@ -12,7 +12,7 @@ def test_aggregator_averages_distinct_replicas_then_advances():
     assert agg.add("worker:0", 0, {"w": np.array([1.0, 2.0])}) is PushOutcome.ACCUMULATED
     assert agg.add("worker:0", 0, {"w": np.array([9.0, 9.0])}) is PushOutcome.DUPLICATE
     assert agg.add("worker:1", 0, {"w": np.array([3.0, 6.0])}) is PushOutcome.APPLIED
-    np.testing.assert_array_equal(agg.take()["w"], [2.0, 4.0])
+    np.testing.assert_array_equal(agg.take({"w"})["w"], [2.0, 4.0])
     assert agg.step == 1
 
 
@@ -27,7 +27,7 @@ def test_aggregator_does_not_alias_the_first_gradient():
     first = np.ones(3)
     agg.add("a", 0, {"w": first})
     agg.add("b", 0, {"w": np.ones(3)})
-    agg.take()
+    agg.take({"w"})
     np.testing.assert_array_equal(first, np.ones(3))
 
 
@@ -73,3 +73,18 @@ def test_each_epoch_reshuffles_the_shard():
 def test_batch_larger_than_shard_is_a_clear_error():
     with pytest.raises(TrainError, match="batch_size 600 does not fit"):
         ShardedBatches(1000, 600, 2, 0)
+
+
+def test_aggregator_applies_each_shard_when_every_replica_pushed_it_and_ends_the_step_with_the_last():
+    agg = SyncAggregator(replicas=2)
+    shards = {"a", "b"}
+    assert agg.add("w0", 0, {"a": np.ones(2)}) is PushOutcome.ACCUMULATED
+    assert agg.add("w1", 0, {"a": np.full(2, 3.0)}) is PushOutcome.APPLIED
+    ready = agg.take(shards)
+    np.testing.assert_array_equal(ready["a"], [2.0, 2.0])
+    assert agg.step == 0 and agg.applied({"a"}, 0) and not agg.applied({"a", "b"}, 0)
+    assert agg.add("w2", 0, {"a": np.ones(2)}) is PushOutcome.STALE  # a backup's part after the shard was applied
+    agg.add("w0", 0, {"b": np.ones(1)})
+    agg.add("w1", 0, {"b": np.ones(1)})
+    assert set(agg.take(shards)) == {"b"}
+    assert agg.step == 1 and agg.applied({"a", "b"}, 0) and not agg.applied({"a"}, 1)

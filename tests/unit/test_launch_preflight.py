@@ -1,0 +1,96 @@
+"""Pre-flight checks before a job starts (shoal/launch/preflight.py): a missing script and a
+Shoal program without a ps are one clear error with nothing started; `shoal run` gives a Shoal
+program one ps by default and says so in --help. In-process CLI with an injected environment."""
+
+from pathlib import Path
+
+import pytest
+
+from shoal.cli.exit_codes import ExitCode
+from shoal.launch.preflight import is_shoal_program, script_of
+from tests.unit.test_launch_cli import Captured
+
+SHOAL_PROGRAM = "import os\nimport shoal\n\nprint('training')\n"
+
+
+@pytest.mark.parametrize("argv, script", [
+    (["python", "train.py", "--lr", "0.1"], "train.py"),
+    (["/usr/bin/python3.11", "-u", "-W", "ignore", "-X", "dev", "sub/train.py"], "sub/train.py"),
+    (["python3", "-uB", "train.py"], "train.py"),
+    (["./train.py", "--steps", "3"], "train.py"),
+    (["python", "-c", "print(1)"], None),
+    (["python", "-uc", "print(1)"], None),
+    (["python", "-m", "not_here.module"], None),
+    (["bash", "run.sh"], None),
+    (["python"], None),
+])
+def test_script_of_a_command_is_its_first_python_script_argument(tmp_path, argv, script):
+    assert script_of(argv, tmp_path) == (None if script is None else tmp_path / script)
+
+
+def test_script_of_python_dash_m_is_the_modules_file_under_the_workdir(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text(SHOAL_PROGRAM)
+    assert script_of(["python", "-m", "pkg.train"], tmp_path) == tmp_path / "pkg" / "train.py"
+    assert is_shoal_program(["python", "-m", "pkg.train"], tmp_path)
+
+
+def test_a_shoal_program_is_one_that_imports_shoal(tmp_path):
+    (tmp_path / "a.py").write_text(SHOAL_PROGRAM)
+    (tmp_path / "b.py").write_text("from shoal.train import flags\n")
+    (tmp_path / "c.py").write_text("import torch  # not shoal\nx = 'import shoal'\n")
+    assert is_shoal_program(["python", "a.py"], tmp_path) and is_shoal_program(["python", "b.py"], tmp_path)
+    assert not is_shoal_program(["python", "c.py"], tmp_path)
+    assert not is_shoal_program(["python", "missing.py"], tmp_path)
+
+
+def nothing_started(tmp_path: Path) -> bool:
+    return not (tmp_path / "home" / "jobs").exists()
+
+
+def test_run_of_a_missing_script_is_one_error_naming_the_path_and_starts_nothing(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--workers", "2", "--", "python", "missing.py") == ExitCode.SPEC_ERROR
+    err = shoal.err.getvalue()
+    assert err.count("\n") == 1 and f"{tmp_path / 'missing.py'}, which does not exist" in err, err
+    assert nothing_started(tmp_path)
+
+
+def test_train_of_a_spec_whose_script_is_missing_starts_nothing(tmp_path):
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python nope/train.py\nroles: {worker: {count: 1}}\n")
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml") == ExitCode.SPEC_ERROR
+    assert "nope/train.py, which does not exist" in shoal.err.getvalue()
+    assert nothing_started(tmp_path)
+
+
+def test_a_shoal_program_with_no_ps_is_refused_before_it_starts(tmp_path):
+    (tmp_path / "train.py").write_text(SHOAL_PROGRAM)
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--ps", "0", "--workers", "2", "--", "python", "train.py") == ExitCode.SPEC_ERROR
+    err = shoal.err.getvalue()
+    assert "a Shoal program (it imports shoal), but the job has no ps task" in err and "--ps 1" in err, err
+    assert nothing_started(tmp_path)
+
+
+def test_run_gives_a_shoal_program_one_ps_by_default(tmp_path):
+    (tmp_path / "train.py").write_text(SHOAL_PROGRAM)
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--workers", "2", "--dry-run", "--", "python", "train.py") == 0
+    assert shoal.out.getvalue().count("# job.ps.") == 1
+
+
+def test_run_gives_other_programs_no_ps_by_default(tmp_path):
+    (tmp_path / "train.py").write_text("import torch\n")
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--workers", "2", "--dry-run", "--", "python", "train.py") == 0
+    assert "# job.ps." not in shoal.out.getvalue()
+
+
+def test_run_help_shows_the_defaults(tmp_path, capsys):
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--help") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: 1 if the command's script imports shoal, else 0)", "workers (default: 1)",
+                    "(default: never)", "(default: 3)", "(default: 1s)", "(default: 5s)"):
+        assert default in text, default
