@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from typing import Optional, Sequence
 
 from shoal.cli import (cmd_check, cmd_kill, cmd_logs, cmd_monitor, cmd_prune, cmd_run,
@@ -36,7 +35,7 @@ def build_parser() -> ShoalParser:
 
 def parse(parser: ShoalParser, argv: list[str]) -> argparse.Namespace:
     """The parsed command line; ArgumentsError (with a suggestion) if it is wrong. -h and
-    --version print (to the current sys.stdout) and raise SystemExit(0)."""
+    --version print (to sys.stdout, as argparse does) and raise SystemExit(0)."""
     error = unknown_command(parser, argv)
     if error is not None:
         raise error
@@ -52,8 +51,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        with redirect_stdout(env.stdout), redirect_stderr(env.stderr):  # -h, --version
-            args = parse(parser, argv)
+        args = parse(parser, argv)
     except SystemExit as e:  # argparse printed --help or --version
         return int(ExitCode.OK) if not e.code else int(ExitCode.USAGE)
     except ArgumentsError as e:

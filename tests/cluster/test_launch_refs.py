@@ -63,7 +63,7 @@ def test_tensorboard_serves_the_reported_dir_and_stops_with_shoal(tmp_path):
     assert out.returncode == 0, out.stdout.decode()
     [job] = status(home)
     assert {t["name"]: t["summaries"] for t in job["tasks"]} == {
-        "worker.0": str(wrote), "worker.1": str(wrote / "worker_1")}
+        "ps.0": "", "worker.0": str(wrote), "worker.1": str(wrote / "worker_1")}
     env = shoal_env(home, PATH=f"{fake_tensorboard(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     shoal = subprocess.Popen([PY, "-m", "shoal.cli.main", "tensorboard", "tb"], cwd=str(REPO),
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -18,19 +18,19 @@ def test_shoal_alone_prints_help_on_stdout(tmp_path):
     assert shoal.err.getvalue() == ""
 
 
-def test_dash_h_prints_help_and_exits_0(tmp_path):
+def test_dash_h_prints_help_and_exits_0(tmp_path, capsys):
     shoal = Captured(tmp_path)
     assert shoal("-h") == ExitCode.OK
-    assert "Start, watch and stop" in shoal.out.getvalue()
+    assert "Start, watch and stop" in capsys.readouterr().out
     shoal = Captured(tmp_path)
     assert shoal("run", "-h") == ExitCode.OK
-    assert "--workers" in shoal.out.getvalue()
+    assert "--workers" in capsys.readouterr().out
 
 
-def test_version_prints_the_package_version(tmp_path):
+def test_version_prints_the_package_version(tmp_path, capsys):
     shoal = Captured(tmp_path)
     assert shoal("--version") == ExitCode.OK
-    assert shoal.out.getvalue() == f"shoal {shoal_version()}\n"
+    assert capsys.readouterr().out == f"shoal {shoal_version()}\n"
 
 
 def test_unknown_flag_gets_a_did_you_mean(tmp_path):
