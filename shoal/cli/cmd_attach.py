@@ -1,4 +1,4 @@
-"""`shoal attach JOB`: follow a running job's output until it ends, and exit with its code."""
+"""`shoal attach [JOB]`: follow a running job's output until it ends, and exit with its code."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 
 from shoal.cli.environment import Environment
 from shoal.cli.following import CtrlC, follow_job
+from shoal.cli.job_args import add_job_argument
+from shoal.launch.job_refs import find_job
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -15,11 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " task's lines prefixed with the task, the final summary), else its task logs — from"
         " the start, then follow it until the job ends, and exit with the job's exit code."
         " Ctrl-C stops following; the job keeps running.")
-    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    add_job_argument(parser, newest_by_default=True)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = store.find(args.job)
+        job = find_job(store, args.job)
         return follow_job(store, job, env, CtrlC.DETACH)

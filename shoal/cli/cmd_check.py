@@ -6,6 +6,7 @@ import argparse
 
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
+from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import describe_checks, sweep_job
 from shoal.launch.errors import LaunchError
 
@@ -19,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             description="Look on every host a job ran on for its processes (by the"
                             " SHOAL_JOB_ID in their environment, so also those that left their process"
                             " group); exit 0 if none is left.")
-    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    add_job_argument(parser, newest_by_default=False)
     parser.add_argument("--kill", action="store_true", help="SIGKILL what is found")
     parser.set_defaults(handler=run)
 

@@ -1,4 +1,5 @@
-"""`shoal kill JOB`: stop a job and everything it started; safe to repeat."""
+"""`shoal kill [JOB]`: stop a job (the newest if none is named) and everything it started;
+safe to repeat."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import argparse
 
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
+from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import describe_checks, kill_job, sweep_job
+from shoal.launch.job_refs import find_job
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("kill", help="stop a job (idempotent)")
-    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    add_job_argument(parser, newest_by_default=True)
     parser.add_argument("--timeout", type=float, default=20.0,
                         help="seconds to let the launcher stop the tasks before SIGKILL")
     parser.set_defaults(handler=run)
@@ -19,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = store.find(args.job)
+        job = find_job(store, args.job)
         executor = env.executor(job.executor)
         job = kill_job(store, job, executor, timeout=args.timeout)
         checks = sweep_job(store, job, executor, kill=True)  # verified: nothing of it is left anywhere

@@ -1,4 +1,5 @@
-"""`shoal logs JOB [--task worker.1] [-f]`: print (or follow) a job's task logs."""
+"""`shoal logs [JOB | JOB.ROLE.INDEX] [--task worker.1] [-f]`: print (or follow) a job's
+task logs (the newest job's if none is named)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ import time
 from pathlib import Path
 
 from shoal.cli.environment import Environment
+from shoal.cli.errors import UsageError
 from shoal.cli.exit_codes import ExitCode
+from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import reconcile
+from shoal.launch.job_refs import find_task
 
 _POLL = 0.2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("logs", help="print a job's logs")
-    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    add_job_argument(parser, newest_by_default=True, tasks=True)
     parser.add_argument("--task", help="only this task, e.g. worker.1")
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing new lines until the job is over")
@@ -24,10 +28,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = store.find(args.job)
+        job, task_name = find_task(store, args.job)
+        if task_name and args.task and job.task(args.task).name != task_name:
+            raise UsageError(f"{args.job} names task {task_name}, but --task names"
+                             f" {args.task}; give one of them")
+        task_name = task_name or args.task
         executor = env.executor(job.executor)
-        tasks = [job.task(args.task)] if args.task else list(job.tasks)
-        prefix = (lambda t: b"") if args.task else (lambda t: t.label.encode() + b" | ")
+        tasks = [job.task(task_name)] if task_name else list(job.tasks)
+        prefix = (lambda t: b"") if task_name else (lambda t: t.label.encode() + b" | ")
         offsets = {t.name: 0 for t in tasks}
         while True:
             for task in tasks:

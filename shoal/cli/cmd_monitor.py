@@ -1,4 +1,5 @@
-"""`shoal monitor JOB [--once] [--interval S]`: CPU, memory and GPU use per task."""
+"""`shoal monitor [JOB] [--once] [--interval S]`: CPU, memory and GPU use per task of a job
+(the newest if none is named)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import argparse
 from shoal.cli.cmd_status import table
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
+from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import reconcile
+from shoal.launch.job_refs import find_job
 from shoal.launch.monitor import TaskSample, sample_job
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -15,7 +18,7 @@ _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("monitor", help="show CPU, memory and GPU use per task")
-    parser.add_argument("job", help="job id, id prefix or name (newest)")
+    add_job_argument(parser, newest_by_default=True)
     parser.add_argument("--once", action="store_true", help="print one sample and exit")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between samples")
     parser.set_defaults(handler=run)
@@ -23,8 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
+        job_id = find_job(store, args.job).id  # the same job all along, even if a newer one starts
         while True:
-            job = store.find(args.job)
+            job = store.find(job_id)
             executor = env.executor(job.executor)
             job = reconcile(store, job, executor)
             samples = sample_job(store, job, executor, interval=min(args.interval, 0.5)

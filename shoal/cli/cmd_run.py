@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from shoal.cli.command_words import program_argv
 from shoal.cli.environment import Environment
 from shoal.cli.launching import add_launch_flags, launch
+from shoal.cli.usage import option_strings
 from shoal.launch.errors import SpecError
 from shoal.launch.preflight import default_ps
 from shoal.launch.spec import spec_from_dict
@@ -36,11 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="extra environment variable for every task (repeatable)")
     add_launch_flags(parser)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, options=tuple(option_strings(parser)))
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    cmd = program_argv(args.cmd, args.options, "shoal run")
     if not cmd:
         raise SpecError("no command given; write it after --, e.g. shoal run --workers 2"
                         " -- python train.py", source="flags", field="run")
@@ -50,6 +52,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         if not sep or not name:
             raise SpecError(f"{item!r} is not NAME=VALUE", source="flags", field="--env")
         extra[name] = value
+    if args.workers == 0 and not args.chief:
+        raise SpecError("--workers 0 leaves no task to train; give --workers 1 or more (or"
+                        " add --chief)", source="flags")
     roles: dict = {"worker": {"count": args.workers}}
     ps = default_ps(cmd, env.cwd) if args.ps is None else args.ps
     if ps:

@@ -1,4 +1,5 @@
-"""`shoal status [JOB] [--json]`: the recorded jobs (newest first), or one job's tasks."""
+"""`shoal status [JOB] [--running | --all | --last N] [--json]`: the recorded jobs (newest
+first; by default the RECENT newest and every job still running), or one job's tasks."""
 
 from __future__ import annotations
 
@@ -8,15 +9,24 @@ import time
 
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
+from shoal.cli.job_args import JOB_HELP
 from shoal.launch.control import reconcile
+from shoal.launch.job_refs import find_job
 from shoal.launch.records import JobRecord
 from shoal.launch.root_cause import load_root_cause
 from shoal.launch.states import JobState, TaskState
 
+RECENT = 10
+"""How many of the newest jobs `shoal status` lists by default (running ones always)."""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("status", help="list jobs, or show one job's tasks")
-    parser.add_argument("job", nargs="?", help="job id, id prefix or name (newest)")
+    parser.add_argument("job", nargs="?", metavar="JOB", help=f"{JOB_HELP}: show its tasks")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--running", action="store_true", help="only the jobs still running")
+    which.add_argument("--all", action="store_true", help="every recorded job")
+    which.add_argument("--last", type=_positive, metavar="N", help="the N newest jobs")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of jobs, newest first, with their tasks")
     parser.set_defaults(handler=run)
@@ -24,8 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        jobs = [store.find(args.job)] if args.job else store.list_jobs()
+        jobs = [find_job(store, args.job)] if args.job else store.list_jobs()
         jobs = [reconcile(store, job, env.executor(job.executor)) for job in jobs]
+    hidden = 0
+    if not args.job:
+        shown = select(jobs, running=args.running, every=args.all, last=args.last)
+        jobs, hidden = shown, len(jobs) - len(shown)
     if args.json:
         env.say(json.dumps([with_root_cause(job.as_json(), job) for job in jobs], indent=2))
     elif args.job:
@@ -34,8 +48,24 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         if cause is not None:
             env.say(cause.format())
     else:
-        env.say(jobs_table(jobs))
+        env.say(jobs_table(jobs, running_only=args.running))
+        if hidden:
+            env.say(f"{hidden} older finished jobs not shown: shoal status --all or --last N"
+                    " (shoal prune removes finished jobs)")
     return int(ExitCode.OK)
+
+
+def select(jobs: list[JobRecord], *, running: bool = False, every: bool = False,
+           last: "int | None" = None) -> list[JobRecord]:
+    """The jobs to list (`jobs` newest first): those still running; all; the `last`
+    newest; or by default the RECENT newest plus any older one still running."""
+    if every:
+        return list(jobs)
+    if running:
+        return [job for job in jobs if not job.state.is_terminal]
+    if last is not None:
+        return jobs[:last]
+    return [job for i, job in enumerate(jobs) if i < RECENT or not job.state.is_terminal]
 
 
 def with_root_cause(data: dict, job: JobRecord) -> dict:
@@ -44,17 +74,20 @@ def with_root_cause(data: dict, job: JobRecord) -> dict:
     return {**data, "root_cause": cause.as_json()} if cause is not None else data
 
 
-def jobs_table(jobs: list[JobRecord]) -> str:
-    rows = [("ID", "NAME", "STATE", "TASKS", "STEP", "LOSS", "STARTED")]
+def jobs_table(jobs: list[JobRecord], running_only: bool = False) -> str:
+    rows = [("#", "ID", "NAME", "STATE", "TASKS", "STEP", "LOSS", "STARTED")]
     for job in jobs:
         running = sum(t.state is TaskState.RUNNING for t in job.tasks)
         rows.append((
+            "" if job.number is None else str(job.number),
             job.id, job.name, job.state.value, f"{running}/{len(job.tasks)} running",
             "" if job.step is None else str(job.step),
             "" if job.loss is None else f"{job.loss:.4g}",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created)),
         ))
-    return table(rows) if jobs else "no jobs yet; start one with shoal train SPEC.yaml"
+    if jobs:
+        return table(rows)
+    return "no job is running" if running_only else "no jobs yet; start one with shoal train SPEC.yaml"
 
 
 def job_table(job: JobRecord) -> str:
@@ -66,7 +99,21 @@ def job_table(job: JobRecord) -> str:
     rows = [("TASK", "STATE", "PID", "RESTARTS", "ADDRESS", "DETAIL")]
     for t in job.tasks:
         rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), t.address, t.detail))
-    return f"{head}\nlogs: {job.job_dir}/logs   model dir: {job.model_dir}\n{table(rows)}"
+    where = f"logs: {job.job_dir}/logs   model dir: {job.model_dir}"
+    if job.number is not None:
+        where = f"number: {job.number}   {where}"
+    return f"{head}\n{where}\n{table(rows)}"
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of jobs >= 1")
+    return value
 
 
 def table(rows: list[tuple[str, ...]]) -> str:

@@ -5,3 +5,7 @@ from shoal.errors import ShoalError
 
 class MissingTool(ShoalError):
     """An optional program the command needs (TensorBoard) is not installed."""
+
+
+class UsageError(ShoalError):
+    """The command line is wrong: an unknown command or flag, a stray word. Exit code 2."""

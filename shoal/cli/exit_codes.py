@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from shoal.cli.errors import MissingTool
+from shoal.cli.errors import MissingTool, UsageError
 from shoal.cluster import ClusterError
 from shoal.errors import ShoalError
 from shoal.launch.errors import JobNotFound, PlanError, SpecError, StartError, WorkspaceError
@@ -34,6 +34,8 @@ class ExitCode(IntEnum):
 
 def exit_code_for(error: BaseException) -> ExitCode:
     """The exit code for an error a command raised (most specific class first)."""
+    if isinstance(error, UsageError):
+        return ExitCode.USAGE
     if isinstance(error, SpecError):
         return ExitCode.SPEC_ERROR
     if isinstance(error, (PlanError, ClusterError)):

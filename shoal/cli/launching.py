@@ -9,6 +9,7 @@ import argparse
 
 from shoal.cli.background import launch_in_background
 from shoal.cli.environment import Environment
+from shoal.cli.errors import UsageError
 from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.detach import BACKGROUND_FLAG
@@ -29,12 +30,18 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
                         " (shoal attach JOB), and exit 0")
     parser.add_argument(BACKGROUND_FLAG, dest="background_job_id", default=None,
                         help=argparse.SUPPRESS)  # run as the background launcher of this job id
+    parser.add_argument("--show-secret", action="store_true",
+                        help="with --dry-run: print the job secret (hidden otherwise), so the"
+                        " printed commands, run by hand, make a working job")
     add_host_flags(parser)
 
 
 def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     """Plan `spec`; print the plan if --dry-run, else check it (shoal/launch/preflight.py)
     and run the job (in the background with --detach, or followed from a terminal). Returns the exit code."""
+    if args.show_secret and not args.dry_run:
+        raise UsageError("--show-secret only goes with --dry-run (a job's secret is never"
+                         " printed while it runs)")
     background_id = getattr(args, "background_job_id", None)
     if background_id is not None and not is_job_id(spec.name, background_id):
         raise SpecError(f"{background_id!r} is not an id for a job named {spec.name!r}; {BACKGROUND_FLAG}"
@@ -48,7 +55,7 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
                          shoal_home=env.shoal_home, workdir=env.cwd)
         if args.dry_run:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
-            env.say(notes + format_plan(plan), end="")
+            env.say(notes + format_plan(plan, show_secret=args.show_secret), end="")
             return int(ExitCode.OK)
         check_plan(plan, local=executor.kind == LOCAL)
         with env.store() as store:

@@ -6,23 +6,43 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from shoal.cli import (cmd_attach, cmd_check, cmd_kill, cmd_logs, cmd_monitor, cmd_run,
+from shoal.cli import (cmd_attach, cmd_check, cmd_kill, cmd_logs, cmd_monitor, cmd_prune, cmd_run,
                        cmd_status, cmd_tensorboard, cmd_train)
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode, exit_code_for
+from shoal.cli.usage import ArgumentsError, ShoalParser, unknown_command, unrecognized
 from shoal.errors import ShoalError
+from shoal.launch.agent import shoal_version
 
 COMMANDS = (cmd_train, cmd_run, cmd_status, cmd_logs, cmd_attach, cmd_kill, cmd_check,
-            cmd_monitor, cmd_tensorboard)
+            cmd_monitor, cmd_tensorboard, cmd_prune)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="shoal", description="Start, watch and stop parameter-server training jobs.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def build_parser() -> ShoalParser:
+    """The parser of `shoal` and every subcommand (`.commands` maps names to theirs)."""
+    parser = ShoalParser(
+        prog="shoal", description="Start, watch and stop parameter-server training jobs.",
+        epilog="JOB is a job's number (the # of shoal status), its name (its newest job),"
+        " its id or a unique prefix of it; commands that take a JOB use the newest job"
+        " when none is given. shoal COMMAND -h tells more.")
+    parser.add_argument("--version", action="version", version=f"shoal {shoal_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)
+    parser.commands = dict(sub.choices)
     return parser
+
+
+def parse(parser: ShoalParser, argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; ArgumentsError (with a suggestion) if it is wrong. -h and
+    --version print (to sys.stdout, as argparse does) and raise SystemExit(0)."""
+    error = unknown_command(parser, argv)
+    if error is not None:
+        raise error
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        raise unrecognized(parser.commands.get(args.command, parser), extras)
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None) -> int:
@@ -31,9 +51,16 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse printed --help (code 0) or a usage error
+        args = parse(parser, argv)
+    except SystemExit as e:  # argparse printed --help or --version
         return int(ExitCode.OK) if not e.code else int(ExitCode.USAGE)
+    except ArgumentsError as e:
+        env.say(e.parser.format_usage().rstrip("\n"), err=True)
+        env.say(f"{e.parser.prog}: error: {e}", err=True)
+        return int(ExitCode.USAGE)
+    if args.command is None:  # `shoal` alone
+        env.say(parser.format_help(), end="")
+        return int(ExitCode.OK)
     args.argv = tuple(argv)  # the command line, for a launcher that runs it again in the background
     try:
         return int(args.handler(args, env))

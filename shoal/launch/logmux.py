@@ -1,5 +1,6 @@
 """`LogMux`: copies every task's output to the console, each whole line prefixed with
-the task ("mnist.worker.1 | ..."), and to the task's own log file; spots progress lines.
+the task ("mnist.worker.1 | ..."), and to the task's own log file; spots progress lines
+and the line where a task says which directory it writes TensorBoard summaries to.
 
 Pipes are read in binary. The log file gets the bytes exactly as they come, as they come
 (a last line without "\\n" is completed at EOF). The console gets whole prefixed lines,
@@ -21,7 +22,12 @@ from typing import IO, Callable, Optional
 PROGRESS_RE = re.compile(rb"\bstep=(\d+)\b.*?\bloss=([-+0-9.eE]+|nan|inf)")
 """A progress line from a worker: `step=<global step> loss=<float> ...`."""
 
+SUMMARIES_RE = re.compile(rb"summaries=(/[^\r\n]*)")
+"""A whole line a task prints when it opens its TensorBoard summaries: `summaries=<absolute
+directory>` (shoal/train/summaries.py writes it)."""
+
 ProgressCallback = Callable[[str, int, float], None]
+SummariesCallback = Callable[[str, str], None]
 _CHUNK = 1 << 16
 _CLEAR = b"\r\x1b[K"
 
@@ -95,9 +101,11 @@ class LogMux:
     `live_status` draws a status line at the bottom (for terminals only)."""
 
     def __init__(self, out: IO[bytes], *, on_progress: Optional[ProgressCallback] = None,
+                 on_summaries: Optional[SummariesCallback] = None,
                  live_status: bool = False) -> None:
         self._out = out
         self._on_progress = on_progress
+        self._on_summaries = on_summaries
         self._live = live_status
         self._status = b""
         self._lock = threading.Lock()
@@ -170,6 +178,11 @@ class LogMux:
         if not lines:
             return
         self._emit([prefix + line for line in lines])
+        if self._on_summaries is not None:
+            for line in lines:
+                match = SUMMARIES_RE.fullmatch(line.rstrip(b"\r\n")) if b"summaries=" in line else None
+                if match:
+                    self._on_summaries(name, os.fsdecode(match.group(1)))
         if self._on_progress is None:
             return
         for line in reversed(lines):

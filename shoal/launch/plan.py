@@ -160,9 +160,10 @@ def make_plan(
     )
 
 
-def format_plan(plan: JobPlan) -> str:
+def format_plan(plan: JobPlan, *, show_secret: bool = False) -> str:
     """The plan as text: a header, then per task one shell line that runs it exactly —
-    except the job secret, shown as HIDDEN_SECRET (a dry run never uses it)."""
+    except the job secret, shown as HIDDEN_SECRET (a dry run never uses it) unless
+    `show_secret` (then the lines, run by hand, make a working job)."""
     restart = plan.restart
     policy = restart.policy.value
     if policy != "never":
@@ -184,13 +185,14 @@ def format_plan(plan: JobPlan) -> str:
             names = ", ".join(t.name for t in plan.tasks if t.node == node)
             lines += [f"## on {node}: {names}", ""]
         for task in (t for t in plan.tasks if t.node == node):
-            lines += _task_lines(plan, task)
+            lines += _task_lines(plan, task, show_secret)
     return "\n".join(lines)
 
 
-def _task_lines(plan: JobPlan, task: TaskPlan) -> list[str]:
+def _task_lines(plan: JobPlan, task: TaskPlan, show_secret: bool) -> list[str]:
     gpus = f"  gpus {','.join(map(str, task.gpus))}" if task.gpus else ""
-    env = " ".join(f"{k}={shlex.quote(HIDDEN_SECRET if k == SECRET_VARIABLE else v)}"
+    hide = not show_secret
+    env = " ".join(f"{k}={shlex.quote(HIDDEN_SECRET if hide and k == SECRET_VARIABLE else v)}"
                    for k, v in task.env)
     return [f"# {task.label}  {task.address}{gpus}  log {task.log_path}",
             f"cd {shlex.quote(plan.workdir)} && env {env} {shlex.join(task.argv)}", ""]

@@ -2,7 +2,8 @@
 
 The launcher writes a job's states, its tasks' states and every process it started (as
 its executor's TaskRef); other terminals read them (`shoal status`, `logs`, `kill`,
-`monitor`). States come back as TaskState / JobState. Methods are thread-safe (one
+`monitor`). Each job gets a short number (1, 2, 3 ...; `find("12")`) when it is
+recorded. States come back as TaskState / JobState. Methods are thread-safe (one
 connection behind a lock); SQLite's own locking makes several processes safe. The file
 and its WAL/SHM files are 0600, a directory created for them 0700. The schema is
 versioned; `open` migrates an older file (records_schema.py).
@@ -21,7 +22,7 @@ from shoal.launch.errors import JobNotFound, WorkspaceError
 from shoal.launch.executor import TaskRef
 from shoal.launch.files import private_dirs, private_file, tighten_file
 from shoal.launch.plan import JobPlan
-from shoal.launch.records_schema import ensure_schema
+from shoal.launch.records_schema import JOB_NUMBER, ensure_schema
 from shoal.launch.states import JobState, TaskState
 
 _PRIVATE_SIDE_FILES = ("-wal", "-shm")
@@ -39,6 +40,8 @@ class TaskRecord:
     restarts: int
     detail: str
     log_path: str
+    summaries: str = ""
+    """The TensorBoard directory the task reported ("" if none), on the task's host."""
 
     def as_json(self) -> dict[str, Any]:
         return {**self.__dict__, "state": self.state.value}
@@ -70,7 +73,14 @@ class JobRecord:
     step: Optional[int]
     loss: Optional[float]
     executor: str
+    number: Optional[int]
+    """The job's short number (`shoal logs 12`); None only for a job being migrated."""
     tasks: tuple[TaskRecord, ...]
+
+    @property
+    def handle(self) -> str:
+        """How tables and messages name the job: "12 mnist-20260101-120000-ab12"."""
+        return f"{self.number} {self.id}" if self.number is not None else self.id
 
     def task(self, name: str) -> TaskRecord:
         for task in self.tasks:
@@ -138,15 +148,20 @@ class JobStore:
     # --- writes (the launcher) ------------------------------------------------------
 
     def create_job(self, plan: JobPlan, launcher_pid: int, launcher_started: float,
-                   executor: str = "local") -> None:
+                   executor: str = "local") -> int:
         """Record a new job PENDING, run by `executor` (its kind) from the launcher
-        process `launcher_pid` created at `launcher_started`."""
+        process `launcher_pid` created at `launcher_started`; returns its number (one more
+        than the last number given, even if that job was deleted)."""
         with self._tx() as db:
+            db.execute("UPDATE counters SET value = value + 1 WHERE name = ?", (JOB_NUMBER,))
+            number = int(db.execute("SELECT value FROM counters WHERE name = ?",
+                                    (JOB_NUMBER,)).fetchone()[0])
             db.execute(
                 "INSERT INTO jobs (id, name, state, created, launcher_pid, launcher_started,"
-                " job_dir, model_dir, executor) VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)",
+                " job_dir, model_dir, executor, number)"
+                " VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?)",
                 (plan.job_id, plan.name, time.time(), launcher_pid, launcher_started,
-                 plan.job_dir, plan.model_dir, executor),
+                 plan.job_dir, plan.model_dir, executor, number),
             )
             db.executemany(
                 "INSERT INTO tasks (job_id, name, label, address, state, log_path, position)"
@@ -154,6 +169,7 @@ class JobStore:
                 [(plan.job_id, t.name, t.label, t.address, t.log_path, i)
                  for i, t in enumerate(plan.tasks)],
             )
+        return number
 
     def set_job_state(self, job_id: str, state: JobState, reason: str = "",
                       exit_code: Optional[int] = None, ended: bool = False) -> None:
@@ -190,31 +206,59 @@ class JobStore:
         with self._tx() as db:
             db.execute("UPDATE jobs SET step = ?, loss = ? WHERE id = ?", (step, loss, job_id))
 
+    def set_summaries(self, job_id: str, name: str, directory: str) -> None:
+        """Record the TensorBoard directory task `name` reported writing to."""
+        with self._tx() as db:
+            db.execute("UPDATE tasks SET summaries = ? WHERE job_id = ? AND name = ?",
+                       (directory, job_id, name))
+
+    def delete_job(self, job_id: str) -> None:
+        """Forget the job: its record, its tasks' and its processes' (files are the
+        caller's). Its number is not given again. Idempotent."""
+        with self._tx() as db:
+            for table, column in (("processes", "job_id"), ("tasks", "job_id"), ("jobs", "id")):
+                db.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
+
     # --- reads (any terminal) -------------------------------------------------------
 
     def list_jobs(self) -> list[JobRecord]:
         """Every job, newest first."""
         with self._tx() as db:
-            rows = db.execute("SELECT * FROM jobs ORDER BY created DESC, id DESC").fetchall()
+            rows = db.execute(f"SELECT * FROM jobs {_NEWEST_FIRST}").fetchall()
             return [self._job(db, row) for row in rows]
 
+    def newest(self) -> JobRecord:
+        """The newest job; JobNotFound if there is none."""
+        with self._tx() as db:
+            row = db.execute(f"SELECT * FROM jobs {_NEWEST_FIRST} LIMIT 1").fetchone()
+            if row is None:
+                raise JobNotFound(f"no jobs yet in {self.path}; start one with shoal train"
+                                  " SPEC.yaml or shoal run (or set SHOAL_HOME to where the"
+                                  " jobs ran)")
+            return self._job(db, row)
+
     def find(self, ref: str) -> JobRecord:
-        """The job whose id is `ref`, else the one id starting with `ref`, else the newest
-        job named `ref`; JobNotFound otherwise."""
+        """The job `ref` names, tried in this order: its id; its number (digits only); its
+        name (the newest job of that name); the one id that starts with `ref`.
+        JobNotFound if none matches, or if `ref` starts several ids (they are named)."""
         with self._tx() as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (ref,)).fetchone()
+            if row is None and ref.isdigit() and ref.isascii():
+                row = db.execute("SELECT * FROM jobs WHERE number = ?", (int(ref),)).fetchone()
             if row is None:
-                rows = db.execute("SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\'",
-                                  (_like_prefix(ref),)).fetchall()
+                row = db.execute(f"SELECT * FROM jobs WHERE name = ? {_NEWEST_FIRST} LIMIT 1",
+                                 (ref,)).fetchone()
+            if row is None:
+                rows = db.execute(f"SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\'"
+                                  f" {_NEWEST_FIRST}", (_like_prefix(ref),)).fetchall()
                 if len(rows) > 1:
+                    shown = ", ".join(f"{r['number']} {r['id']}" for r in rows[:_AMBIGUOUS_SHOWN])
+                    more = f" and {len(rows) - _AMBIGUOUS_SHOWN} more" if len(rows) > _AMBIGUOUS_SHOWN else ""
                     raise JobNotFound(
-                        f"job {ref!r} is ambiguous: it starts {len(rows)} job ids; give"
-                        " more of the id (see shoal status)"
+                        f"job {ref!r} is ambiguous: it starts {len(rows)} job ids ({shown}{more});"
+                        " give the job's number, its name (its newest job) or more of the id"
                     )
                 row = rows[0] if rows else None
-            if row is None:
-                row = db.execute("SELECT * FROM jobs WHERE name = ? ORDER BY created DESC,"
-                                 " id DESC LIMIT 1", (ref,)).fetchone()
             if row is None:
                 raise JobNotFound(
                     f"no job {ref!r} in {self.path}; list the jobs with shoal status"
@@ -233,7 +277,8 @@ class JobStore:
         data = dict(row)
         data["state"] = JobState(data["state"])
         tasks = db.execute(
-            "SELECT name, label, address, state, pid, restarts, detail, log_path FROM tasks"
+            "SELECT name, label, address, state, pid, restarts, detail, log_path, summaries"
+            " FROM tasks"
             " WHERE job_id = ? ORDER BY position", (data["id"],),
         ).fetchall()
         return JobRecord(**data, tasks=tuple(
@@ -260,6 +305,10 @@ class _Tx:
             self._db.execute("ROLLBACK" if exc_type else "COMMIT")
         finally:
             self._lock.release()
+
+
+_NEWEST_FIRST = "ORDER BY created DESC, id DESC"
+_AMBIGUOUS_SHOWN = 5
 
 
 def _like_prefix(text: str) -> str:

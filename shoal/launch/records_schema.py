@@ -3,8 +3,10 @@ older file up to date when a newer shoal opens it.
 
 The version is SQLite's `PRAGMA user_version`. Version 0 is the first, unversioned
 schema; version 1 records each job's executor kind and, per started process, the
-executor's TaskRef (JSON) instead of a bare pid. A migration runs inside one write
-transaction, so two shoal processes opening an old file at once migrate it once.
+executor's TaskRef (JSON) instead of a bare pid; version 2 gives each job a short number
+(1, 2, 3 ... in creation order, never given twice: `counters` holds the last one) and each
+task the summaries directory it reported. A migration runs inside one write transaction,
+so two shoal processes opening an old file at once migrate it once.
 """
 
 from __future__ import annotations
@@ -14,23 +16,29 @@ import sqlite3
 from shoal.launch.errors import WorkspaceError
 from shoal.launch.executor import TaskRef
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _JOBS = """CREATE TABLE jobs (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
   ended REAL, exit_code INTEGER, reason TEXT NOT NULL DEFAULT '',
   launcher_pid INTEGER, launcher_started REAL, job_dir TEXT NOT NULL,
-  model_dir TEXT NOT NULL, step INTEGER, loss REAL, executor TEXT NOT NULL DEFAULT 'local'
+  model_dir TEXT NOT NULL, step INTEGER, loss REAL, executor TEXT NOT NULL DEFAULT 'local',
+  number INTEGER
 )"""
 _TASKS = """CREATE TABLE tasks (
   job_id TEXT NOT NULL, name TEXT NOT NULL, label TEXT NOT NULL, address TEXT NOT NULL,
   state TEXT NOT NULL, pid INTEGER, restarts INTEGER NOT NULL DEFAULT 0,
   detail TEXT NOT NULL DEFAULT '', log_path TEXT NOT NULL, position INTEGER NOT NULL,
+  summaries TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (job_id, name)
 )"""
 _PROCESSES = """CREATE TABLE {name} (
   job_id TEXT NOT NULL, name TEXT NOT NULL, pid INTEGER, started REAL, ref TEXT NOT NULL
 )"""
+_COUNTERS = "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+_NUMBER_INDEX = "CREATE UNIQUE INDEX jobs_number ON jobs (number)"
+JOB_NUMBER = "job_number"
+"""The counter (in `counters`) that holds the last job number given."""
 
 
 def ensure_schema(db: sqlite3.Connection, path: object) -> None:
@@ -48,11 +56,15 @@ def ensure_schema(db: sqlite3.Connection, path: object) -> None:
                 " elsewhere"
             )
         if version < SCHEMA_VERSION:
-            if _has_table(db, "jobs"):
-                _migrate_0_to_1(db)
-            else:
-                for statement in (_JOBS, _TASKS, _PROCESSES.format(name="processes")):
+            if not _has_table(db, "jobs"):
+                for statement in (_JOBS, _TASKS, _PROCESSES.format(name="processes"),
+                                  _COUNTERS, _NUMBER_INDEX):
                     db.execute(statement)
+                db.execute("INSERT INTO counters VALUES (?, 0)", (JOB_NUMBER,))
+            else:
+                if version < 1:
+                    _migrate_0_to_1(db)
+                _migrate_1_to_2(db)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:
@@ -73,6 +85,18 @@ def _migrate_0_to_1(db: sqlite3.Connection) -> None:
     )
     db.execute("DROP TABLE processes")
     db.execute("ALTER TABLE processes_v1 RENAME TO processes")
+
+
+def _migrate_1_to_2(db: sqlite3.Connection) -> None:
+    """Jobs get numbers in creation order (oldest 1), tasks an empty summaries directory."""
+    db.execute("ALTER TABLE jobs ADD COLUMN number INTEGER")
+    db.execute("ALTER TABLE tasks ADD COLUMN summaries TEXT NOT NULL DEFAULT ''")
+    ids = [row[0] for row in db.execute("SELECT id FROM jobs ORDER BY created, id")]
+    db.executemany("UPDATE jobs SET number = ? WHERE id = ?",
+                   [(number, job_id) for number, job_id in enumerate(ids, start=1)])
+    db.execute(_NUMBER_INDEX)
+    db.execute(_COUNTERS)
+    db.execute("INSERT INTO counters VALUES (?, ?)", (JOB_NUMBER, len(ids)))
 
 
 def _version(db: sqlite3.Connection) -> int:

@@ -43,8 +43,8 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
             f"cannot create the model dir {plan.model_dir}: {e.strerror or e}; pick a"
             " writable output_dir (--output-dir), or leave it out to use the job's folder"
         ) from e
-    store.create_job(plan, os.getpid(), process_started(os.getpid()) or 0.0,
-                     executor=executor.kind)
+    number = store.create_job(plan, os.getpid(), process_started(os.getpid()) or 0.0,
+                              executor=executor.kind)
     console_holder: list = []  # the console needs the mux, the mux's callback the console
     records = RecordsObserver(plan, store)
 
@@ -52,10 +52,14 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
         console_holder[0].progress(name, step, loss)
         records.progress(name, step, loss)
 
-    mux = LogMux(out, on_progress=on_progress, live_status=live_status)
+    def on_summaries(name: str, directory: str) -> None:
+        store.set_summaries(plan.job_id, name, directory)
+
+    mux = LogMux(out, on_progress=on_progress, on_summaries=on_summaries, live_status=live_status)
     console = ConsoleObserver(plan, mux, live=live_status)
     console_holder.append(console)
-    mux.note(f"shoal | job {plan.job_id}: {len(plan.tasks)} tasks, logs in {plan.job_dir}/logs")
+    mux.note(f"shoal | job {number} {plan.job_id}: {len(plan.tasks)} tasks, logs in"
+             f" {plan.job_dir}/logs (shoal logs {number})")
     supervisor = Supervisor(plan, executor=executor, mux=mux,
                             observer=Observers(console, records))
 

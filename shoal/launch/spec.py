@@ -36,8 +36,8 @@ from shoal.launch.errors import SpecError
 from shoal.launch.hosts import Host, host_name_problem
 from shoal.launch.template import dotted, parse_overrides, render_tree
 
-_DURATION_RE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION_RE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _MEMORY_RE = re.compile(r"\s*[0-9]*\.?[0-9]+\s*[A-Za-z]*\s*")
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 _PARAMETER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -50,7 +50,7 @@ MAX_ALIAS_NODES = 1000
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string like "500ms", "30s", "10m", "1h"."""
+    """Seconds from a number or a string like "500ms", "30s", "10m", "1h", "7d"."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 10m or 1h")
     if isinstance(value, (int, float)):

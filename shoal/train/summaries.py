@@ -6,6 +6,11 @@ TensorBoard shows one run per task and their step times side by side:
 
     tensorboard --logdir <model_dir>
 
+On opening, a task prints where it writes, `summaries=<absolute directory>`, one line on
+stderr (the launcher reads a task's stdout and stderr as one stream; the program's stdout
+stays its own): the launcher records it, and `shoal tensorboard` serves what the tasks reported
+(shoal/launch/logmux.py reads the line; launch and train share only this text).
+
 Not thread-safe. `scalar` does not block on disk (tensorboardX writes from its own thread).
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 
 def _import_summary_writer():
@@ -38,8 +44,10 @@ def _import_summary_writer():
 class TaskSummaries:
     """Scalars of one task, plus its own step times averaged every `every_steps` local steps."""
 
-    def __init__(self, logdir: str | Path, *, every_steps: int = 100, is_chief: bool):
+    def __init__(self, logdir: str | Path, *, every_steps: int = 100, is_chief: bool,
+                 out: IO[str] | None = None):
         self.logdir = Path(logdir)
+        self._out = out
         self.every_steps = max(1, every_steps)
         self.is_chief = is_chief
         self._writer = None
@@ -48,10 +56,12 @@ class TaskSummaries:
         self._window_global = 0
 
     def open(self) -> "TaskSummaries":
-        """Create the event file. Blocks briefly (creates the directory)."""
+        """Create the event file and print the `summaries=DIR` line. Blocks briefly
+        (creates the directory)."""
         if self._writer is None:
             self.logdir.mkdir(parents=True, exist_ok=True)
             self._writer = _import_summary_writer()(logdir=str(self.logdir), flush_secs=10)
+            print(f"summaries={self.logdir.resolve()}", file=self._out or sys.stderr, flush=True)
         return self
 
     def scalar(self, tag: str, value: float, step: int) -> None:

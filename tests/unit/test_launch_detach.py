@@ -26,7 +26,7 @@ def job(tmp_path, state=JobState.RUNNING, exit_code=None) -> JobRecord:
     tasks = tuple(TaskRecord(f"worker.{i}", f"j.worker.{i}", "127.0.0.1:1", TaskState.RUNNING, None, 0, "",
                              str(tmp_path / "logs" / f"worker.{i}.log")) for i in range(2))
     return JobRecord("j-1", "j", state, 0.0, None, exit_code, "", None, None, str(tmp_path), str(tmp_path),
-                     None, None, "local", tasks)
+                     None, None, "local", 1, tasks)
 
 
 def test_job_output_prefixes_whole_task_lines_and_keeps_a_partial_one_for_later(tmp_path):

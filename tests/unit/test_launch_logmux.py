@@ -150,3 +150,11 @@ def test_carriage_return_shows_a_partial_line_before_its_newline(tmp_path):
     # the "\n" that completes the shown "\r" adds no empty line
     assert out.getvalue() == b"j.worker.0 | 10%|#\r\nj.worker.0 | 20%|##\n"
     assert (tmp_path / "worker.0.log").read_bytes() == b"10%|#\r\n20%|##\n"
+
+
+def test_summaries_line_reports_the_tasks_directory(tmp_path):
+    seen = []
+    mux = LogMux(io.BytesIO(), on_summaries=lambda *a: seen.append(a))
+    pump(mux, [b"step=1 loss=1\nsummaries=/x/my dir/worker_1\r\n",
+               b"we write summaries=/not/this\nsummaries=relative/no\n"], tmp_path, "worker.1")
+    assert seen == [("worker.1", "/x/my dir/worker_1")]

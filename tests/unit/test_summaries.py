@@ -46,3 +46,19 @@ def test_opening_summaries_does_not_import_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_opening_prints_the_absolute_directory_for_the_launcher(tmp_path, monkeypatch):
+    import io
+    import re
+
+    from shoal.launch.logmux import SUMMARIES_RE
+
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    s = TaskSummaries("runs/worker_1", is_chief=False, out=out).open()
+    s.close()
+    [line] = out.getvalue().splitlines()
+    match = SUMMARIES_RE.fullmatch(line.encode())
+    assert match and match.group(1).decode() == str(tmp_path / "runs" / "worker_1")
+    assert re.search("events", " ".join(p.name for p in (tmp_path / "runs" / "worker_1").iterdir()))

@@ -1,0 +1,39 @@
+"""What a user may write for a job or one of its tasks on the command line, resolved
+against the job records.
+
+A job is its number (`12`, the `#` column of `shoal status`), its id, its name (the
+newest job of that name) or a unique prefix of its id (`JobStore.find` says the order);
+no job at all means the newest one. A task is `JOB.ROLE.INDEX` (`12.worker.1`,
+`mnist.ps.0`), as a job's tasks are labelled in its output. Blocks on SQLite's locks;
+as thread-safe as the JobStore passed in.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from shoal.cluster import JOBS
+from shoal.launch.errors import JobNotFound
+from shoal.launch.records import JobRecord, JobStore
+
+_TASK_REF_RE = re.compile(rf"(?P<job>.+)\.(?P<task>(?:{'|'.join(JOBS)})\.\d+)")
+
+
+def find_job(store: JobStore, ref: Optional[str]) -> JobRecord:
+    """The job `ref` names, the newest job if `ref` is None or empty; JobNotFound otherwise."""
+    return store.find(ref) if ref else store.newest()
+
+
+def find_task(store: JobStore, ref: Optional[str]) -> tuple[JobRecord, Optional[str]]:
+    """The job `ref` names and the task it names in it ("worker.1"), or None when `ref`
+    names only a job. A job whose name or id looks like a task reference wins.
+    JobNotFound if there is no such job, or no such task in it."""
+    try:
+        return find_job(store, ref), None
+    except JobNotFound:
+        match = _TASK_REF_RE.fullmatch(ref or "")
+        if match is None:
+            raise
+    job = store.find(match.group("job"))
+    return job, job.task(match.group("task")).name
