@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     loader = DataLoader(train, batch_size=None, sampler=batches)  # one indexing per batch: ~3x less than per example
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     opt = shoal.torch.DistributedOptimizer(opt, model, job)
-    step, seen, started = 0, 0, time.monotonic()
+    step, local_steps, seen, started = 0, 0, 0, time.monotonic()  # local_steps: this process's
     while step < args.steps:
         for x, y in loader:
             opt.zero_grad()
@@ -71,8 +71,9 @@ def main(argv=None) -> int:
             loss.backward()
             opt.step()
             step = opt.global_step
+            local_steps += 1
             seen += len(x)
-            if step % args.log_every == 0:
+            if local_steps % args.log_every == 0:
                 rate = seen / (time.monotonic() - started)
                 print(f"step={step} loss={loss.item():.4f} examples/s={rate:.0f}", flush=True)
             if step >= args.steps:

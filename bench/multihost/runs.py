@@ -44,7 +44,7 @@ EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_t
 # agent and the launcher; one per step would cost the 2 cores more than the training).
 LOG_EVERY = {"softmax": 10, "mlp": 4}
 RATES_BPS = {"1gbit": 1e9 / 8, "10gbit": 1e10 / 8}  # tc's units are SI: 1gbit = 10^9 bit/s
-SHOAL_LINE = re.compile(r"^\S+\.(worker\.\d+) \| \S+ step=\d+ loss=\S+ examples/s=\d+(?: checkpoints=\d+)?$")
+SHOAL_LINE = re.compile(r"^\S+\.(worker\.\d+) \| (?:\S+ )?step=\d+ loss=\S+ examples/s=\d+(?: checkpoints=\d+)?$")
 DDP_LINE = re.compile(r"^step=\d+ examples=(\d+)$")
 ACCURACY = re.compile(r"accuracy: (\d+\.\d+)$")
 ROLES = ("ps", "worker", "agent", "sshd", "launcher", "other")

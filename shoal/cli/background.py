@@ -7,6 +7,7 @@ command line, run again under a job id chosen here (shoal/launch/detach.py).
 from __future__ import annotations
 
 import argparse
+import shutil
 
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
@@ -42,6 +43,8 @@ def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environme
             text = launcher.output().rstrip("\n")
             if text:
                 env.say(text, err=True)
+            if not store.has(job_id):  # failed before the job existed: leave no folder behind
+                shutil.rmtree(job_dir_for(env.shoal_home, job_id), ignore_errors=True)
             return launcher.exit_code or int(ExitCode.ERROR)
         if not follow:
             state = "runs" if started is Started.RECORDED else "is starting"

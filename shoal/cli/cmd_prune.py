@@ -46,8 +46,10 @@ def run(args: argparse.Namespace, env: Environment) -> int:
             env.say("nothing to prune")
             return int(ExitCode.OK)
         verb = "would remove" if args.dry_run else "removed"
+        chosen_ids = {job.id for job in chosen}
+        in_use = [job.model_dir for job in jobs if job.id not in chosen_ids and job.model_dir]
         for job in reversed(chosen):  # oldest first
-            pruned = remove_job(store, job, env.shoal_home / "jobs", dry_run=args.dry_run)
+            pruned = remove_job(store, job, env.shoal_home / "jobs", dry_run=args.dry_run, in_use=in_use)
             what = pruned.removed_dir or "its records only"
             line = f"{verb} job {job.handle} ({job.state.value}): {what}"
             if pruned.left:

@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " shoal run --ps 2 --workers 2 -- python train.py --lr 0.1")
     parser.add_argument("--name", default="job", help="job name (default: job)")
     parser.add_argument("--ps", type=int, default=None, metavar="N",
-                        help="parameter servers (default: 1 if the command's script imports shoal, else 0)")
+                        help="parameter servers (default: 1 for a Shoal program: its script imports shoal and uses a "
+                             "TrainingSession, shoal.Server or shoal.torch; else 0)")
     parser.add_argument("--workers", type=int, default=1, metavar="N", help="workers (default: 1)")
     parser.add_argument("--chief", action="store_true", help="add a chief task")
     parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")

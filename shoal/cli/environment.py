@@ -38,7 +38,7 @@ class Environment:
         return cls(
             environ=dict(os.environ), stdout=sys.stdout, stderr=sys.stderr,
             stdout_bytes=sys.stdout.buffer, cwd=Path.cwd(), is_tty=sys.stdout.isatty(),
-            stdin=sys.stdin, interactive=_isatty(sys.stdin) and _isatty(sys.stderr),
+            stdin=sys.stdin, interactive=_isatty(sys.stdin) and _isatty(sys.stderr) and _in_foreground(sys.stdin),
         )
 
     @property
@@ -66,4 +66,13 @@ def _isatty(stream: Optional[IO[str]]) -> bool:
     try:
         return stream is not None and stream.isatty()
     except (OSError, ValueError):
+        return False
+
+
+def _in_foreground(stream) -> bool:
+    """Whether this process is in its terminal's foreground process group (a job put in the
+    background with `&` may not read the terminal or change its mode: it would be stopped)."""
+    try:
+        return os.tcgetpgrp(stream.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
         return False

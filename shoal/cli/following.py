@@ -35,7 +35,10 @@ def follow_job(store: JobStore, job: JobRecord, env: Environment, ctrl_c: CtrlC)
     user detached)."""
     follower = JobFollower(store, job, env.executor(job.executor), _write_to(env))
     stopping = False
-    with _sigint_flag() as interrupted:
+    # train / run: SIGTERM to the command (`timeout`, a closing tmux) stops the job, as it does
+    # a launcher in the foreground; attach: it only ends the following
+    terminated = threading.Event()
+    with _sigint_flag() as interrupted, _sigterm_flag(terminated, interrupted, ctrl_c is CtrlC.ASK):
         while True:
             ended = follower.run(interrupted.is_set)
             if ended is not None:
@@ -45,7 +48,10 @@ def follow_job(store: JobStore, job: JobRecord, env: Environment, ctrl_c: CtrlC)
                 signal_launcher(follower.job)
                 env.say("shoal | stopping now (no grace period)", err=True)
                 continue
-            choice = Choice.DETACH if ctrl_c is CtrlC.DETACH else _ask(env)
+            if terminated.is_set():
+                choice = Choice.STOP
+            else:
+                choice = Choice.DETACH if ctrl_c is CtrlC.DETACH else _ask(env)
             if choice is Choice.DETACH:
                 env.say(detached_text(follower.job.id), err=True)
                 return int(ExitCode.OK)
@@ -98,3 +104,22 @@ def _sigint_flag() -> Iterator[threading.Event]:
         yield flag
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _sigterm_flag(terminated: threading.Event, interrupted: threading.Event, install: bool) -> Iterator[None]:
+    """While inside (when `install`, on the main thread): SIGTERM sets both events instead of
+    ending the process, so the job is stopped and followed to its end."""
+    if not install or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(_signum, _frame) -> None:
+        terminated.set()
+        interrupted.set()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -57,7 +57,7 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
             env.say(notes + format_plan(plan, show_secret=args.show_secret), end="")
             return int(ExitCode.OK)
-        check_plan(plan, local=executor.kind == LOCAL)
+        check_plan(plan, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
                              live_status=env.is_tty)

@@ -2,7 +2,8 @@
 show as every task failing the same way (or, with a restart policy, failing again and again):
 
 - a Python script that does not exist (`python missing.py`): one error naming the path;
-- a Shoal program (its script imports shoal) in a job with no ps task: its workers could not
+- a Shoal program (its script imports shoal and trains on, or serves, parameter servers) in a
+  job with no ps task: its workers could not
   train (`shoal run` therefore gives a Shoal program one ps unless told otherwise,
   `default_ps`).
 
@@ -28,6 +29,10 @@ from shoal.launch.plan import JobPlan
 _PYTHON = re.compile(r"^(python|pypy)[0-9.]*$")
 _LONG_WITH_VALUE = {"--check-hash-based-pycs"}
 _IMPORTS_SHOAL = re.compile(rb"^[ \t]*(import[ \t]+shoal\b|from[ \t]+shoal(\.[\w.]+)?[ \t]+import\b)", re.MULTILINE)
+# What a program that trains on (or serves as) a ps calls; a script that only borrows a helper
+# (shoal.datasets, say) is not a Shoal training program.
+_USES_PS = re.compile(rb"\b(TrainingSession|serve_unless_training|Server\.for_task|shoal\.Server|shoal\.torch|"
+                      rb"DistributedOptimizer|create_local_server)\b")
 _READ_AT_MOST = 1 << 20
 TRAINING_JOBS = ("chief", "worker")
 
@@ -69,15 +74,18 @@ def script_of(argv: Sequence[str], workdir: Path) -> Optional[Path]:
 
 
 def is_shoal_program(argv: Sequence[str], workdir: Path) -> bool:
-    """Whether `argv` runs a script that imports shoal (read from its first MiB)."""
+    """Whether `argv` runs a script that imports shoal and trains on (or serves) parameter
+    servers: TrainingSession, shoal.Server, serve_unless_training, shoal.torch (read from its
+    first MiB)."""
     script = script_of(argv, workdir)
     if script is None:
         return False
     try:
         with open(script, "rb") as f:
-            return bool(_IMPORTS_SHOAL.search(f.read(_READ_AT_MOST)))
+            text = f.read(_READ_AT_MOST)
     except OSError:
         return False
+    return bool(_IMPORTS_SHOAL.search(text) and _USES_PS.search(text))
 
 
 def default_ps(argv: Sequence[str], workdir: Path) -> int:
@@ -85,9 +93,11 @@ def default_ps(argv: Sequence[str], workdir: Path) -> int:
     return 1 if is_shoal_program(argv, workdir) else 0
 
 
-def check_plan(plan: JobPlan, *, local: bool) -> None:
+def check_plan(plan: JobPlan, *, local: bool, no_ps_asked: bool = False) -> None:
     """Raise PreflightError for the first problem found in `plan` (see the module docstring);
-    `local`: the tasks run on this machine. Blocks on the file system only."""
+    `local`: the tasks run on this machine; `no_ps_asked`: the user asked for no ps in so many
+    words (`shoal run --ps 0`), so a Shoal program without one is theirs to run. Blocks on the
+    file system only."""
     if not local:
         return
     workdir = Path(plan.workdir)
@@ -103,13 +113,13 @@ def check_plan(plan: JobPlan, *, local: bool) -> None:
                 f"{task.label} would run {script}, which {what} (relative paths start in the job's workdir, "
                 f"{workdir}); fix the path in the command (after -- or the spec's run:); nothing was started",
                 field="run")
-    has_ps = any(t.task.job == "ps" for t in plan.tasks)
+    has_ps = no_ps_asked or any(t.task.job == "ps" for t in plan.tasks)
     for task in plan.tasks:
         if not has_ps and task.task.job in TRAINING_JOBS and is_shoal_program(task.argv, workdir):
             raise PreflightError(
-                f"{task.label} runs {script_of(task.argv, workdir)}, a Shoal program (it imports shoal), but the "
-                "job has no ps task to hold its variables; add one (shoal run --ps 1, or a ps: role in the spec); "
-                "nothing was started", field="roles.ps")
+                f"{task.label} runs {script_of(task.argv, workdir)}, a Shoal program (it trains on parameter "
+                "servers), but the job has no ps task to hold its variables; add one (shoal run --ps 1, or a ps: "
+                "role in the spec; shoal run --ps 0 runs it anyway); nothing was started", field="roles.ps")
 
 
 def _module_file(module: str, workdir: Path) -> Optional[Path]:

@@ -42,12 +42,16 @@ def prunable(jobs: Sequence[JobRecord], *, keep: int, older_than: Optional[float
     return chosen
 
 
-def remove_job(store: JobStore, job: JobRecord, jobs_root: Path, *, dry_run: bool = False) -> Pruned:
-    """Remove the job's folder (if it is `jobs_root/<id>`) and then its records; with
-    `dry_run`, only say what would go. WorkspaceError if the folder cannot be removed
-    (the records are kept then, so pruning again retries)."""
+def remove_job(store: JobStore, job: JobRecord, jobs_root: Path, *, dry_run: bool = False,
+               in_use: Sequence[str] = ()) -> Pruned:
+    """Remove the job's folder (if it is `jobs_root/<id>` and holds none of `in_use`, the model
+    dirs of jobs still running) and then its records; with `dry_run`, only say what would go.
+    WorkspaceError if the folder cannot be removed (the records are kept then, so pruning again
+    retries)."""
     folder = Path(job.job_dir)
     own = folder.parent.resolve() == jobs_root.resolve() and folder.name == job.id
+    if own and any(_inside(Path(used), folder) for used in in_use):
+        own = False  # a running job trains in it (its --output-dir points there)
     left = [] if own else [job.job_dir]
     if not _inside(Path(job.model_dir), folder):
         left.append(job.model_dir)

@@ -227,6 +227,11 @@ class JobStore:
             rows = db.execute(f"SELECT * FROM jobs {_NEWEST_FIRST}").fetchall()
             return [self._job(db, row) for row in rows]
 
+    def has(self, job_id: str) -> bool:
+        """Whether a job with exactly this id is recorded."""
+        with self._tx() as db:
+            return db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+
     def newest(self) -> JobRecord:
         """The newest job; JobNotFound if there is none."""
         with self._tx() as db:

@@ -23,10 +23,12 @@ from typing import Any
 from shoal.cluster import ClusterConfig, resolve_cluster_config
 from shoal.cluster.flags import CLUSTER_FLAG_DESTS
 from shoal.job_secret import resolve_job_secret
+from shoal.logs_default import show_shoal_logs
 from shoal.train.flags import add_training_flags, session_options
 from shoal.train.local import LocalCluster, create_local_server
 from shoal.train.roles import serve_unless_training
 from shoal.wire import JobSecret, Security
+
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ def init(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     Blocks for the whole job on a ps; returns at once on a replica (it connects to nothing).
     Raises ClusterError for a bad cluster description, SecretError for a missing secret.
     """
+    show_shoal_logs()  # what init says (training alone, waiting for the ps) reaches a program without logging
     environ = environ if environ is not None else {}
     options = _options(args, environ)
     options.update(session)

@@ -29,6 +29,7 @@ from shoal.torch.job import Job
 from shoal.torch.rules import check_unchanged, fixed_settings, group_hyper, update_rule
 from shoal.train.options import SessionState
 from shoal.train.session import TrainingSession
+from shoal.train.shutdown import TrainingTerminated
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,11 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
         self.binding.check()
         check_unchanged(self._fixed, self.param_groups)
         grads = self.binding.gradients()
-        result = self.session.push(grads, self._hyper())
+        try:
+            result = self.session.push(grads, self._hyper())
+        except TrainingTerminated:  # SIGTERM: the chief saved; leave as the session's `with` would
+            self._close_failed(*sys.exc_info())
+            raise
         self.binding.pushed()
         self.binding.refresh(self.session.params)
         self.global_step = result.global_step

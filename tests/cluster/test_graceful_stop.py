@@ -41,3 +41,23 @@ def test_sigterm_to_every_task_saves_a_final_checkpoint_at_the_current_step(make
     log = chief.output()
     assert f"saved checkpoint step={saved}" in log and "on SIGTERM" in log, log[-3000:]
     assert "stopped training at global step" in log
+
+
+def test_sigterm_to_a_shoal_torch_job_saves_once_and_leaves_without_the_forgotten_finish_warning(make_cluster,
+                                                                                                   tmp_path):
+    pytest.importorskip("torch")
+    model_dir = tmp_path / "model"
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    cluster.start_all(["examples/mnist_mlp_torch.py", "--steps", "100000000", "--log_every", "1",
+                       "--model_dir", str(model_dir), "--checkpoint_every_secs", "0"])
+    chief, worker = cluster.tasks[1:]
+    for task in (chief, worker):
+        task.wait_for_output("step=", timeout=90)
+    for task in cluster.tasks:
+        task.proc.send_signal(signal.SIGTERM)
+    codes = cluster.wait_all(timeout=30)
+    assert codes == {"ps:0": 143, "worker:0": 143, "worker:1": 143}, cluster.dump()
+    assert len(list_checkpoints(model_dir)) == 1, cluster.dump()  # the SIGTERM save only, no second one at exit
+    for task in (chief, worker):
+        assert "without opt.finish()" not in task.output(), task.output()[-3000:]
+    assert chief.output().count("saved checkpoint step=") == 1 and "on SIGTERM" in chief.output()

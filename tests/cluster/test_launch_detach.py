@@ -182,3 +182,30 @@ def test_unanswered_ctrl_c_in_a_terminal_stops_the_job(tmp_path):
     finally:
         shoal.kill()
         cleanup_launchers(home)
+
+
+def test_sigterm_to_shoal_run_in_a_terminal_stops_the_job_without_asking(tmp_path):
+    home = tmp_path / "home"
+    shoal = TerminalShoal(home, "run", "--name", "term", "--workers", "1", "--", PY, program("serve.py"))
+    try:
+        shoal.expect(r"term\.worker\.0 \| serving worker:0", 30)
+        shoal.proc.send_signal(signal.SIGTERM)  # `timeout`, a closing tmux: the command, not the job
+        assert shoal.proc.wait(30) == 130
+        assert "[d]etach" not in shoal.text and "stopping job term-" in shoal.text, shoal.text
+        job = _job(home)
+        assert job["state"] == "KILLED" and alive(launcher_pids(home)) == []
+    finally:
+        shoal.kill()
+        cleanup_launchers(home)
+
+
+def test_a_typo_in_a_terminal_leaves_no_job_folder(tmp_path):
+    home = tmp_path / "home"
+    shoal = TerminalShoal(home, "run", "--name", "typo", "--workers", "1", "--", PY, "no_such_script.py")
+    try:
+        assert shoal.proc.wait(30) != 0
+        assert "no_such_script.py, which does not exist" in shoal.text, shoal.text
+        assert not any((home / "jobs").glob("typo-*")), list((home / "jobs").iterdir())
+    finally:
+        shoal.kill()
+        cleanup_launchers(home)

@@ -170,3 +170,14 @@ def test_tensorboard_with_unrelated_directories_names_each_task(tmp_path):
     args = (tmp_path / "args.txt").read_text().split()
     assert args[:2] == ["--logdir_spec",
                         f"worker.0:{tmp_path / 'a'},worker.1:{tmp_path / 'b'}"]
+
+
+def test_prune_keeps_a_finished_jobs_folder_that_a_running_job_trains_in(tmp_path):
+    shoal = Captured(tmp_path)
+    old = record_job(shoal, "d-1", "d")
+    model = Path(old.job_dir) / "model"
+    running = record_job(shoal, "r-1", "r", running=True, output_dir=str(model))  # resumes d-1's model
+    shoal = Captured(tmp_path)
+    assert shoal("prune") == ExitCode.OK, shoal.err.getvalue()
+    assert Path(old.job_dir).exists() and Path(running.job_dir).exists()
+    assert f"left {old.job_dir}" in shoal.out.getvalue(), shoal.out.getvalue()

@@ -10,7 +10,7 @@ from shoal.cli.exit_codes import ExitCode
 from shoal.launch.preflight import is_shoal_program, script_of
 from tests.unit.test_launch_cli import Captured
 
-SHOAL_PROGRAM = "import os\nimport shoal\n\nprint('training')\n"
+SHOAL_PROGRAM = "import os\nimport shoal\n\nsession_type = shoal.TrainingSession\nprint('training')\n"
 
 
 @pytest.mark.parametrize("argv, script", [
@@ -37,10 +37,13 @@ def test_script_of_python_dash_m_is_the_modules_file_under_the_workdir(tmp_path)
 
 def test_a_shoal_program_is_one_that_imports_shoal(tmp_path):
     (tmp_path / "a.py").write_text(SHOAL_PROGRAM)
-    (tmp_path / "b.py").write_text("from shoal.train import flags\n")
+    (tmp_path / "b.py").write_text("from shoal.train import TrainingSession\n")
     (tmp_path / "c.py").write_text("import torch  # not shoal\nx = 'import shoal'\n")
+    (tmp_path / "d.py").write_text("from shoal.datasets.mnist import load_mnist  # a helper only: no ps\n")
     assert is_shoal_program(["python", "a.py"], tmp_path) and is_shoal_program(["python", "b.py"], tmp_path)
     assert not is_shoal_program(["python", "c.py"], tmp_path)
+    assert not is_shoal_program(["python", "d.py"], tmp_path)
+    assert not is_shoal_program(["python", "examples/mnist_mlp_plain.py"], Path(__file__).resolve().parents[2])
     assert not is_shoal_program(["python", "missing.py"], tmp_path)
 
 
@@ -66,10 +69,12 @@ def test_train_of_a_spec_whose_script_is_missing_starts_nothing(tmp_path):
 
 def test_a_shoal_program_with_no_ps_is_refused_before_it_starts(tmp_path):
     (tmp_path / "train.py").write_text(SHOAL_PROGRAM)
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python train.py\nroles: {worker: {count: 2}}\n")
     shoal = Captured(tmp_path)
-    assert shoal("run", "--ps", "0", "--workers", "2", "--", "python", "train.py") == ExitCode.SPEC_ERROR
+    assert shoal("train", "job.yaml") == ExitCode.SPEC_ERROR
     err = shoal.err.getvalue()
-    assert "a Shoal program (it imports shoal), but the job has no ps task" in err and "--ps 1" in err, err
+    assert "a Shoal program (it trains on parameter servers), but the job has no ps task" in err, err
+    assert "--ps 1" in err and "--ps 0 runs it anyway" in err, err
     assert nothing_started(tmp_path)
 
 
@@ -91,6 +96,6 @@ def test_run_help_shows_the_defaults(tmp_path, capsys):
     shoal = Captured(tmp_path)
     assert shoal("run", "--help") == 0
     text = " ".join(capsys.readouterr().out.split())
-    for default in ("(default: 1 if the command's script imports shoal, else 0)", "workers (default: 1)",
+    for default in ("(default: 1 for a Shoal program: its script imports shoal and uses a TrainingSession, shoal.Server or shoal.torch; else 0)", "workers (default: 1)",
                     "(default: never)", "(default: 3)", "(default: 1s)", "(default: 5s)"):
         assert default in text, default
