@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, Mapping
 
 from shoal.ps.errors import PsError
+from shoal.wire.fields import FieldReaders
 from shoal.ps.sync_wait import SyncWait
 
 SLOT_SEPARATOR = "@"
@@ -100,33 +101,8 @@ class ProtocolFieldError(PsError):
 
 # --- field readers: each returns the checked value or raises ProtocolFieldError -------------
 
-def _fail(where: str, key: str, want: str, value: Any) -> ProtocolFieldError:
-    return ProtocolFieldError(f"{where}: field {key!r} must be {want}, got {value!r:.100}")
-
-
-def _int(fields: Mapping[str, Any], where: str, key: str, minimum: int = 0, default: int | None = None) -> int:
-    value = fields.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise _fail(where, key, f"an int >= {minimum}", value)
-    return value
-
-
-def _optional_int(fields: Mapping[str, Any], where: str, key: str, minimum: int) -> int | None:
-    return None if fields.get(key) is None else _int(fields, where, key, minimum)
-
-
-def _bool(fields: Mapping[str, Any], where: str, key: str, default: bool | None = None) -> bool:
-    value = fields.get(key, default)
-    if not isinstance(value, bool):
-        raise _fail(where, key, "true or false", value)
-    return value
-
-
-def _str(fields: Mapping[str, Any], where: str, key: str, max_len: int = 256) -> str:
-    value = fields.get(key)
-    if not isinstance(value, str) or not 0 < len(value) <= max_len:
-        raise _fail(where, key, f"a string of 1 to {max_len} characters", value)
-    return value
+_read = FieldReaders(ProtocolFieldError)
+_fail, _int, _optional_int, _bool, _str = _read.fail, _read.int, _read.optional_int, _read.bool, _read.str
 
 
 def _task(fields: Mapping[str, Any], where: str) -> str:
@@ -136,11 +112,7 @@ def _task(fields: Mapping[str, Any], where: str) -> str:
     return value
 
 
-def _names(fields: Mapping[str, Any], where: str, key: str, max_len: int = 512) -> tuple[str, ...]:
-    value = fields.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(n, str) and 0 < len(n) <= max_len for n in value):
-        raise _fail(where, key, "a list of names", value)
-    return tuple(value)
+_names = _read.names
 
 
 def _enum(enum: type, fields: Mapping[str, Any], where: str, key: str):

@@ -15,12 +15,14 @@ naming the op and the field. Pure data and validation: no I/O; immutable, thread
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping
 
 from shoal.train.coordinator_errors import CoordinatorError
 from shoal.train.coordinator_registry import MAX_NAME
+from shoal.wire.fields import FieldReaders
 
 MAX_STEPS_PER_RUN = 1 << 20
 MAX_ERROR_CHARS = 8192
@@ -46,29 +48,11 @@ class RunOutcome(str, Enum):
     RAISED = "raised"
 
 
-def _fail(where: str, key: str, want: str, value: Any) -> CoordinatorFieldError:
-    return CoordinatorFieldError(f"{where}: field {key!r} must be {want}, got {value!r:.100}")
-
-
-def _int(fields: Mapping[str, Any], where: str, key: str, minimum: int = 0, maximum: int = 1 << 62) -> int:
-    value = fields.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise _fail(where, key, f"an int from {minimum} to {maximum}", value)
-    return value
-
-
-def _str(fields: Mapping[str, Any], where: str, key: str, max_len: int, allow_empty: bool = False) -> str:
-    value = fields.get(key)
-    if not isinstance(value, str) or len(value) > max_len or (not value and not allow_empty):
-        raise _fail(where, key, f"a string of {0 if allow_empty else 1} to {max_len} characters", value)
-    return value
-
-
-def _names(fields: Mapping[str, Any], where: str, key: str) -> tuple[str, ...]:
-    value = fields.get(key)
-    if not isinstance(value, list) or not all(isinstance(n, str) and 0 < len(n) <= MAX_NAME for n in value):
-        raise _fail(where, key, "a list of names", value)
-    return tuple(value)
+_read = FieldReaders(CoordinatorFieldError)
+_fail = _read.fail
+_int = functools.partial(_read.int, maximum=1 << 62)
+_str = _read.str
+_names = functools.partial(_read.names, max_len=MAX_NAME, required=True)
 
 
 def _tree(fields: Mapping[str, Any], where: str, key: str) -> list:
@@ -152,7 +136,7 @@ class RunRequest:
     def decode(cls, fields: Mapping[str, Any]) -> "RunRequest":
         where = "run request"
         return cls(_int(fields, where, "closure"), _str(fields, where, "fn", MAX_NAME),
-                   _int(fields, where, "steps", 1, MAX_STEPS_PER_RUN), _tree(fields, where, "args"))
+                   _int(fields, where, "steps", 1, maximum=MAX_STEPS_PER_RUN), _tree(fields, where, "args"))
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,8 @@ def test_run_request_round_trips_its_fields():
     ({"closure": 1, "fn": "", "steps": 1, "args": ["l", []]}, "fn"),
     ({"closure": 1, "fn": "train", "steps": 0, "args": ["l", []]}, "steps"),
     ({"closure": 1, "fn": "train", "steps": True, "args": ["l", []]}, "steps"),
+    ({"closure": 1, "fn": "train", "steps": (1 << 20) + 1, "args": ["l", []]}, "steps"),
+    ({"closure": 1, "fn": "train", "args": ["l", []]}, "steps"),
     ({"closure": 1, "fn": "train", "steps": 1, "args": "x"}, "args"),
 ])
 def test_run_request_with_a_bad_field_names_the_op_and_the_field(fields, field):
