@@ -12,6 +12,8 @@ from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import reconcile
 from shoal.launch.job_refs import find_job
 from shoal.launch.monitor import TaskSample, sample_job
+from shoal.launch.records import JobRecord
+from shoal.launch.stragglers import figures
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
             samples = sample_job(store, job, executor, interval=min(args.interval, 0.5)
                                  if args.once else args.interval)
             text = f"job {job.id}  {job.state.value}\n{samples_table(samples)}"
+            stragglers = stragglers_table(job)
+            if stragglers:
+                text += f"\n\n{stragglers}"
             if args.once or job.state.is_terminal:
                 env.say(text)
                 return int(ExitCode.OK)
@@ -53,6 +58,15 @@ def samples_table(samples: list[TaskSample]) -> str:
             _num(use.gpu_percent), _size(use.gpu_mem_used),
         ))
     return table(rows)
+
+
+def stragglers_table(job: JobRecord) -> str:
+    """Step time (median/p95 ms), gradients applied and the slow flag of each task that
+    reports them in its progress lines (shoal/launch/stragglers.py); "" if none does."""
+    rows = [("TASK", "STEP MS MED/P95", "APPLIED", "FLAG")]
+    rows += [(f.name, f.step_text(), f.applied_text(), f.flag_text())
+             for f in figures(job.tasks) if f.step_ms is not None or f.pushed]
+    return table(rows) if len(rows) > 1 else ""
 
 
 def _num(value: "float | None") -> str:
