@@ -1,5 +1,5 @@
 """`shoal monitor [JOB] [--once] [--interval S]`: CPU, memory and GPU use per task of a job
-(the newest if none is named)."""
+(the newest if none is named), and the straggler figures of the tasks that report them."""
 
 from __future__ import annotations
 
