@@ -78,7 +78,7 @@ def test_stall_names_every_task_whose_last_progress_ties_for_the_oldest():
     clock.now = 0.5
     dog.progress("worker.0", 3)
     clock.now = 5
-    dog.progress("worker.1", 3)
+    dog.progress("worker.1", 4)
     clock.now = 20
     assert dog.check(WORKERS).stuck == ("chief.0", "worker.0")
 
