@@ -112,3 +112,17 @@ def test_a_version_2_job_store_is_migrated_to_keep_task_figures(tmp_path):
         assert store.find(plan.job_id).task("worker.0").step_ms == 5.0
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+
+
+def test_monitor_adds_the_figure_columns_only_when_a_task_reports_them():
+    from shoal.cli.cmd_monitor import samples_table
+    from shoal.launch.monitor import TaskSample
+
+    samples = [TaskSample(n, TaskState.RUNNING, 1, None) for n in ("ps.0", "worker.0", "worker.1")]
+    plain = samples_table(samples, figures([task("ps.0"), task("worker.0"), task("worker.1")]))
+    assert plain.splitlines()[0].split()[-2:] == ["GPU", "MEM"]
+    shown = samples_table(samples, figures([task("ps.0"), task("worker.0", 10, 5, 5), task("worker.1", 40, 5, 5)]))
+    lines = shown.splitlines()
+    assert lines[0].split()[-5:] == ["STEP", "MS", "MED/P95", "APPLIED", "FLAG"]
+    assert lines[3].split()[:2] == ["worker.1", "RUNNING"] and lines[3].split()[-5:] == [
+        "40.0", "5/5", "(100%)", "SLOW", "x4.0"]
