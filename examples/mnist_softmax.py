@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         while not session.should_stop():
             idx = np.sort(next(batches))
             loss, result = session.run_step(softmax_loss_and_grad, data.train_x[idx], data.train_y[idx])
-            progress.step_done(loss, result.global_step)
+            progress.step_done(loss, result.global_step, result.applied)
             if config.is_chief and args.eval_every and progress.local_steps % args.eval_every == 0:
                 eval_started = time.monotonic()
                 acc = accuracy(session.params, data.test_x, data.test_y)

@@ -1,5 +1,5 @@
 """`shoal monitor [JOB] [--once] [--interval S]`: CPU, memory and GPU use per task of a job
-(the newest if none is named)."""
+(the newest if none is named), and the straggler figures of the tasks that report them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import reconcile
 from shoal.launch.job_refs import find_job
 from shoal.launch.monitor import TaskSample, sample_job
+from shoal.launch.stragglers import TaskFigures, figures
 
 _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -33,25 +34,35 @@ def run(args: argparse.Namespace, env: Environment) -> int:
             job = reconcile(store, job, executor)
             samples = sample_job(store, job, executor, interval=min(args.interval, 0.5)
                                  if args.once else args.interval)
-            text = f"job {job.id}  {job.state.value}\n{samples_table(samples)}"
+            text = f"job {job.id}  {job.state.value}\n{samples_table(samples, figures(job.tasks))}"
             if args.once or job.state.is_terminal:
                 env.say(text)
                 return int(ExitCode.OK)
             env.say((_CLEAR_SCREEN if env.is_tty else "") + text)
 
 
-def samples_table(samples: list[TaskSample]) -> str:
+def samples_table(samples: list[TaskSample], shown: "list[TaskFigures] | None" = None) -> str:
+    """One row per task; when some task reports straggler figures (shoal/launch/stragglers.py,
+    `shown` in the same order) three columns more at the end: step time median/p95 (ms),
+    gradients applied, and the slow flag."""
+    with_figures = bool(shown) and any(f.step_ms is not None or f.pushed for f in shown)
     rows = [("TASK", "STATE", "PID", "CPU%", "MEM%", "MEM USED/TOTAL", "GPU%", "GPU MEM")]
-    for s in samples:
+    if with_figures:
+        rows[0] += ("STEP MS MED/P95", "APPLIED", "FLAG")
+    for i, s in enumerate(samples):
         use = s.usage
         if use is None:
-            rows.append((s.name, s.state.value, str(s.pid or ""), "-", "-", "-", "-", "-"))
-            continue
-        rows.append((
-            s.name, s.state.value, str(s.pid or ""), _num(use.cpu_percent),
-            _num(use.mem_percent), f"{_size(use.mem_used)}/{_size(use.mem_total)}",
-            _num(use.gpu_percent), _size(use.gpu_mem_used),
-        ))
+            row: tuple[str, ...] = (s.name, s.state.value, str(s.pid or ""), "-", "-", "-", "-", "-")
+        else:
+            row = (
+                s.name, s.state.value, str(s.pid or ""), _num(use.cpu_percent),
+                _num(use.mem_percent), f"{_size(use.mem_used)}/{_size(use.mem_total)}",
+                _num(use.gpu_percent), _size(use.gpu_mem_used),
+            )
+        if with_figures:
+            f = shown[i]  # type: ignore[index]
+            row += (f.step_text(), f.applied_text(), f.flag_text())
+        rows.append(row)
     return table(rows)
 
 

@@ -10,7 +10,7 @@ from shoal.cli.launching import add_launch_flags, launch
 from shoal.cli.usage import option_strings
 from shoal.launch.errors import SpecError
 from shoal.launch.preflight import default_ps
-from shoal.launch.spec import spec_from_dict
+from shoal.launch.spec import WatchdogAction, spec_from_dict
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="wait before the first restart, doubling after (default: 1s)")
     parser.add_argument("--deadline", default=None, help="stop the job after e.g. 10m (default: none)")
     parser.add_argument("--grace", default="5s", help="TERM-to-KILL grace period (default: 5s)")
+    parser.add_argument("--watchdog-stall", default=None, metavar="DURATION",
+                        help="the progress watchdog's stall: act when the job's step does not advance"
+                        " for this long, e.g. 5m (default: 5m, or twice the chief's --checkpoint_every_secs"
+                        " if longer; off: no watchdog)")
+    parser.add_argument("--watchdog-action", choices=[a.value for a in WatchdogAction], default="fail",
+                        help="what the watchdog does on a stall: restart the stuck tasks, restart the"
+                        " job (the chief resumes from its checkpoint) or fail it (default: fail)")
     parser.add_argument("--output-dir", default=None, help="model dir (default: the job's folder)")
     parser.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment variable for every task (repeatable)")
@@ -69,5 +76,6 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         "restart": {"policy": args.restart, "max_restarts": args.max_restarts,
                     "backoff": args.backoff},
         "deadline": args.deadline, "grace_period": args.grace, "output_dir": args.output_dir,
+        "watchdog": {"stall": args.watchdog_stall, "action": args.watchdog_action},
     }
     return launch(spec_from_dict(data, source="flags"), args, env)

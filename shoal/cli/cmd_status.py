@@ -15,6 +15,7 @@ from shoal.launch.job_refs import find_job
 from shoal.launch.records import JobRecord
 from shoal.launch.root_cause import load_root_cause
 from shoal.launch.states import JobState, TaskState
+from shoal.launch.stragglers import figures
 
 RECENT = 10
 """How many of the newest jobs `shoal status` lists by default (running ones always)."""
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         shown = select(jobs, running=args.running, every=args.all, last=args.last)
         jobs, hidden = shown, len(jobs) - len(shown)
     if args.json:
-        env.say(json.dumps([with_root_cause(job.as_json(), job) for job in jobs], indent=2))
+        env.say(json.dumps([with_root_cause(with_figures(job.as_json(), job), job) for job in jobs],
+                           indent=2))
     elif args.job:
         env.say(job_table(jobs[0]))
         cause = load_root_cause(jobs[0].job_dir) if jobs[0].state is JobState.FAILED else None
@@ -74,6 +76,14 @@ def with_root_cause(data: dict, job: JobRecord) -> dict:
     return {**data, "root_cause": cause.as_json()} if cause is not None else data
 
 
+def with_figures(data: dict, job: JobRecord) -> dict:
+    """A job's JSON with each task's straggler figures (shoal/launch/stragglers.py: `slow`,
+    `slow_by`, `dropped`) and the job's `stragglers`, the tasks flagged slow."""
+    shown = figures(job.tasks)
+    tasks = [{**task, **f.as_json()} for task, f in zip(data["tasks"], shown, strict=True)]
+    return {**data, "tasks": tasks, "stragglers": [f.name for f in shown if f.slow]}
+
+
 def jobs_table(jobs: list[JobRecord], running_only: bool = False) -> str:
     rows = [("#", "ID", "NAME", "STATE", "TASKS", "STEP", "LOSS", "STARTED")]
     for job in jobs:
@@ -96,9 +106,16 @@ def job_table(job: JobRecord) -> str:
         head += f" ({job.reason})"
     if job.exit_code is not None:
         head += f"  exit {job.exit_code}"
-    rows = [("TASK", "STATE", "PID", "RESTARTS", "ADDRESS", "DETAIL")]
-    for t in job.tasks:
-        rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), t.address, t.detail))
+    shown = figures(job.tasks)
+    if any(f.step_ms is not None or f.pushed for f in shown):  # straggler columns, when tasks report them
+        rows = [("TASK", "STATE", "PID", "RESTARTS", "STEP MS MED/P95", "APPLIED", "FLAG", "ADDRESS", "DETAIL")]
+        for t, f in zip(job.tasks, shown, strict=True):
+            rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), f.step_text(),
+                         f.applied_text(), f.flag_text(), t.address, t.detail))
+    else:
+        rows = [("TASK", "STATE", "PID", "RESTARTS", "ADDRESS", "DETAIL")]
+        for t in job.tasks:
+            rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), t.address, t.detail))
     where = f"logs: {job.job_dir}/logs   model dir: {job.model_dir}"
     if job.number is not None:
         where = f"number: {job.number}   {where}"

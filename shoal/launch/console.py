@@ -14,6 +14,7 @@ from typing import Optional
 from shoal.launch.executor import TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.plan import JobPlan, TaskPlan
+from shoal.launch.progress_line import ProgressLine
 from shoal.launch.records import JobStore
 from shoal.launch.states import JobState, TaskState
 
@@ -82,7 +83,9 @@ class ConsoleObserver:
 
 class RecordsObserver:
     """Writes state changes, every started process and the progress (the highest step
-    seen; at most once a second, and once more when the job ends) to the JobStore."""
+    seen; at most once a second, and once more when the job ends) to the JobStore, and each
+    task's straggler figures from its progress lines (at most once a second per task, and
+    once more when the job ends)."""
 
     def __init__(self, plan: JobPlan, store: JobStore) -> None:
         self._job_id = plan.job_id
@@ -91,10 +94,16 @@ class RecordsObserver:
         self._pending: Optional[tuple[int, float]] = None
         self._best = -1
         self._lock = threading.Lock()
+        self._task_last: dict[str, float] = {}
+        self._task_pending: dict[str, tuple[ProgressLine, float]] = {}
 
     def job_changed(self, state: JobState, reason: str) -> None:
         if state.is_terminal:
             self._flush_progress()
+            with self._lock:
+                pending, self._task_pending = self._task_pending, {}
+            for name, (line, at) in pending.items():
+                self._write_task(name, line, at)
         self._store.set_job_state(self._job_id, state, reason, ended=state.is_terminal)
 
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
@@ -114,6 +123,21 @@ class RecordsObserver:
                 return
             self._last = now
         self._flush_progress()
+
+    def task_progress(self, name: str, line: ProgressLine) -> None:
+        """Task `name` printed `line`: record its straggler figures."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._task_last.get(name, float("-inf")) < _RECORD_PROGRESS_EVERY:
+                self._task_pending[name] = (line, time.time())
+                return
+            self._task_last[name] = now
+            self._task_pending.pop(name, None)
+        self._write_task(name, line, time.time())
+
+    def _write_task(self, name: str, line: ProgressLine, at: float) -> None:
+        self._store.set_task_progress(self._job_id, name, line.step_ms, line.p95_ms,
+                                      line.applied, line.pushed, at)
 
     def _flush_progress(self) -> None:
         with self._lock:

@@ -1,5 +1,6 @@
 """`LogMux`: copies every task's output to the console, each whole line prefixed with
-the task ("mnist.worker.1 | ..."), and to the task's own log file; spots progress lines
+the task ("mnist.worker.1 | ..."), and to the task's own log file; spots progress lines,
+the lines where a worker says which tasks it waits for,
 and the line where a task says which directory it writes TensorBoard summaries to.
 
 Pipes are read in binary. The log file gets the bytes exactly as they come, as they come
@@ -19,14 +20,18 @@ import threading
 from pathlib import Path
 from typing import IO, Callable, Optional
 
-PROGRESS_RE = re.compile(rb"\bstep=(\d+)\b.*?\bloss=([-+0-9.eE]+|nan|inf)")
-"""A progress line from a worker: `step=<global step> loss=<float> ...`."""
+from shoal.launch.progress_line import PROGRESS_RE, ProgressLine, parse_progress, parse_waiting
+
+__all__ = ["PROGRESS_RE", "LineCutter", "LogMux", "MAX_LINE", "SUMMARIES_RE"]
 
 SUMMARIES_RE = re.compile(rb"summaries=(/[^\r\n]*)")
 """A whole line a task prints when it opens its TensorBoard summaries: `summaries=<absolute
 directory>` (shoal/train/summaries.py writes it)."""
 
-ProgressCallback = Callable[[str, int, float], None]
+ProgressCallback = Callable[[str, ProgressLine], None]
+"""(task name, its newest progress line in a chunk read)."""
+WaitingCallback = Callable[[str, tuple[str, ...]], None]
+"""(task name, the tasks its line says it waits for; progress_line.parse_waiting)."""
 SummariesCallback = Callable[[str, str], None]
 _CHUNK = 1 << 16
 _CLEAR = b"\r\x1b[K"
@@ -102,9 +107,11 @@ class LogMux:
 
     def __init__(self, out: IO[bytes], *, on_progress: Optional[ProgressCallback] = None,
                  on_summaries: Optional[SummariesCallback] = None,
+                 on_waiting: Optional[WaitingCallback] = None,
                  live_status: bool = False) -> None:
         self._out = out
         self._on_progress = on_progress
+        self._on_waiting = on_waiting
         self._on_summaries = on_summaries
         self._live = live_status
         self._status = b""
@@ -183,12 +190,17 @@ class LogMux:
                 match = SUMMARIES_RE.fullmatch(line.rstrip(b"\r\n")) if b"summaries=" in line else None
                 if match:
                     self._on_summaries(name, os.fsdecode(match.group(1)))
+        if self._on_waiting is not None:
+            for line in lines:
+                waited = parse_waiting(line)
+                if waited:
+                    self._on_waiting(name, waited)
         if self._on_progress is None:
             return
         for line in reversed(lines):
-            match = PROGRESS_RE.search(line) if b"step=" in line else None
-            if match:
-                self._on_progress(name, int(match.group(1)), float(match.group(2)))
+            progress = parse_progress(line)
+            if progress is not None:
+                self._on_progress(name, progress)
                 break
 
     def _emit(self, lines: list[bytes]) -> None:

@@ -18,7 +18,8 @@ from typing import Optional
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.launch.allocation import ROLE_ORDER, Allocation
-from shoal.launch.spec import JobSpec, RestartSpec
+from shoal.launch.spec import JobSpec, RestartSpec, WatchdogSpec
+from shoal.launch.watchdog import effective_stall
 
 PYTHON_NAMES = ("python", "python3")
 """A command starting with one of these runs under the allocation's Python."""
@@ -68,6 +69,7 @@ class JobPlan:
     restart: RestartSpec = field(default_factory=RestartSpec)
     deadline: Optional[float] = None
     grace_period: float = 5.0
+    watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
 
 
 def new_job_id(name: str, now: Optional[_dt.datetime] = None) -> str:
@@ -156,7 +158,7 @@ def make_plan(
     return JobPlan(
         job_id=job_id, name=spec.name, job_dir=str(job_dir), model_dir=str(model_dir),
         workdir=str(workdir), tasks=tuple(tasks), primary=replicas[0], restart=spec.restart,
-        deadline=spec.deadline, grace_period=spec.grace_period,
+        deadline=spec.deadline, grace_period=spec.grace_period, watchdog=spec.watchdog,
     )
 
 
@@ -177,6 +179,7 @@ def format_plan(plan: JobPlan, *, show_secret: bool = False) -> str:
         f"  restart:    {policy}",
         f"  deadline:   {f'{plan.deadline:g}s' if plan.deadline else 'none'}",
         f"  grace:      {plan.grace_period:g}s",
+        f"  watchdog:   {_watchdog_text(plan)}",
         "",
     ]
     nodes = list(dict.fromkeys(task.node for task in plan.tasks))
@@ -187,6 +190,14 @@ def format_plan(plan: JobPlan, *, show_secret: bool = False) -> str:
         for task in (t for t in plan.tasks if t.node == node):
             lines += _task_lines(plan, task, show_secret)
     return "\n".join(lines)
+
+
+def _watchdog_text(plan: JobPlan) -> str:
+    chief = next((t.argv for t in plan.tasks if t.task == plan.primary), ())
+    stall = effective_stall(plan.watchdog, chief)
+    if stall is None:
+        return "off"
+    return f"{plan.watchdog.action.value} after {stall:g}s without progress"
 
 
 def _task_lines(plan: JobPlan, task: TaskPlan, show_secret: bool) -> list[str]:

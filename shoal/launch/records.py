@@ -42,6 +42,15 @@ class TaskRecord:
     log_path: str
     summaries: str = ""
     """The TensorBoard directory the task reported ("" if none), on the task's host."""
+    step_ms: Optional[float] = None
+    """Median wall time of its recent local steps (ms), from its latest progress line."""
+    p95_ms: Optional[float] = None
+    """95th percentile of the same."""
+    applied: Optional[int] = None
+    """Of the `pushed` gradients it pushed so far, how many the ps applied (the rest were dropped)."""
+    pushed: Optional[int] = None
+    progress_at: Optional[float] = None
+    """When (time.time()) its latest progress line came; None if it printed none."""
 
     def as_json(self) -> dict[str, Any]:
         return {**self.__dict__, "state": self.state.value}
@@ -206,6 +215,18 @@ class JobStore:
         with self._tx() as db:
             db.execute("UPDATE jobs SET step = ?, loss = ? WHERE id = ?", (step, loss, job_id))
 
+    def set_task_progress(self, job_id: str, name: str, step_ms: Optional[float],
+                          p95_ms: Optional[float], applied: Optional[int], pushed: Optional[int],
+                          at: float) -> None:
+        """Record task `name`'s straggler figures from its latest progress line (a figure the
+        line did not carry keeps its recorded value)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE tasks SET step_ms = COALESCE(?, step_ms), p95_ms = COALESCE(?, p95_ms),"
+                " applied = COALESCE(?, applied), pushed = COALESCE(?, pushed), progress_at = ?"
+                " WHERE job_id = ? AND name = ?",
+                (step_ms, p95_ms, applied, pushed, at, job_id, name))
+
     def set_summaries(self, job_id: str, name: str, directory: str) -> None:
         """Record the TensorBoard directory task `name` reported writing to."""
         with self._tx() as db:
@@ -282,8 +303,8 @@ class JobStore:
         data = dict(row)
         data["state"] = JobState(data["state"])
         tasks = db.execute(
-            "SELECT name, label, address, state, pid, restarts, detail, log_path, summaries"
-            " FROM tasks"
+            "SELECT name, label, address, state, pid, restarts, detail, log_path, summaries,"
+            " step_ms, p95_ms, applied, pushed, progress_at FROM tasks"
             " WHERE job_id = ? ORDER BY position", (data["id"],),
         ).fetchall()
         return JobRecord(**data, tasks=tuple(

@@ -5,7 +5,9 @@ The version is SQLite's `PRAGMA user_version`. Version 0 is the first, unversion
 schema; version 1 records each job's executor kind and, per started process, the
 executor's TaskRef (JSON) instead of a bare pid; version 2 gives each job a short number
 (1, 2, 3 ... in creation order, never given twice: `counters` holds the last one) and each
-task the summaries directory it reported. A migration runs inside one write transaction,
+task the summaries directory it reported; version 3 keeps each task's latest straggler figures
+from its progress lines (median and p95 step time in ms, gradients applied of pushed, and
+when its last progress line came). A migration runs inside one write transaction,
 so two shoal processes opening an old file at once migrate it once.
 """
 
@@ -16,7 +18,7 @@ import sqlite3
 from shoal.launch.errors import WorkspaceError
 from shoal.launch.executor import TaskRef
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _JOBS = """CREATE TABLE jobs (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
@@ -30,6 +32,7 @@ _TASKS = """CREATE TABLE tasks (
   state TEXT NOT NULL, pid INTEGER, restarts INTEGER NOT NULL DEFAULT 0,
   detail TEXT NOT NULL DEFAULT '', log_path TEXT NOT NULL, position INTEGER NOT NULL,
   summaries TEXT NOT NULL DEFAULT '',
+  step_ms REAL, p95_ms REAL, applied INTEGER, pushed INTEGER, progress_at REAL,
   PRIMARY KEY (job_id, name)
 )"""
 _PROCESSES = """CREATE TABLE {name} (
@@ -64,7 +67,9 @@ def ensure_schema(db: sqlite3.Connection, path: object) -> None:
             else:
                 if version < 1:
                     _migrate_0_to_1(db)
-                _migrate_1_to_2(db)
+                if version < 2:
+                    _migrate_1_to_2(db)
+                _migrate_2_to_3(db)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:
@@ -97,6 +102,16 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
     db.execute(_NUMBER_INDEX)
     db.execute(_COUNTERS)
     db.execute("INSERT INTO counters VALUES (?, ?)", (JOB_NUMBER, len(ids)))
+
+
+def _migrate_2_to_3(db: sqlite3.Connection) -> None:
+    """Tasks get empty straggler figures."""
+    for column in _FIGURE_COLUMNS:
+        db.execute(f"ALTER TABLE tasks ADD COLUMN {column}")
+
+
+_FIGURE_COLUMNS = ("step_ms REAL", "p95_ms REAL", "applied INTEGER", "pushed INTEGER",
+                   "progress_at REAL")
 
 
 def _version(db: sqlite3.Connection) -> int:

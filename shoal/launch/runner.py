@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import IO
 
@@ -22,10 +23,12 @@ from shoal.launch.files import private_dirs
 from shoal.launch.launcher_output import launcher_log_path, move_terminal_output
 from shoal.launch.logmux import LogMux
 from shoal.launch.plan import JobPlan
+from shoal.launch.progress_line import ProgressLine
 from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
 from shoal.launch.root_cause import report_root_cause
 from shoal.launch.supervisor import JobResult, Supervisor
+from shoal.launch.watchdog import Watchdog
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -48,20 +51,28 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     console_holder: list = []  # the console needs the mux, the mux's callback the console
     records = RecordsObserver(plan, store)
 
-    def on_progress(name: str, step: int, loss: float) -> None:
-        console_holder[0].progress(name, step, loss)
-        records.progress(name, step, loss)
+    watchdog = Watchdog.for_spec(plan.watchdog, [(t.name, t.argv) for t in plan.tasks],
+                                 f"{plan.primary.job}.{plan.primary.index}", time.monotonic)
+
+    def on_progress(name: str, line: ProgressLine) -> None:
+        if watchdog is not None:
+            watchdog.progress(name, line.step)
+        console_holder[0].progress(name, line.step, line.loss)
+        records.progress(name, line.step, line.loss)
+        records.task_progress(name, line)
 
     def on_summaries(name: str, directory: str) -> None:
         store.set_summaries(plan.job_id, name, directory)
 
-    mux = LogMux(out, on_progress=on_progress, on_summaries=on_summaries, live_status=live_status)
+    mux = LogMux(out, on_progress=on_progress, on_summaries=on_summaries,
+                 on_waiting=watchdog.waiting if watchdog is not None else None,
+                 live_status=live_status)
     console = ConsoleObserver(plan, mux, live=live_status)
     console_holder.append(console)
     mux.note(f"shoal | job {number} {plan.job_id}: {len(plan.tasks)} tasks, logs in"
              f" {plan.job_dir}/logs (shoal logs {number})")
     supervisor = Supervisor(plan, executor=executor, mux=mux,
-                            observer=Observers(console, records))
+                            observer=Observers(console, records), watchdog=watchdog)
 
     def on_signal(signum: int, _frame: object) -> None:
         supervisor.request_stop(f"the launcher got {signal.Signals(signum).name}")

@@ -17,6 +17,7 @@ YAML form::
     hosts: [node1, {name: node2, slots: 4}]      # ssh destinations; default: this machine
     ssh: {config: ~/.ssh/config, connect_timeout: 10s, heartbeat_timeout: 10s}
     sync: false                                  # true: rsync the workdir to every host first
+    watchdog: {stall: 5m, action: fail, max_restarts: 3}   # progress watchdog (shoal/launch/watchdog.py)
 """
 
 from __future__ import annotations
@@ -100,6 +101,16 @@ class RestartPolicy(str, Enum):
     ON_FAILURE = "on-failure"
 
 
+class WatchdogAction(str, Enum):
+    """What the progress watchdog does when the job's step stops advancing: restart the stuck
+    tasks (`restart-stuck`), stop and start every task (`restart-job`: the chief resumes from
+    its checkpoint), or end the job FAILED (`fail`)."""
+
+    RESTART_STUCK = "restart-stuck"
+    RESTART_JOB = "restart-job"
+    FAIL = "fail"
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -177,6 +188,35 @@ class RestartSpec(_Frozen):
         return parse_duration(value)
 
 
+DEFAULT_STALL_S = 300.0
+"""The watchdog's default stall: 5 minutes (or twice the chief's checkpoint interval, if longer)."""
+
+
+class WatchdogSpec(_Frozen):
+    """The progress watchdog (shoal/launch/watchdog.py): when the job's global step, read from
+    the tasks' progress lines, does not advance for `stall` seconds, it names the stuck tasks
+    and applies `action`. `stall` None means the default (DEFAULT_STALL_S, or twice the
+    chief's `--checkpoint_every_secs` if that is longer); `off` (or 0) turns the watchdog off.
+    `max_restarts` bounds the restarts it makes; the next stall fails the job."""
+
+    stall: Optional[float] = None
+    enabled: bool = True
+    action: WatchdogAction = WatchdogAction.FAIL
+    max_restarts: int = Field(3, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _off(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (data.get("stall") in ("off", False, 0, "0")):
+            data = {**data, "stall": None, "enabled": False}
+        return data
+
+    @field_validator("stall", mode="before")
+    @classmethod
+    def _stall(cls, value: Any) -> Optional[float]:
+        return None if value is None else parse_duration(value)
+
+
 class JobSpec(_Frozen):
     """A whole job. `roles` maps a job name from JOBS to its RoleSpec; `deadline` and
     `grace_period` are seconds; `output_dir` None means the job's own folder.
@@ -198,6 +238,7 @@ class JobSpec(_Frozen):
     hosts: list[HostSpec] = Field(default_factory=list)
     ssh: SshSpec = Field(default_factory=SshSpec)
     sync: bool = False
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
 
     @field_validator("hosts", mode="before")
     @classmethod

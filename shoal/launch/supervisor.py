@@ -9,6 +9,12 @@ restarted with the same identity (argv, address, TF_CONFIG) after a doubling bac
 to max_restarts times, except a task that exits 2 (a usage error, as argparse and Python
 give for bad arguments or a missing script) within its first second: running it again would
 fail the same way. Deadline: past it every task stops and the job FAILS (DEADLINE).
+Watchdog (shoal/launch/watchdog.py, when given): when the job's step stops advancing, its
+`Stall` names the stuck tasks and the spec's action applies — restart-stuck (TERM -> grace
+-> KILL the stuck tasks and start them again, same identity, at once), restart-job (stop
+every running task, then start them all again: the chief resumes from its checkpoint), or
+fail (the job FAILS, STALLED, the first stuck task as its root cause). Each restart counts
+toward `watchdog.max_restarts`; a stall after that fails the job.
 Stopping is TERM to the task's process group -> grace period -> KILL.
 
 Policy only: processes, hosts and pipes are the executor's (executor.py), so the policies
@@ -39,6 +45,7 @@ from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.root_cause import TaskFailure
 from shoal.launch.spec import RestartPolicy
 from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState
+from shoal.launch.watchdog import Stall, Watchdog, WatchdogAction
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +68,7 @@ class EndReason(str, Enum):
     DEADLINE = "deadline"          # the job ran past its deadline
     STOPPED = "stopped"            # request_stop (a signal to the launcher, shoal kill)
     START_FAILED = "start-failed"  # a task's program could not be started
+    STALLED = "stalled"            # the watchdog saw no progress and its action is fail
 
     @property
     def state(self) -> JobState:
@@ -105,6 +113,9 @@ class _Slot:
     restarts: int = 0
     restart_at: float = 0.0
     stopping: bool = False
+    restart_now: bool = False  # the watchdog stops it to start it again
+    kill_at: Optional[float] = None  # when a task the watchdog stopped gets SIGKILL
+    stall_restarts: int = 0
 
 
 def describe_exit(code: int) -> str:
@@ -121,8 +132,11 @@ class Supervisor:
     """Runs one job to its end. Not reusable: one `run` per instance."""
 
     def __init__(self, plan: JobPlan, *, executor: Executor, mux: LogMux,
-                 observer: JobObserver, clock: Callable[[], float] = time.monotonic) -> None:
+                 observer: JobObserver, clock: Callable[[], float] = time.monotonic,
+                 watchdog: Optional[Watchdog] = None) -> None:
         self._plan = plan
+        self._watchdog = watchdog
+        self._watchdog_restarts = 0
         self._executor = executor
         self._mux = mux
         self._observer = observer
@@ -170,8 +184,22 @@ class Supervisor:
             self._finish(EndReason.DEADLINE,
                          f"deadline of {self._plan.deadline:g}s exceeded")
             return
+        if self._watchdog is not None:
+            stall = self._watchdog.check(
+                s.plan.name for s in self._slots.values() if s.state is TaskState.RUNNING)
+            if stall is not None:
+                self._on_stall(stall)
+                if self._result is not None:
+                    return
+                now = self._clock()
         timeout = _POLL
         for slot in self._slots.values():
+            if slot.kill_at is not None and slot.state is TaskState.RUNNING and slot.handle is not None:
+                if slot.kill_at <= now:
+                    slot.handle.signal(signal.SIGKILL)
+                    slot.kill_at = None
+                else:
+                    timeout = min(timeout, slot.kill_at - now)
             if slot.state is TaskState.RESTARTING:
                 if slot.restart_at <= now:
                     self._start(slot)
@@ -222,6 +250,12 @@ class Supervisor:
         if slot.stopping or self._finishing:
             self._move(slot, TaskState.SUCCEEDED if code == 0 else TaskState.KILLED, detail)
             return
+        if slot.restart_now:
+            slot.restart_now, slot.kill_at = False, None
+            slot.stall_restarts += 1
+            slot.restart_at = self._clock()
+            self._move(slot, TaskState.RESTARTING, f"{detail}; restarted by the watchdog")
+            return
         if code == 0:
             self._move(slot, TaskState.SUCCEEDED, detail)
             self._check_success()
@@ -247,6 +281,49 @@ class Supervisor:
             self._finish(EndReason.CHIEF_FAILED, why, chief_exit=code)
         else:
             self._finish(EndReason.TASK_FAILED, why)
+
+    # --- the watchdog -----------------------------------------------------------------
+
+    def _on_stall(self, stall: Stall) -> None:
+        """Apply the watchdog's action to a stall (see the module docstring)."""
+        assert self._watchdog is not None
+        line = stall.describe()
+        action = self._watchdog.action
+        if action is not WatchdogAction.FAIL and self._watchdog_restarts >= self._watchdog.max_restarts:
+            self._mux.note(f"shoal | watchdog: {line}; it restarted {self._watchdog_restarts} times"
+                           f" already (watchdog.max_restarts), so the job fails")
+            action = WatchdogAction.FAIL
+        if action is WatchdogAction.FAIL:
+            self._mux.note(f"shoal | watchdog: {line}; failing the job")
+            slot = self._slots[stall.stuck[0]] if stall.stuck else None
+            if self._failure is None and slot is not None:
+                self._failure = TaskFailure(slot.plan.name, slot.plan.label, None,
+                                            f"stopped by the watchdog: {line}", time.time(),
+                                            slot.plan.log_path)
+            self._finish(EndReason.STALLED, f"watchdog: {line}")
+            return
+        self._watchdog_restarts += 1
+        if action is WatchdogAction.RESTART_STUCK:
+            self._mux.note(f"shoal | watchdog: {line}; restarting {', '.join(stall.stuck)}")
+            kill_at = self._clock() + self._plan.grace_period
+            for name in stall.stuck:
+                slot = self._slots[name]
+                if slot.state is TaskState.RUNNING and slot.handle is not None:
+                    slot.restart_now, slot.kill_at = True, kill_at
+                    slot.handle.signal(signal.SIGTERM)
+            self._watchdog.reset()
+            return
+        self._mux.note(f"shoal | watchdog: {line}; restarting the job")
+        live = [s for s in self._slots.values() if s.state is TaskState.RUNNING and s.handle is not None]
+        for slot in live:
+            slot.restart_now = True
+            slot.handle.signal(signal.SIGTERM)  # type: ignore[union-attr]
+        self._drain(self._plan.grace_period)
+        for slot in live:
+            if slot.state is TaskState.RUNNING:
+                slot.handle.signal(signal.SIGKILL)  # type: ignore[union-attr]
+        self._drain(_KILL_WAIT, force_ok=False)
+        self._watchdog.reset(forget_step=True)
 
     def _failed(self, slot: _Slot, code: Optional[int], detail: str) -> None:
         """Remember the first task that failed for good: the job's root cause."""
@@ -323,7 +400,8 @@ class Supervisor:
         if new not in TASK_TRANSITIONS[old]:
             raise AssertionError(f"{slot.plan.name}: illegal transition {old} -> {new}")
         slot.state = new
-        self._observer.task_changed(slot.plan, old, new, detail, ref, slot.restarts)
+        self._observer.task_changed(slot.plan, old, new, detail, ref,
+                                    slot.restarts + slot.stall_restarts)
 
     def _set_job(self, state: JobState, reason: str) -> None:
         if state not in JOB_TRANSITIONS[self._job_state]:

@@ -32,7 +32,7 @@ def test_carriage_returns_do_not_split_lines(tmp_path):
 
 def test_progress_lines_are_reported_with_step_and_loss(tmp_path):
     seen = []
-    mux = LogMux(io.BytesIO(), on_progress=lambda *a: seen.append(a))
+    mux = LogMux(io.BytesIO(), on_progress=lambda name, p: seen.append((name, p.step, p.loss)))
     pump(mux, [b"step=10 loss=0.5 lr=0.1\nnothing\n", b"step=20 acc=1 loss=2.5e-1\n"], tmp_path)
     # the newest progress line of each chunk read is reported; pieces may be coalesced
     assert seen[-1] == ("worker.0", 20, 0.25)
