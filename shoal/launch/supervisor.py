@@ -184,7 +184,8 @@ class Supervisor:
             self._finish(EndReason.DEADLINE,
                          f"deadline of {self._plan.deadline:g}s exceeded")
             return
-        if self._watchdog is not None:
+        restarting = any(s.state in (TaskState.RESTARTING, TaskState.STARTING) for s in self._slots.values())
+        if self._watchdog is not None and not restarting:  # a task coming back holds up the step: not a stall
             stall = self._watchdog.check(
                 s.plan.name for s in self._slots.values() if s.state is TaskState.RUNNING)
             if stall is not None:
@@ -227,6 +228,8 @@ class Supervisor:
             return
         slot.handle = handle
         self._move(slot, TaskState.RUNNING, handle.ref.describe(), ref=handle.ref)
+        if slot.attempt > 1 and self._watchdog is not None:  # a restarted task: a fresh window to catch up
+            self._watchdog.reset(forget_step=slot.plan.name.split(".")[0] == "ps")
         reader = attach_output(self._mux, slot.plan.label, slot.plan.name, handle.output(),
                                slot.plan.log_path)
         threading.Thread(
@@ -291,7 +294,8 @@ class Supervisor:
         action = self._watchdog.action
         if action is not WatchdogAction.FAIL and self._watchdog_restarts >= self._watchdog.max_restarts:
             self._mux.note(f"shoal | watchdog: {line}; it restarted {self._watchdog_restarts} times"
-                           f" already (watchdog.max_restarts), so the job fails")
+                           f" already (watchdog.max_restarts), so the job fails; allow more with"
+                           f" watchdog: {{max_restarts: N}} in the spec, or a longer watchdog.stall")
             action = WatchdogAction.FAIL
         if action is WatchdogAction.FAIL:
             self._mux.note(f"shoal | watchdog: {line}; failing the job")

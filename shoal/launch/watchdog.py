@@ -18,7 +18,11 @@ Which tasks are stuck, first rule that names any:
 
 The stall is `WatchdogSpec.stall`, else DEFAULT_STALL_S or twice the chief's checkpoint
 interval (`--checkpoint_every_secs N` in its command), whichever is longer: a chief that
-checkpoints holds a sync step meanwhile (`effective_stall`).
+checkpoints holds a sync step meanwhile (`effective_stall`). The default also grows to 3x the
+longest the step has taken to advance so far, so a job that legitimately prints rarely (a large
+`--log_every`, slow steps, a long evaluation between steps once seen) is not called stuck. The
+Supervisor does not check while a task is being restarted, and a restarted task opens a fresh
+window (a restarted ps also makes it wait for the step to pass the old one again).
 
 Pure policy: time comes from the injected clock, so it is tested without processes.
 `progress` and `waiting` are called from log-reader threads, the rest from the supervisor's
@@ -85,8 +89,10 @@ class Watchdog:
     Supervisor. `stall` is in seconds (effective_stall)."""
 
     def __init__(self, stall: float, action: WatchdogAction, max_restarts: int,
-                 training: Iterable[str], clock: Callable[[], float]) -> None:
+                 training: Iterable[str], clock: Callable[[], float], adaptive: bool = False) -> None:
         self.stall = stall
+        self.adaptive = adaptive  # the default stall: at least 3x the slowest advance seen so far
+        self._longest_gap = 0.0
         self.action = action
         self.max_restarts = max_restarts
         self._training = tuple(training)
@@ -107,7 +113,7 @@ class Watchdog:
         if stall is None:
             return None
         training = [name for name, _ in tasks if name.split(".")[0] in TRAINING_JOBS]
-        return cls(stall, spec.action, spec.max_restarts, training, clock)
+        return cls(stall, spec.action, spec.max_restarts, training, clock, adaptive=spec.stall is None)
 
     def progress(self, name: str, step: int) -> None:
         """Task `name` printed a progress line at global step `step`."""
@@ -115,6 +121,8 @@ class Watchdog:
         with self._lock:
             self._last[name] = now
             if self._step is None or step > self._step:
+                if self._step is not None:  # a job that prints rarely (big log_every, slow steps) is not stuck
+                    self._longest_gap = max(self._longest_gap, now - self._advanced)
                 self._step = step
                 self._advanced = now
                 self._waited.clear()
@@ -144,10 +152,15 @@ class Watchdog:
         now = self._clock()
         running = set(running)
         with self._lock:
-            if self._step is None or now - self._advanced < self.stall:
+            if self._step is None or now - self._advanced < self.limit_s():
                 return None
             stuck, why = self._blame(running)
             return Stall(self._step, now - self._advanced, stuck, why)
+
+    def limit_s(self) -> float:
+        """How long the step may stay put now: `stall`, or with the default stall at least 3x
+        the longest the step took to advance so far. Call with the lock held."""
+        return max(self.stall, 3 * self._longest_gap) if self.adaptive else self.stall
 
     def _blame(self, running: set[str]) -> tuple[tuple[str, ...], str]:
         waited = [t for t in self._waited if t in running]

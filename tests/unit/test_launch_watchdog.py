@@ -149,11 +149,11 @@ def test_stall_off_turns_the_watchdog_off(stall):
 class Job:
     """A Supervisor with a watchdog, run on a thread; the test moves the fake clock."""
 
-    def __init__(self, tmp_path, action, *, max_restarts=3, ignore_term=False, grace="2s"):
+    def __init__(self, tmp_path, action, *, max_restarts=3, ignore_term=False, grace="2s", **extra):
         self.clock = FakeClock()
         roles = {"chief": {}, "worker": {"count": 2}, "ps": {}}
         self.plan = plan_of(tmp_path, roles, grace_period=grace,
-                            watchdog={"stall": "10s", "action": action, "max_restarts": max_restarts})
+                            watchdog={"stall": "10s", "action": action, "max_restarts": max_restarts}, **extra)
         self.executor = FakeExecutor(self.clock, {}, ignore_term=ignore_term)
         self.recorder = Recorder(self.clock)
         self.dog = Watchdog.for_spec(self.plan.watchdog, [(t.name, t.argv) for t in self.plan.tasks],
@@ -269,3 +269,43 @@ def test_a_job_that_prints_no_progress_never_stalls(tmp_path):
     supervisor = Supervisor(plan, executor=FakeExecutor(clock, {}), mux=LogMux(io.BytesIO()),
                             observer=Recorder(clock), clock=clock, watchdog=dog)
     assert supervisor.run().reason is EndReason.DEADLINE
+
+
+def test_default_stall_grows_to_three_times_the_slowest_advance_so_far():
+    clock = FakeClock()
+    dog = Watchdog(10.0, WatchdogAction.FAIL, 3, WORKERS, clock, adaptive=True)
+    dog.progress("worker.0", 1)
+    clock.now = 8
+    dog.progress("worker.0", 2)  # this job advances every 8 s: 24 s of silence are still normal
+    clock.now = 8 + 20
+    assert dog.check(WORKERS) is None
+    clock.now = 8 + 25
+    assert dog.check(WORKERS).seconds == 25
+    explicit = Watchdog(10.0, WatchdogAction.FAIL, 3, WORKERS, clock)  # a stall the user set is kept
+    clock.now = 0
+    explicit.progress("worker.0", 1)
+    clock.now = 8
+    explicit.progress("worker.0", 2)
+    clock.now = 8 + 11
+    assert explicit.check(WORKERS) is not None
+
+
+def test_no_stall_while_a_crashed_task_waits_to_restart_and_a_fresh_window_after_it(tmp_path):
+    job = Job(tmp_path, "fail", restart={"policy": "on-failure", "max_restarts": 3, "backoff": "30s"})
+    job.start()
+    for name in WORKERS:
+        job.dog.progress(name, 1)
+    job.executor.handle("worker.1").exit(1)  # crashed: restarted in 30 s; the others wait for it
+    wait_until(lambda: job.recorder.final().get("worker.1") is TaskState.RESTARTING, "worker.1 to wait")
+    job.clock.now = 25  # well past the 10 s stall, while worker.1 is away
+    threading.Event().wait(0.5)  # the supervisor polls every few tenths of a second
+    assert job.results == [] and job.starts("worker.1") == 1
+    job.clock.now = 31  # worker.1 is started again: a fresh window opens then
+    wait_until(lambda: job.starts("worker.1") == 2, "worker.1 to start again")
+    job.clock.now = 35
+    threading.Event().wait(0.5)
+    assert job.results == []
+    job.clock.now = 42  # 11 s after the restart without progress: now it is a stall
+    job.thread.join(10)
+    [result] = job.results
+    assert result.reason is EndReason.STALLED
