@@ -28,6 +28,9 @@ HELLO_TIMEOUT_S = 5.0
 FINISH_TIMEOUT_S = 5.0
 
 
+MAX_ATTEMPTS = 3
+"""A closure whose worker is lost this many times fails instead of going round again."""
+
 class LinkState(Enum):
     """CONNECTING (saying hello) -> READY (running closures) -> LOST (its worker went away) ->
     CONNECTING ...; any -> CLOSED (the coordinator closed)."""
@@ -92,10 +95,8 @@ class WorkerLink:
                 if closure is None:
                     continue
                 # Datasets after the take: a closure may use one created just before it was scheduled.
-                if self._create_datasets():
+                if self._create_datasets(closure):
                     self._execute(closure)
-                else:
-                    self._queue.put_back(closure)
         finally:
             self._finish()
 
@@ -107,7 +108,7 @@ class WorkerLink:
             log.debug("%s not answering yet: %s", self.task, e)
             self._stop.wait(0.2)
             return
-        except WireError as e:  # refused (wrong secret, another program): say so, keep trying
+        except (WireError, CoordinatorError) as e:  # refused (wrong secret, another program), or a bad hello reply
             log.warning("coordinator cannot talk to %s: %s", self.task, e)
             self._stop.wait(2.0)
             return
@@ -120,21 +121,22 @@ class WorkerLink:
             log.info("%s is back; it takes closures again", self.task)
         self.state, self.lost_since = LinkState.READY, None
 
-    def _create_datasets(self) -> bool:
-        """Create every dataset this worker does not hold. False if the worker was lost."""
+    def _create_datasets(self, closure: Closure) -> bool:
+        """Create every dataset this worker does not hold, before it runs `closure`. False if
+        it cannot: the worker was lost (the closure goes back to the queue), or a dataset
+        function raised there (the closure fails with that error: join and fetch raise it)."""
         for request, tensors in self._datasets():
             if request.dataset_id in self._held:
                 continue
             try:
                 self._rpc.call(CoordOp.DATASET.value, request.fields(), tensors, timeout_s=self._request_timeout_s)
             except (PeerLostError, PeerTimeoutError) as e:
-                self._lost(e, None)
+                self._lost(e, closure)
                 return False
             except RemoteError as e:
-                # The dataset function raised there: this worker cannot run steps that use it.
-                # Keep it out of rotation for a while rather than failing every closure.
-                log.error("%s could not create dataset %d (%s): %s", self.task, request.dataset_id, request.fn, e)
-                self._stop.wait(5.0)
+                self._settle(closure, CoordinatorError(
+                    f"{self.task} could not create dataset {request.dataset_id} ({request.fn}) for step "
+                    f"{closure.fn!r}: {e}; fix the function given to create_per_worker_dataset"))
                 return False
             self._held.add(request.dataset_id)
         return True
@@ -175,6 +177,12 @@ class WorkerLink:
     def _lost(self, error: Exception, closure: Closure | None) -> None:
         self.state, self.lost_since = LinkState.LOST, time.monotonic()
         self._held.clear()
+        if closure is not None and len(closure.attempts) >= MAX_ATTEMPTS:
+            self._settle(closure, CoordinatorError(
+                f"step {closure.fn!r} (closure {closure.id}) was lost {len(closure.attempts)} times, on "
+                f"{', '.join(closure.attempts)} (last: {error}): each worker died or did not answer within "
+                f"{self._request_timeout_s:g}s; make the step shorter or raise request_timeout_s"))
+            return
         if closure is not None:
             self._queue.put_back(closure)
             log.warning("lost %s while it ran step %r (closure %d): %s; %s", self.task, closure.fn, closure.id, error,

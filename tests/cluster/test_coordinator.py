@@ -188,3 +188,19 @@ def test_schedule_on_every_worker_runs_one_closure_pinned_to_each(job_of):
         coordinator.join(timeout=60)
     for results in rounds:
         assert [r.fetch(0)["task"] for r in results] == ["worker:0", "worker:1", "worker:2"]
+
+
+@steps.dataset
+def broken_data(ctx):
+    raise OSError("no such file: shard-7.npy")
+
+
+def test_a_dataset_function_that_raises_fails_its_steps_with_the_error_instead_of_hanging(job_of):
+    job = job_of(1)
+    with job.coordinator() as coordinator:
+        it = coordinator.create_per_worker_dataset(broken_data)
+        result = coordinator.schedule(take, it)
+        with pytest.raises(CoordinatorError, match=r"could not create dataset .*shard-7\.npy"):
+            coordinator.join(timeout=60)
+        with pytest.raises(CoordinatorError, match="create_per_worker_dataset"):
+            result.fetch(0)

@@ -58,7 +58,7 @@ def fake_tensorboard(tmp_path: Path) -> Path:
 def test_tensorboard_serves_the_reported_dir_and_stops_with_shoal(tmp_path):
     home = tmp_path / "home"
     wrote = tmp_path / "my-summaries"
-    out = run_shoal(home, "run", "--name", "tb", "--workers", "2", "--",
+    out = run_shoal(home, "run", "--name", "tb", "--ps", "1", "--workers", "2", "--",
                     PY, program("summaries.py"), "--dir", str(wrote), timeout=60)
     assert out.returncode == 0, out.stdout.decode()
     [job] = status(home)

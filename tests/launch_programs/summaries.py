@@ -1,6 +1,6 @@
 """Test task: writes TensorBoard summaries with Shoal's TaskSummaries into --dir (the chief
 or worker 0 there, other workers below it, as a training session does), then exits. A ps
-task (which `shoal run` gives a Shoal program) writes none and exits at once."""
+task (given with --ps) writes none and exits at once."""
 
 import argparse
 import os
