@@ -16,8 +16,9 @@ EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.
           | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_DISCONNECTED)
 
 # A CURVE server that cannot decrypt our HELLO (it holds keys from another secret) just hangs up:
-# zmq reports no reason. A server restarting, or shedding unauthenticated connections, can hang
-# up once or twice too, so only this many in a row, with no success between, mean "refused".
+# zmq reports no reason; so, often, does a CURVE server greeted by a PLAIN client. A server
+# restarting, or shedding unauthenticated connections, can hang up once or twice too, so only
+# this many in a row, with no success between, mean "refused".
 CURVE_HANGUPS_MEANING_REFUSED = 3
 
 
@@ -44,12 +45,18 @@ class ConnectionWatch:
                             "the two tasks use different security settings (AUTO means PLAIN for loopback addresses "
                             "and CURVE otherwise), hold different job secrets (SHOAL_JOB_SECRET), or run different "
                             "Shoal versions")
-        elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self.security is Security.CURVE:
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             self._hangups += 1
-            if self._hangups >= CURVE_HANGUPS_MEANING_REFUSED:
+            if self._hangups < CURVE_HANGUPS_MEANING_REFUSED:
+                pass
+            elif self.security is Security.CURVE:
                 self.refusal = (f"{self._who} hung up on {self._hangups} CURVE handshakes in a row: it cannot "
                                 "decrypt this task's hello, so the two tasks hold different job secrets; give every "
                                 "task of the job the same SHOAL_JOB_SECRET (or SHOAL_JOB_SECRET_FILE)")
+            else:  # a CURVE server hangs up on a PLAIN hello as often as it says why (PROTOCOL above)
+                self.refusal = (f"{self._who} hung up on {self._hangups} {self.security.name} handshakes in a row: "
+                                "the two tasks use different security settings (AUTO means PLAIN for loopback "
+                                "addresses and CURVE otherwise; --wire_security must be the same for every task)")
         elif event == zmq.EVENT_DISCONNECTED:
             # Only a connection that was up can have taken a request with it. One dropped during
             # its handshake (a server shedding unauthenticated connections under load) delivered
