@@ -6,8 +6,8 @@ decodes the request and builds the reply. Every `decode` checks every field it r
 unchecked field. Tensors travel beside the header fields (see docs/wire-protocol.md), never
 inside these types.
 
-Ops to come go into `Op` with their own pair of types: membership (register, deregister,
-heartbeat) and sparse rows (pull and push of embedding rows).
+Ops to come go into `Op` with their own pair of types (sparse rows: pull and push of embedding
+rows).
 
 Pure data and validation: no I/O; every type is immutable and thread-safe.
 """
@@ -41,6 +41,7 @@ class Op(str, Enum):
     DONE = "done"            # a training replica finished; the job ends when every one did
     FAILED = "failed"        # a training replica left by an error (it may be restarted)
     SHUTDOWN = "shutdown"    # end the job now
+    HEARTBEAT = "heartbeat"  # a training replica is alive (and a member: it joins with its first)
 
 
 class Mode(str, Enum):
@@ -179,7 +180,9 @@ class StatusReply:
     worker can tell a restarted ps from a network blip. In sync mode, `sync_have` names the
     replicas whose gradient for the current step arrived, `sync_needed` how many more the step
     needs and `sync_missing` the replicas that have not pushed for it (see `sync_wait`); a ps
-    that predates these fields sends none, read as empty."""
+    that predates these fields sends none, read as empty. `members` are the replicas the ps
+    counts as training (shoal/ps/membership.py), under `membership_version` (0: a ps without
+    membership)."""
 
     phase: Phase
     training: TrainingMode | None
@@ -192,6 +195,8 @@ class StatusReply:
     sync_have: tuple[str, ...] = ()
     sync_needed: int = 0
     sync_missing: tuple[str, ...] = ()
+    membership_version: int = 0
+    members: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -209,7 +214,8 @@ class StatusReply:
         return {"phase": self.phase.value, **mode, "step": self.step, "shards": self.shards, "bytes": self.nbytes,
                 "created": self.created, "done": list(self.done), "incarnation": self.incarnation,
                 "sync_have": list(self.sync_have), "sync_needed": self.sync_needed,
-                "sync_missing": list(self.sync_missing)}
+                "sync_missing": list(self.sync_missing), "membership_version": self.membership_version,
+                "members": list(self.members)}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "StatusReply":
@@ -220,7 +226,8 @@ class StatusReply:
                    _int(fields, where, "bytes"), _int(fields, where, "created"),
                    _names(fields, where, "done", MAX_TASK_NAME), _str(fields, where, "incarnation", 64),
                    _names(fields, where, "sync_have", MAX_TASK_NAME), _int(fields, where, "sync_needed", default=0),
-                   _names(fields, where, "sync_missing", MAX_TASK_NAME))
+                   _names(fields, where, "sync_missing", MAX_TASK_NAME),
+                   _int(fields, where, "membership_version", default=0), _names(fields, where, "members", MAX_TASK_NAME))
 
 
 @dataclass(frozen=True)
@@ -415,17 +422,60 @@ class DoneReply:
 @dataclass(frozen=True)
 class FailedRequest:
     """A replica left training by an error. It is not done: it may be restarted and carry on.
-    Only if every replica failed and none finished does the job end without them."""
+    Only if every replica failed and none finished does the job end without them.
+    `incarnation` is the sending process's (its heartbeats', so a heartbeat of the failed
+    process still on its way does not count it again); "" if unknown."""
 
     op = Op.FAILED
     task: str
+    incarnation: str = ""
 
     def fields(self) -> dict[str, Any]:
-        return {"task": self.task}
+        return {"task": self.task, "incarnation": self.incarnation}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "FailedRequest":
-        return cls(_task(fields, "failed request"))
+        where = "failed request"
+        incarnation = _str(fields, where, "incarnation", 64, allow_empty=True) if "incarnation" in fields else ""
+        return cls(_task(fields, where), incarnation)
+
+
+@dataclass(frozen=True)
+class HeartbeatRequest:
+    """`task` (process `incarnation`) is alive and training; count it as gone if no heartbeat
+    comes within `timeout_ms`. Its first heartbeat makes it a member (shoal/ps/membership.py)."""
+
+    op = Op.HEARTBEAT
+    task: str
+    incarnation: str
+    timeout_ms: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"task": self.task, "incarnation": self.incarnation, "timeout_ms": self.timeout_ms}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "HeartbeatRequest":
+        where = "heartbeat request"
+        return cls(_task(fields, where), _str(fields, where, "incarnation", 64),
+                   _int(fields, where, "timeout_ms", minimum=1))
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    """The ps's membership `version` after this heartbeat; `joined`: it made the sender a
+    member (its first, or it had been dropped); `members`: how many train now."""
+
+    version: int
+    joined: bool
+    members: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"version": self.version, "joined": self.joined, "members": self.members}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "HeartbeatReply":
+        where = "heartbeat reply"
+        return cls(_int(fields, where, "version"), _bool(fields, where, "joined"), _int(fields, where, "members"))
 
 
 @dataclass(frozen=True)
@@ -444,11 +494,12 @@ class ShutdownRequest:
 REQUEST_TYPES: dict[Op, type] = {
     Op.STATUS: StatusRequest, Op.INIT: InitRequest, Op.SNAPSHOT: SnapshotRequest, Op.READY: ReadyRequest,
     Op.PULL: PullRequest, Op.PUSH: PushRequest, Op.DONE: DoneRequest, Op.FAILED: FailedRequest,
-    Op.SHUTDOWN: ShutdownRequest,
+    Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest,
 }
 REPLY_TYPES: dict[Op, type] = {
     Op.STATUS: StatusReply, Op.INIT: InitReply, Op.SNAPSHOT: SnapshotReply, Op.READY: Empty,
     Op.PULL: PullReply, Op.PUSH: PushReply, Op.DONE: DoneReply, Op.FAILED: Empty, Op.SHUTDOWN: Empty,
+    Op.HEARTBEAT: HeartbeatReply,
 }
 
 

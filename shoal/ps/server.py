@@ -37,8 +37,9 @@ class ServerTerminated(SystemExit):
 class Server:
     """Hosts this ps task's share of the variables and serves pulls and pushes.
 
-    Unlike TensorFlow's `server.join()`, `join()` returns when the job is over: when every
-    training replica (the chief and the workers) said it is done, or one ended the job.
+    Unlike TensorFlow's `server.join()`, `join()` returns when the job is over: when the chief
+    said it is done and no other training replica still trains (workers join and leave at any
+    time: shoal/ps/membership.py), or one ended the job.
 
     SIGTERM while `join()` runs on the main thread (`shoal kill`, a deadline, preemption) does
     not end the process at once: the ps keeps serving until the training replicas, which stop
@@ -101,9 +102,13 @@ class Server:
         try:
             replies = self.service.handle(request)
         finally:
-            self._unfinished = self.service.unfinished_replicas
-            self._chief_finished = self.service.has_finished(str(self.config.chief_task))
+            self._note_replicas()
         self._send(replies)
+
+    def _note_replicas(self) -> None:
+        """What join() needs to know on SIGTERM, read from the serving thread's service."""
+        self._unfinished = self.service.unfinished_replicas
+        self._chief_finished = self.service.has_finished(str(self.config.chief_task))
 
     def _send(self, replies) -> None:
         for reply in replies:
@@ -115,6 +120,8 @@ class Server:
         try:
             while not self._stopped.is_set():
                 self._rpc.serve_once(100)
+                self._send(self.service.tick())
+                self._note_replicas()
                 self.service.log_sync_wait()
                 if self._drain.is_set() and not drained:
                     drained = True

@@ -20,8 +20,9 @@ import numpy as np
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import rule_from_config
-from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, InitReply, InitRequest,
-                               Mode, Op, Phase,
+from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, Change, MemberState, Membership, quorum
+from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
+                               HeartbeatRequest, InitReply, InitRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ShutdownRequest,
                                SnapshotReply, StatusReply, TrainingMode, parse_op, split_slots)
 from shoal.ps.store import ShardStore
@@ -64,21 +65,28 @@ class _Waiting:
 class PsService:
     """Handles requests for one ps task. Runs on the serving thread only (not thread-safe).
 
-    `on_job_over(reason)` is called once every replica said `done`, when one said `shutdown`,
-    or when every replica said `failed` and none is done (nobody is left to train). A replica
-    that failed and comes back is counted again when it says `done`.
+    Who trains is the membership (shoal/ps/membership.py): the replicas of the ps's cluster
+    (`replica_names`, chief first; "worker:0".."worker:<num_replicas - 1>" if not given) are
+    expected, any replica joins with a heartbeat, and leaves by `done`, `failed` or a missed
+    heartbeat (`tick` drops those). `on_job_over(reason)` is called once the chief said done
+    and no member trains any more, when one said `shutdown`, or when every member said
+    `failed` (nobody is left to train). A replica that failed and comes back is counted again.
+    In sync mode a step aggregates (live members - backups) gradients, backups being the
+    replicas of the cluster beyond the `replicas` the chief's init asks for.
 
-    `replica_names` (chief first, then workers) lets a sync step name the replicas it waits
-    for, in its status replies and in the log (`log_sync_wait`); `clock` is time.monotonic
-    unless a test injects one.
+    `clock` is time.monotonic unless a test injects one.
     """
 
     def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None], *,
-                 replica_names: Sequence[str] = (), clock: Callable[[], float] = time.monotonic):
+                 replica_names: Sequence[str] = (), clock: Callable[[], float] = time.monotonic,
+                 join_grace_s: float = DEFAULT_JOIN_GRACE_S):
         self.task_name = task_name
         self.num_replicas = num_replicas
-        self.replica_names = tuple(replica_names)
+        self.replica_names = tuple(replica_names) or tuple(f"worker:{i}" for i in range(num_replicas))
         self._clock = clock
+        self.membership = Membership(self.replica_names, self.replica_names[0] if self.replica_names else None,
+                                     clock(), join_grace_s=join_grace_s)
+        self._sync_hyper: dict[str, Any] = {}  # sync: each shard's hyper of its latest push this step
         self._sync_watch = SyncWaitWatch()
         self.store = ShardStore(task_name)
         self.incarnation = secrets.token_hex(8)  # tells workers this process is new after a restart
@@ -86,17 +94,16 @@ class PsService:
         self._phase = Phase.EMPTY
         self._training: TrainingMode | None = None
         self._sync: SyncAggregator | None = None
+        self._backups = 0
         self._async_step = 0
         self._created = 0
-        self._done: set[str] = set()
-        self._failed: set[str] = set()
         self._draining = False
         self._waiting: list[_Waiting] = []
         self._released: list[Reply] = []
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
-            Op.SHUTDOWN: self._shutdown,
+            Op.SHUTDOWN: self._shutdown, Op.HEARTBEAT: self._heartbeat,
         }
 
     @property
@@ -109,17 +116,26 @@ class PsService:
 
     @property
     def unfinished_replicas(self) -> int:
-        """Training replicas that have not said `done` or `failed` yet."""
-        return max(0, self.num_replicas - len(self._done | self._failed))
+        """Members still training (expected or heartbeating)."""
+        return len(self.membership.training)
 
     @property
     def all_done(self) -> bool:
-        """Whether every training replica said `done` (the job ran to its end)."""
-        return len(self._done) >= self.num_replicas
+        """Whether the job ran to its end: the chief said done and no member trains any more."""
+        chief = self.membership.chief
+        return (chief is not None and self.membership.state(chief) is MemberState.DONE
+                and not self.membership.training)
 
     def has_finished(self, task: str) -> bool:
         """Whether replica `task` ("worker:0") said `done` or `failed` (and did not come back)."""
-        return task in self._done or task in self._failed
+        return self.membership.state(task) in (MemberState.DONE, MemberState.FAILED)
+
+    def tick(self) -> list[Reply]:
+        """Drop members whose heartbeat is overdue (a sync step then completes without them).
+        Call it often, from the serving thread. Returns the replies released."""
+        self._membership_changed(self.membership.expire(self._clock()))
+        released, self._released = self._released, []
+        return released
 
     def handle(self, request: Request) -> list[Reply]:
         """Run one request; returns the replies to send now, in order. Raises PsError (the
@@ -153,15 +169,16 @@ class PsService:
     def _status(self, request: Request, _message) -> Reply:
         wait = self._sync_wait()
         have, needed, missing = (wait.have, wait.needed, wait.missing) if wait is not None else ((), 0, ())
+        done = tuple(sorted(self.membership.tasks_in(MemberState.DONE)))
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
-                                          self._created, tuple(sorted(self._done)), self.incarnation,
-                                          have, needed, missing))
+                                          self._created, done, self.incarnation, have, needed, missing,
+                                          self.membership.version, self.membership.training))
 
     def _sync_wait(self) -> SyncWait | None:
         if self._sync is None:
             return None
-        return sync_wait(self._sync.step, self._sync.contributors, self._sync.waiting_for, self.replica_names,
-                         self._done)
+        return sync_wait(self._sync.step, self._sync.contributors, self._sync.waiting_for, self.membership.training,
+                         self.membership.tasks_in(MemberState.DONE))
 
     def log_sync_wait(self) -> None:
         """Log what the current sync step waits for once it has waited long enough (then every
@@ -183,11 +200,13 @@ class PsService:
         if first:
             self._training = message.training
             if message.training.mode is Mode.SYNC:
-                self._sync = SyncAggregator(message.training.replicas, step=message.step)
+                self._backups = max(0, len(self.replica_names) - message.training.replicas)
+                self._sync = SyncAggregator(self._quorum(), step=message.step)
             else:
                 self._async_step = message.step
             self._phase = Phase.CREATED
-        self._done.update(message.done)
+        for task in message.done:
+            self._membership_changed([self.membership.finished(task)])
         log.info("%s holds %d shards (%.1f MB), %s, %s", self.task_name, len(self.store),
                  self.store.nbytes / 1e6, rule.to_config(), self._training)
         return Reply(request, InitReply(self._created))
@@ -221,6 +240,7 @@ class PsService:
         if message.hyper is not None:
             self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
         names = list(grads) if message.pull else []
+        self.membership.seen(message.task, self._clock())
         if self._sync is None:
             self.store.apply(grads, message.hyper)
             if message.ends_step:
@@ -236,10 +256,9 @@ class PsService:
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
             return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
-        ready = self._sync.take(self.store.names())  # only shards of this push can have just completed
-        if ready:
-            self.store.apply(ready, message.hyper)
-            self._release()
+        if message.hyper is not None:
+            self._sync_hyper.update(message.hyper)
+        self._apply_completed_shards()
         if self._sync.step > message.step:
             self._sync_watch.step_completed()
         else:
@@ -248,25 +267,58 @@ class PsService:
         return DEFERRED
 
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:
-        self._done.add(message.task)
-        self._failed.discard(message.task)
-        if len(self._done) >= self.num_replicas:
-            self._on_job_over(f"all {self.num_replicas} workers finished")
+        self._membership_changed([self.membership.finished(message.task)])
         self._give_up_stuck_step()
-        return Reply(request, DoneReply(len(self._done)))
+        return Reply(request, DoneReply(len(self.membership.tasks_in(MemberState.DONE))))
 
     def _failed_op(self, request: Request, message: FailedRequest) -> Reply:
-        if message.task not in self._done:
-            self._failed.add(message.task)
+        change = self.membership.failed(message.task, message.incarnation)
+        if change is not None:
             log.warning("%s: %s left training by an error", self.task_name, message.task)
-        if not self._done and len(self._failed) >= self.num_replicas:
-            self._on_job_over(f"all {self.num_replicas} workers failed")
+        self._membership_changed([change])
         self._give_up_stuck_step()
         return Reply(request, Empty())
+
+    def _heartbeat(self, request: Request, message: HeartbeatRequest) -> Reply:
+        change = self.membership.heartbeat(message.task, message.incarnation, message.timeout_ms / 1000,
+                                           self._clock())
+        self._membership_changed([change])
+        return Reply(request, HeartbeatReply(self.membership.version, change is not None,
+                                             len(self.membership.training)))
 
     def _shutdown(self, request: Request, message: ShutdownRequest) -> Reply:
         self._on_job_over(f"{message.task} ended the job")
         return Reply(request, Empty())
+
+    # --- membership ------------------------------------------------------------------------
+
+    def _membership_changed(self, changes: Sequence[Change | None]) -> None:
+        """Log each change, follow it with the sync quorum (a step that a departure completed is
+        applied now), and end the job if it is over."""
+        changes = [c for c in changes if c is not None]
+        if not changes:
+            return
+        log.info("%s %s; %s", self.task_name, self.membership.describe(), "; ".join(c.describe() for c in changes))
+        if self._sync is not None and any(c.live_changed for c in changes):
+            self._sync.set_quorum(self._quorum())
+            self._apply_completed_shards()
+        reason = self.membership.job_over()
+        if reason is not None:
+            self._on_job_over(reason)
+
+    def _quorum(self) -> int:
+        return quorum(self.membership.training, self._backups)
+
+    def _apply_completed_shards(self) -> None:
+        """Apply the sync averages of the shards whose step has its gradients; release waiters."""
+        step = self._sync.step
+        ready = self._sync.take(self.store.names())
+        if ready:
+            hyper = {name: self._sync_hyper[name] for name in ready} if self._sync_hyper.keys() >= ready.keys() else None
+            self.store.apply(ready, hyper)
+            self._release()
+        if self._sync.step > step:
+            self._sync_hyper = {}
 
     # --- deferred replies ------------------------------------------------------------------
 
@@ -283,7 +335,7 @@ class PsService:
         if not self._draining or sync is None:
             return
         contributors = sync.contributors
-        yet_to_come = self.num_replicas - len(self._done | self._failed | contributors)
+        yet_to_come = len(set(self.membership.training) - contributors)
         if len(contributors) + max(0, yet_to_come) >= sync.replicas:
             return
         if contributors:

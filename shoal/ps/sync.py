@@ -1,5 +1,11 @@
 """Synchronous aggregation: average `replicas` fresh gradients per shard and step, drop stale ones.
 
+`replicas` (the quorum) follows the membership (shoal/ps/membership.py): a quorum that grows
+(a member joined) takes effect at the next step (at once if the current one has no gradient
+yet); one that shrinks (a member left) at once, so the current step completes without the
+member that left. Each shard's update is the average
+of the gradients actually summed for it.
+
 Each shard is aggregated on its own, as TensorFlow's SyncReplicasOptimizer keeps one
 accumulator per variable: a shard's update is applied as soon as `replicas` distinct tasks
 pushed it for the current step, so a push that travels in parts (one message per group of
@@ -28,6 +34,7 @@ class SyncAggregator:
     step: int = 0
 
     def __post_init__(self) -> None:
+        self._next_replicas = self.replicas
         self._sums: dict[str, np.ndarray] = {}
         self._contributors: dict[str, set[str]] = {}
         self._applied: set[str] = set()  # shards whose update of this step is applied
@@ -57,13 +64,23 @@ class SyncAggregator:
         ready = {name: total for name, total in self._sums.items()
                  if len(self._contributors[name]) >= self.replicas}
         for name, total in ready.items():
-            total /= self.replicas
+            total /= len(self._contributors[name])
             del self._sums[name]
             self._applied.add(name)
         if self._applied.issuperset(shards):
             self._sums, self._contributors, self._applied = {}, {}, set()
             self.step += 1
+            self.replicas = self._next_replicas
         return ready
+
+    def set_quorum(self, replicas: int) -> None:
+        """The membership changed: aggregate `replicas` (>= 1) gradients per step from now on —
+        at once if that is fewer than the current step needs (call `take` next: shards may
+        have just completed) or no gradient of the current step came yet, else from the next
+        step."""
+        self._next_replicas = max(1, replicas)
+        if self._next_replicas < self.replicas or not (self._contributors or self._applied):
+            self.replicas = self._next_replicas  # fewer, or the step has not begun: at once
 
     def applied(self, names: Iterable[str], step: int) -> bool:
         """Whether the update of `step` is applied to every shard of `names`."""

@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S
 from shoal.train.options import CheckpointOptions, SyncOptions
 from shoal.train.placement import DEFAULT_PUSH_PART_BYTES
 from shoal.wire.security import Security
@@ -19,7 +20,7 @@ from shoal.wire.security import Security
 
 def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every, the
-    checkpoint and recovery flags, --push_part_bytes and --wire_security."""
+    checkpoint and recovery flags, --heartbeat_timeout, --push_part_bytes and --wire_security."""
     parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
     parser.add_argument("--replicas_to_aggregate", type=int, default=None,
                         help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
@@ -35,6 +36,10 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
     parser.add_argument("--keep_checkpoints", type=int, default=5)
     parser.add_argument("--ps_recovery_timeout", type=float, default=120,
                         help="seconds to wait for a lost ps task to come back before failing")
+    parser.add_argument("--heartbeat_timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT_S,
+                        help="seconds without a heartbeat after which the ps drop this replica from the job's "
+                             "membership: a sync step then completes without it (default: "
+                             f"{DEFAULT_HEARTBEAT_TIMEOUT_S:g})")
     parser.add_argument("--push_part_bytes", type=int, default=DEFAULT_PUSH_PART_BYTES,
                         help="send a push in parts of about this many bytes, so the upload of one part overlaps "
                              f"the download of the one before (default: {DEFAULT_PUSH_PART_BYTES}; 0: one message per ps)")
@@ -52,7 +57,7 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                                               every_s=args.checkpoint_every_secs or None,
                                               keep=args.keep_checkpoints),
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
-                push_part_bytes=args.push_part_bytes or None)
+                push_part_bytes=args.push_part_bytes or None, heartbeat_timeout_s=args.heartbeat_timeout)
 
 
 def wire_security(args: argparse.Namespace) -> Security:

@@ -24,6 +24,7 @@ from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, S
 from shoal.train.checkpointer import Checkpointer, SaveReason
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
+from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
 from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
@@ -79,7 +80,8 @@ class TrainingSession:
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
-                 security: Security = Security.AUTO, local_state: LocalState | None = None):
+                 security: Security = Security.AUTO, local_state: LocalState | None = None,
+                 heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
@@ -91,6 +93,8 @@ class TrainingSession:
         self.params = {name: np.array(value, copy=True, order="C") for name, value in variables.items()}
         self.optimizer = optimizer
         self.training = _training_mode(sync, config.num_replicas)
+        # sync without an explicit replicas_to_aggregate: join whatever quorum the ps runs
+        self._elastic_sync = sync is True or (isinstance(sync, SyncOptions) and sync.replicas_to_aggregate is None)
         self.max_steps = max_steps
         self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes,
                                                     push_part_bytes)
@@ -121,6 +125,8 @@ class TrainingSession:
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
                            on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security)
         stalls.client = self.ps
+        self._heartbeats = Heartbeats(self.task, config.ps_addresses, secret, timeout_s=heartbeat_timeout_s,
+                                      security=security)
         self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
@@ -155,6 +161,7 @@ class TrainingSession:
         If it fails, the session stays NEW and may be started again."""
         self._require(SessionState.NEW, "start")
         show_shoal_logs()
+        self._heartbeats.start()
         try:
             if self.checkpointer is not None:
                 self.checkpointer.open()
@@ -172,6 +179,7 @@ class TrainingSession:
             self.pull()
         except BaseException:
             self._state = SessionState.NEW
+            self._heartbeats.stop()
             self.ps.close()
             if self.checkpointer is not None:
                 self.checkpointer.close()
@@ -182,7 +190,8 @@ class TrainingSession:
             self.summaries.open()
         self._stop.open()
         log.info("%s starts at global step %d (%s)", self.task, self.global_step,
-                 f"sync, {self.training.replicas} of {self.config.num_replicas} replicas per step" if self.sync
+                 f"sync, {self.training.replicas} of {self.config.num_replicas} replicas per step, following the "
+                 "membership" if self.sync
                  else "async")
         return self
 
@@ -203,6 +212,7 @@ class TrainingSession:
             return
         started, self._state = self._state is SessionState.STARTED, SessionState.CLOSED
         self._stop.close()
+        self._heartbeats.stop()
         if self.summaries is not None:
             self.summaries.close()
         if started:
@@ -210,7 +220,7 @@ class TrainingSession:
                 if finished:
                     self.ps.done_all(self.task, 5.0)
                 else:
-                    self.ps.failed_all(self.task, 2.0)
+                    self.ps.failed_all(self.task, 2.0, self._heartbeats.incarnation)
             except WireError as e:
                 log.debug("%s: could not tell every ps it %s: %s", self.task, "is done" if finished else "failed", e)
         self.ps.close()
@@ -332,6 +342,8 @@ class TrainingSession:
 
     def _check_mode(self, statuses: list[StatusReply]) -> None:
         for i, s in enumerate(statuses):
+            if self._elastic_sync and s.training is not None and s.training.mode is Mode.SYNC:
+                continue  # the ps's quorum follows its membership; this replica's cluster size is not it
             if s.training != self.training:
                 raise TrainError(f"{self.task} was started for {self.training} training but ps:{i} runs "
                                  f"{s.training}; start every worker with the same --sync / replicas_to_aggregate")

@@ -61,11 +61,16 @@ class LocalCluster:
                    SHOAL_JOB_SECRET=self.secret, PYTHONUNBUFFERED="1", SHOAL_HOME=str(self.workdir / "home"))
         return env
 
-    def start(self, job: str, index: int, argv: list[str]) -> Task:
-        """Start `python argv...` as task job:index, in its own process group. Does not block."""
+    def start(self, job: str, index: int, argv: list[str], spec: dict | None = None) -> Task:
+        """Start `python argv...` as task job:index, in its own process group. Does not block.
+        `spec`: the cluster this task's TF_CONFIG names, if not the cluster's own (a worker
+        that joins a running job)."""
         log = self.workdir / f"{job}{index}.{len(self.tasks)}.log"
+        env = self.env(job, index)
+        if spec is not None:
+            env["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=self.env(job, index), stdout=out,
+            proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         task = Task(f"{job}:{index}", proc, log)
         self.tasks.append(task)

@@ -16,7 +16,7 @@ import pytest
 
 import shoal.sigterm as sigterm
 from shoal.ps.draining import TermDrain
-from shoal.ps.protocol import DoneRequest, FailedRequest, Mode, PushOutcome, TrainingMode
+from shoal.ps.protocol import DoneRequest, FailedRequest, HeartbeatRequest, Mode, PushOutcome, TrainingMode
 from shoal.ps.server import Server, ServerTerminated
 from shoal.train.progress import ProgressReporter
 from shoal.train.shutdown import EXIT_STATUS, GracefulStop, TrainingTerminated
@@ -131,25 +131,26 @@ def test_drain_keeps_a_ps_serving_until_the_chief_is_through(now, unfinished, ch
     assert (why is None) if stops is None else (stops in why)
 
 
-def test_draining_sync_ps_answers_a_push_stale_when_the_other_replica_stopped_a_step_earlier():
+def test_draining_sync_ps_completes_a_step_without_the_replica_that_stopped_a_step_earlier():
     service, _ = make_service(training=SYNC_2)
     push(service, "worker:0", 0)
     push(service, "worker:1", 0)                       # step 0 done: both at step 1
     assert service.drain() == []
     assert push(service, "worker:0", 1) == []          # worker:1 may still come: wait
-    (ack, stale) = service.handle(request(FailedRequest("worker:1")))  # it stopped at step 1
-    assert stale.request.header["task"] == "worker:0"
-    assert stale.body.outcome is PushOutcome.STALE and stale.body.step == 1
-    np.testing.assert_array_equal(stale.tensors["w"], np.full(3, -1.0))  # the values of step 1
-    (again,) = push(service, "worker:0", 1)            # a later push is answered at once
-    assert again.body.outcome is PushOutcome.STALE
+    (ack, done) = service.handle(request(FailedRequest("worker:1")))  # it stopped at step 1
+    assert done.request.header["task"] == "worker:0"   # the step completes with the one gradient it has
+    assert done.body.outcome is PushOutcome.APPLIED and done.body.step == 2
+    np.testing.assert_array_equal(done.tensors["w"], np.full(3, -2.0))  # averaged over 1 gradient, not 2
 
 
-def test_sync_ps_without_sigterm_keeps_waiting_for_a_replica_that_failed():
+def test_sync_step_completes_without_a_replica_that_failed_and_takes_it_back_at_the_next_step():
     service, _ = make_service(training=SYNC_2)
-    assert push(service, "worker:0", 0) == []
-    (ack,) = service.handle(request(FailedRequest("worker:1")))  # it may be restarted and come back
-    assert push(service, "worker:0", 0)[0].body.outcome is PushOutcome.DUPLICATE
+    assert push(service, "worker:0", 0, 2.0) == []
+    (ack, applied) = service.handle(request(FailedRequest("worker:1")))  # it may be restarted and come back
+    assert applied.body.outcome is PushOutcome.APPLIED and applied.body.step == 1
+    np.testing.assert_array_equal(applied.tensors["w"], np.full(3, -2.0))  # worker:0's gradient alone
+    service.handle(request(HeartbeatRequest("worker:1", "restarted", 5000)))  # its new process rejoins
+    assert push(service, "worker:0", 1) == []          # step 1 waits for both again
 
 
 class _Session:

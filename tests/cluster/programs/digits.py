@@ -62,6 +62,8 @@ def main() -> int:
     parser.add_argument("--model_dir", type=Path)
     parser.add_argument("--checkpoint_every_steps", type=int)
     parser.add_argument("--ps_recovery_timeout", type=float, default=120)
+    parser.add_argument("--heartbeat_timeout", type=float, default=20)
+    parser.add_argument("--leave_at", type=int, help="stop training (leave the job, done) at this global step")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
     config = shoal.resolve_cluster_config(None, os.environ)
@@ -70,20 +72,23 @@ def main() -> int:
         return 0
     x, y = load_digits_data()
     sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
-    dropped = 0
+    dropped = applied = 0
     with shoal.TrainingSession(config, initial_variables(), OPTIMIZERS[args.optimizer](), sync=sync,
                                secret=shoal.resolve_job_secret(os.environ),
                                max_steps=args.steps, min_shard_bytes=args.min_shard_bytes,
                                request_timeout_s=30, model_dir=args.model_dir,
                                checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps),
-                               ps_recovery_timeout_s=args.ps_recovery_timeout) as session:
-        while not session.should_stop():
+                               ps_recovery_timeout_s=args.ps_recovery_timeout,
+                               heartbeat_timeout_s=args.heartbeat_timeout) as session:
+        while not session.should_stop() and not (args.leave_at is not None and session.global_step >= args.leave_at):
             idx = batch_for(config.replica_index, session.global_step, len(y))
             _, result = session.run_step(loss_and_grad, x[idx], y[idx])
             dropped += not result.applied
+            applied += result.applied
             time.sleep(args.step_sleep)
         session.pull()
-        np.savez(args.out / f"{config.task.job}{config.task.index}.npz", dropped=dropped, **session.params)
+        np.savez(args.out / f"{config.task.job}{config.task.index}.npz", dropped=dropped, applied=applied,
+                 **session.params)
     print("finished", flush=True)
     return 0
 

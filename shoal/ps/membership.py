@@ -1,0 +1,194 @@
+"""Membership: which training replicas a ps counts as live, under a version number.
+
+Every training replica (the chief and the workers) sends a `heartbeat` to every ps from a
+thread of its own, declaring how long it may stay silent (`timeout`). A heartbeat from a task
+the ps does not count as training makes it a member — a worker may join at any time, named in
+the ps's cluster or not. A member leaves when it says `done` (final: it trained to the end),
+says `failed` (it may come back: its next process heartbeats again), or misses its heartbeat
+timeout (LOST). Replicas named in the ps's own cluster are EXPECTED from the start, so a sync
+step does not run short while they start up; one not heard from within `join_grace_s` is LOST
+too. Every change bumps `version` and is returned as a `Change` the ps logs.
+
+"The job is over" is decided here against the live membership and the chief's word: the chief
+said done and no member is still training (EXPECTED or TRAINING) — or every member failed.
+
+Every ps keeps its own membership from the same heartbeats (a replica heartbeats all of them
+together), so the ps tasks of a job see the same joins at the same time and drop a silent
+member after the same timeout; `version` counts the changes one ps saw. Each ps applies a
+change to its own sync quorum at once (a departure) or at its next step boundary (a join).
+
+Pure bookkeeping: no I/O, no clock of its own (callers pass monotonic `now`). Not thread-safe
+(one per ps, on its serving thread).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Sequence
+
+DEFAULT_JOIN_GRACE_S = 120.0
+"""How long a replica named in the cluster counts as expected before it is heard from."""
+
+MIN_TIMEOUT_S = 0.5
+MAX_TIMEOUT_S = 3600.0
+
+
+class MemberState(str, Enum):
+    """Where one replica is, as this ps sees it."""
+
+    EXPECTED = "expected"  # named in the ps's cluster, not heard from yet
+    TRAINING = "training"  # heartbeating
+    DONE = "done"          # said done: trained to the end (final)
+    FAILED = "failed"      # said failed: left by an error, may come back
+    LOST = "lost"          # missed its heartbeat (or never came): dropped until it heartbeats again
+
+
+LIVE = (MemberState.EXPECTED, MemberState.TRAINING)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One membership change: `task` went from `before` (None: never seen) to `after`."""
+
+    task: str
+    before: MemberState | None
+    after: MemberState
+    why: str = ""
+
+    @property
+    def live_changed(self) -> bool:
+        """Whether the change adds to or removes from the live members."""
+        return (self.before in LIVE) != (self.after in LIVE)
+
+    def describe(self) -> str:
+        """E.g. "worker:3 joined", "worker:1 left (no heartbeat for 20s)"."""
+        if self.after is MemberState.TRAINING:
+            verb = "joined" if self.before in (None, MemberState.EXPECTED) else "rejoined"
+        else:
+            verb = {MemberState.DONE: "finished", MemberState.FAILED: "failed", MemberState.LOST: "left"}[self.after]
+        return f"{self.task} {verb}" + (f" ({self.why})" if self.why else "")
+
+
+@dataclass
+class _Member:
+    state: MemberState
+    deadline: float  # EXPECTED: end of the join grace; TRAINING: last heartbeat + its timeout
+    timeout_s: float = 0.0
+    failed_incarnation: str = ""
+
+
+class Membership:
+    """The replicas one ps counts. `expected`: the replicas its cluster names (chief first);
+    `chief`: the chief's task name ("chief:0", or "worker:0" without a chief job)."""
+
+    def __init__(self, expected: Sequence[str], chief: str | None, now: float, *,
+                 join_grace_s: float = DEFAULT_JOIN_GRACE_S) -> None:
+        self.chief = chief
+        self.join_grace_s = join_grace_s
+        self.version = 1
+        self._members: dict[str, _Member] = {t: _Member(MemberState.EXPECTED, now + join_grace_s) for t in expected}
+
+    # --- what replicas say ----------------------------------------------------------------
+
+    def heartbeat(self, task: str, incarnation: str, timeout_s: float, now: float) -> Change | None:
+        """`task` is alive and training for `timeout_s` more seconds. Returns the Change if it
+        (re)joined. Ignored from a task that said done, and from the process that said failed
+        (a heartbeat of it still on the way); its restarted process rejoins."""
+        timeout_s = min(MAX_TIMEOUT_S, max(MIN_TIMEOUT_S, timeout_s))
+        member = self._members.get(task)
+        if member is not None and (member.state is MemberState.DONE or
+                                   (member.state is MemberState.FAILED and incarnation == member.failed_incarnation)):
+            return None
+        if member is not None and member.state is MemberState.TRAINING:
+            member.deadline, member.timeout_s = now + timeout_s, timeout_s
+            return None
+        before = member.state if member is not None else None
+        self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s)
+        return self._changed(Change(task, before, MemberState.TRAINING))
+
+    def seen(self, task: str, now: float) -> None:
+        """A request from `task` (a push) is as good as a heartbeat for a training member."""
+        member = self._members.get(task)
+        if member is not None and member.state is MemberState.TRAINING:
+            member.deadline = max(member.deadline, now + member.timeout_s)
+
+    def finished(self, task: str) -> Change | None:
+        """`task` said done. Final: the ps no longer waits for it, nor takes it back."""
+        return self._leave(task, MemberState.DONE)
+
+    def failed(self, task: str, incarnation: str = "") -> Change | None:
+        """`task` said failed (its `incarnation`, if it sent one, is not taken back)."""
+        member = self._members.get(task)
+        if member is not None and member.state is MemberState.DONE:
+            return None
+        change = self._leave(task, MemberState.FAILED)
+        self._members[task].failed_incarnation = incarnation
+        return change
+
+    def expire(self, now: float) -> list[Change]:
+        """Drop every member whose heartbeat is overdue (or that never came). Returns the changes."""
+        changes = []
+        for task, member in self._members.items():
+            if member.state in LIVE and now > member.deadline:
+                why = (f"no heartbeat for {member.timeout_s:g}s" if member.state is MemberState.TRAINING
+                       else f"not heard from within {self.join_grace_s:g}s of the start")
+                changes.append(Change(task, member.state, MemberState.LOST, why))
+                member.state = MemberState.LOST
+        for change in changes:
+            self._changed(change)
+        return changes
+
+    # --- what the ps asks -----------------------------------------------------------------
+
+    @property
+    def training(self) -> tuple[str, ...]:
+        """The live members (EXPECTED or TRAINING): chief first, then in the order first seen."""
+        live = [t for t, m in self._members.items() if m.state in LIVE]
+        return tuple(sorted(live, key=lambda t: t != self.chief))
+
+    def state(self, task: str) -> MemberState | None:
+        member = self._members.get(task)
+        return member.state if member is not None else None
+
+    def tasks_in(self, *states: MemberState) -> tuple[str, ...]:
+        return tuple(t for t, m in self._members.items() if m.state in states)
+
+    def job_over(self) -> str | None:
+        """Why the job is over now, or None: the chief said done and no member still trains, or
+        every member said failed."""
+        states = [m.state for m in self._members.values()]
+        if any(s in LIVE for s in states):
+            return None
+        if self.chief is not None and self.state(self.chief) is MemberState.DONE:
+            done = states.count(MemberState.DONE)
+            if done == len(states):
+                return f"all {done} workers finished"
+            return f"the chief finished and no replica trains any more ({done} done, {len(states) - done} left)"
+        if states and all(s is MemberState.FAILED for s in states):
+            return f"all {len(states)} workers failed"
+        return None
+
+    def describe(self) -> str:
+        """E.g. "membership v3: 2 training [chief:0, worker:0]"."""
+        live = self.training
+        return f"membership v{self.version}: {len(live)} training [{', '.join(live)}]"
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _leave(self, task: str, state: MemberState) -> Change | None:
+        member = self._members.get(task)
+        before = member.state if member is not None else None
+        if before is state:
+            return None
+        self._members[task] = _Member(state, 0.0)
+        return self._changed(Change(task, before, state))
+
+    def _changed(self, change: Change) -> Change:
+        self.version += 1
+        return change
+
+
+def quorum(live: Iterable[str], backups: int) -> int:
+    """The gradients a sync step aggregates: the live members minus the backups, at least 1."""
+    return max(1, len(tuple(live)) - backups)

@@ -1,0 +1,105 @@
+"""`Heartbeats`: a training replica tells every ps it is alive, from a thread of its own.
+
+The ps tasks count a replica as a member while its heartbeats come (shoal/ps/membership.py):
+its first makes it a member, and once none came for `timeout_s` it is dropped — a sync step
+then completes without it. The heartbeats come from their own thread and connections, so a
+long step (or a step that waits for its sync peers) does not make a replica look dead; a
+process that is frozen (SIGSTOP) or gone stops them, which is the point.
+
+A heartbeat that is not answered (a ps restarting, a slow network) is not an error: the next
+one goes out on time. A reply saying the replica joined again after the first means the ps
+had dropped it (or restarted): logged as a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from typing import Sequence
+
+from shoal.ps.protocol import HeartbeatReply, HeartbeatRequest, Op
+from shoal.wire import JobSecret, PeerLostError, PeerTimeoutError, RpcClient, Security, WireError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_TIMEOUT_S = 20.0
+"""A replica silent this long is dropped from the membership (its sync steps go on without it)."""
+
+
+def heartbeat_interval(timeout_s: float) -> float:
+    """How often to send: four heartbeats per timeout, at most every 5 s, at least every 0.1 s."""
+    return min(5.0, max(0.1, timeout_s / 4))
+
+
+class Heartbeats:
+    """Sends `task`'s heartbeats to every ps at `addresses` every `heartbeat_interval(timeout_s)`.
+
+    `start()` returns at once (a daemon thread sends); `stop()` blocks until the thread ended
+    (see there) and is idempotent; `start()` after `stop()` sends again. `incarnation` names this process's heartbeats,
+    so a ps can tell them from those of a restarted process of the same task. Thread-safe.
+    """
+
+    def __init__(self, task: str, addresses: Sequence[str], secret: JobSecret, *, timeout_s: float,
+                 security: Security = Security.AUTO) -> None:
+        self.task = task
+        self.addresses = tuple(addresses)
+        self.timeout_s = timeout_s
+        self.interval_s = heartbeat_interval(timeout_s)
+        self.incarnation = secrets.token_hex(8)
+        self._secret = secret
+        self._security = security
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._versions: list[int | None] = [None] * len(self.addresses)
+
+    def start(self) -> "Heartbeats":
+        """Start sending (again, after `stop`). Returns self."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name=f"shoal-heartbeat-{self.task}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sending. Waits up to 1 s for the thread (it waits between heartbeats, so it
+        ends at once unless a ps is not answering; then it ends by itself within an interval)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+
+    def _run(self) -> None:
+        clients = [RpcClient(address, self._secret, f"ps:{i}", self.interval_s, security=self._security)
+                   for i, address in enumerate(self.addresses)]
+        fields = HeartbeatRequest(self.task, self.incarnation, max(1, round(self.timeout_s * 1000))).fields()
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                self._beat(clients, fields, started + self.interval_s)
+                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+        finally:
+            for client in clients:
+                client.close()
+
+    def _beat(self, clients: list[RpcClient], fields: dict, deadline: float) -> None:
+        sent = []
+        for client in clients:
+            try:
+                sent.append((client, client.send(Op.HEARTBEAT.value, fields)))
+            except WireError as e:
+                log.debug("%s: heartbeat to %s not sent: %s", self.task, client.peer_name, e)
+        for i, (client, rid) in enumerate(sent):
+            try:
+                reply = HeartbeatReply.decode(client.wait(rid, max(0.01, deadline - time.monotonic())).header)
+            except (PeerTimeoutError, PeerLostError) as e:
+                log.debug("%s: heartbeat to %s unanswered: %s", self.task, client.peer_name, e)
+                continue
+            except WireError as e:
+                log.debug("%s: heartbeat to %s refused: %s", self.task, client.peer_name, e)
+                continue
+            if reply.joined and self._versions[i] is not None:
+                log.warning("%s rejoined %s's membership (v%d, %d training): it had been dropped after %gs "
+                            "without a heartbeat, or the ps restarted", self.task, client.peer_name, reply.version,
+                            reply.members, self.timeout_s)
+            self._versions[i] = reply.version

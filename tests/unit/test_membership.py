@@ -1,0 +1,158 @@
+"""Membership on the ps: joins, departures, heartbeat expiry, the job's end, and the sync
+quorum that follows them (shoal/ps/membership.py, shoal/ps/service.py)."""
+
+import numpy as np
+import pytest
+
+from shoal.ps.membership import Membership, MemberState, quorum
+from shoal.ps.protocol import (DoneRequest, FailedRequest, HeartbeatRequest, InitRequest, Mode, PushOutcome,
+                               ReadyRequest, StatusReply, StatusRequest, TrainingMode)
+from shoal.ps.optimizers import SGD
+from shoal.ps.service import PsService
+from tests.unit.test_ps_service import push, request
+
+EXPECTED = ("chief:0", "worker:0", "worker:1")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_expected_replicas_are_live_until_they_miss_the_join_grace():
+    m = Membership(EXPECTED, "chief:0", now=0.0, join_grace_s=60)
+    assert m.training == EXPECTED and m.version == 1
+    assert m.expire(59.0) == []
+    m.heartbeat("chief:0", "a", 10, now=59.0)
+    changes = m.expire(61.0)
+    assert [c.describe() for c in changes] == ["worker:0 left (not heard from within 60s of the start)",
+                                               "worker:1 left (not heard from within 60s of the start)"]
+    assert m.training == ("chief:0",) and m.version == 4
+
+
+def test_a_member_that_misses_its_heartbeat_is_dropped_and_rejoins_with_the_next():
+    m = Membership(EXPECTED, "chief:0", now=0.0)
+    for task in EXPECTED:
+        m.heartbeat(task, "a", 5, now=1.0)
+    m.heartbeat("worker:1", "a", 5, now=4.0)
+    assert m.expire(6.0) == []  # due at 6.0: not late yet
+    changes = m.expire(6.5)
+    assert [c.describe() for c in changes] == ["chief:0 left (no heartbeat for 5s)", "worker:0 left (no heartbeat for 5s)"]
+    assert m.training == ("worker:1",)
+    assert m.heartbeat("worker:0", "a", 5, now=7.0).describe() == "worker:0 rejoined"
+    assert m.training == ("worker:0", "worker:1")
+
+
+def test_job_is_over_when_the_chief_is_done_and_no_member_trains():
+    m = Membership(EXPECTED, "chief:0", now=0.0)
+    for task in EXPECTED:
+        m.heartbeat(task, "a", 5, now=0.0)
+    m.finished("worker:0")
+    assert m.job_over() is None
+    m.finished("chief:0")
+    assert m.job_over() is None  # worker:1 still trains
+    m.expire(10.0)  # ... until it misses its heartbeat
+    assert m.state("worker:1") is MemberState.LOST
+    assert "the chief finished and no replica trains any more (2 done, 1 left)" == m.job_over()
+
+
+def test_done_is_final_and_a_failed_process_is_not_taken_back_by_its_late_heartbeat():
+    m = Membership(("chief:0", "worker:0"), "chief:0", now=0.0)
+    m.heartbeat("worker:0", "p1", 5, now=0.0)
+    m.failed("worker:0", "p1")
+    assert m.heartbeat("worker:0", "p1", 5, now=1.0) is None  # a heartbeat of the failed process, late
+    assert m.state("worker:0") is MemberState.FAILED
+    change = m.heartbeat("worker:0", "p2", 5, now=2.0)  # its restarted process
+    assert change.describe() == "worker:0 rejoined" and m.state("worker:0") is MemberState.TRAINING
+    m.finished("worker:0")
+    assert m.heartbeat("worker:0", "p3", 5, now=3.0) is None and m.state("worker:0") is MemberState.DONE
+
+
+def test_a_worker_outside_the_cluster_joins_with_its_first_heartbeat():
+    m = Membership(("chief:0",), "chief:0", now=0.0)
+    change = m.heartbeat("worker:7", "a", 5, now=0.0)
+    assert change.describe() == "worker:7 joined" and m.training == ("chief:0", "worker:7")
+    assert m.describe() == "membership v2: 2 training [chief:0, worker:7]"
+
+
+def test_heartbeat_timeouts_are_clamped_to_sane_bounds():
+    m = Membership((), None, now=0.0)
+    m.heartbeat("worker:0", "a", 0.0, now=0.0)
+    assert m.expire(0.4) == [] and len(m.expire(0.6)) == 1  # 0 s -> 0.5 s
+    m.heartbeat("worker:1", "a", 1e12, now=0.0)
+    assert len(m.expire(3601.0)) == 1  # forever -> an hour
+
+
+@pytest.mark.parametrize("live, backups, want", [(3, 0, 3), (3, 1, 2), (1, 1, 1), (0, 0, 1)])
+def test_quorum_is_the_live_members_minus_backups_and_at_least_one(live, backups, want):
+    assert quorum([f"worker:{i}" for i in range(live)], backups) == want
+
+
+# --- the service: a sync step follows the membership ---------------------------------------
+
+def sync_service(clock, replicas=3, names=EXPECTED):
+    service = PsService("ps:0", len(names), lambda reason: None, replica_names=names, clock=clock)
+    service.handle(request(InitRequest(SGD(1.0).to_config(), TrainingMode(Mode.SYNC, replicas)),
+                           {"w": np.zeros(3, np.float32)}))
+    service.handle(request(ReadyRequest()))
+    for task in names:
+        service.handle(request(HeartbeatRequest(task, "a", 2000)))
+    return service
+
+
+def status(service):
+    return StatusReply.decode(service.handle(request(StatusRequest()))[0].body.fields())
+
+
+def test_sync_step_completes_without_a_member_whose_heartbeat_expired_averaging_what_it_has():
+    clock = Clock()
+    service = sync_service(clock)
+    assert push(service, "chief:0", 0, 1.0) == [] and push(service, "worker:0", 0, 3.0) == []
+    clock.now += 1.9
+    assert service.tick() == []  # worker:1 is still within its 2 s
+    for task in ("chief:0", "worker:0"):
+        service.handle(request(HeartbeatRequest(task, "a", 2000)))
+    clock.now += 0.2
+    replies = service.tick()
+    assert sorted(r.request.header["task"] for r in replies) == ["chief:0", "worker:0"]
+    assert all(r.body.outcome is PushOutcome.APPLIED and r.body.step == 1 for r in replies)
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -2.0))  # (1 + 3) / 2, not / 3
+    assert status(service).members == ("chief:0", "worker:0")
+
+
+def test_sync_gradient_of_a_member_that_left_mid_step_is_averaged_in():
+    clock = Clock()
+    service = sync_service(clock)
+    push(service, "chief:0", 0, 1.0)
+    push(service, "worker:1", 0, 5.0)
+    (ack, *released) = service.handle(request(FailedRequest("worker:0")))  # quorum 3 -> 2: step complete
+    assert len(released) == 2
+    np.testing.assert_array_equal(released[0].tensors["w"], np.full(3, -3.0))
+
+
+def test_a_member_that_joins_mid_step_counts_from_the_next_step():
+    clock = Clock()
+    service = sync_service(clock, replicas=2, names=("chief:0", "worker:0"))
+    assert push(service, "chief:0", 0) == []
+    service.handle(request(HeartbeatRequest("worker:5", "a", 2000)))  # joins while step 0 runs
+    assert len(push(service, "worker:0", 0)) == 2  # step 0 still needed only 2
+    assert push(service, "chief:0", 1) == [] and push(service, "worker:0", 1) == []  # step 1 needs 3
+    assert len(push(service, "worker:5", 1)) == 3
+
+
+def test_backup_workers_stay_backups_as_the_membership_changes():
+    clock = Clock()
+    service = sync_service(clock, replicas=2)  # 3 replicas, 1 backup
+    assert len(push(service, "chief:0", 0)) == 0 and len(push(service, "worker:0", 0)) == 2
+    service.handle(request(DoneRequest("worker:1")))  # 2 live - 1 backup = 1 per step
+    assert len(push(service, "chief:0", 1)) == 1
+
+
+def test_status_reports_the_membership_version_and_members():
+    clock = Clock()
+    service = sync_service(clock)
+    s = status(service)
+    assert s.members == EXPECTED and s.membership_version == 4  # v1 + three joins
