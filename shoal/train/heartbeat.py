@@ -53,6 +53,7 @@ class Heartbeats:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._versions: list[int | None] = [None] * len(self.addresses)
+        self.live_members: int | None = None  # how many replicas ps 0 counts as training, last we heard
 
     def start(self) -> "Heartbeats":
         """Start sending (again, after `stop`). Returns self."""
@@ -103,3 +104,5 @@ class Heartbeats:
                             "without a heartbeat, or the ps restarted", self.task, client.peer_name, reply.version,
                             reply.members, self.timeout_s)
             self._versions[i] = reply.version
+            if i == 0:
+                self.live_members = reply.members

@@ -243,6 +243,16 @@ class TrainingSession:
     def global_step(self) -> int:
         return self._step
 
+    @property
+    def live_replicas(self) -> int:
+        """How many training replicas (chief and workers) the job has now, as ps 0 counted at
+        this replica's last heartbeat (the cluster's count until the first reply). A sync step
+        averages the gradients of this many (minus backups): scale a learning rate or a batch
+        size with it to keep the global batch or the step size constant (docs/elastic.md).
+        Does not block."""
+        members = self._heartbeats.live_members
+        return members if members else self.config.num_replicas
+
     def should_stop(self) -> bool:
         return self.max_steps is not None and self._step >= self.max_steps
 

@@ -121,3 +121,4 @@ def test_a_worker_started_late_outside_the_cluster_spec_joins_trains_and_is_coun
     late_result = np.load(tmp_path / "worker2.npz")
     assert int(late_result["applied"]) > 0, cluster.dump()
     assert re.search(r"membership v\d+: 3 training \[worker:0, worker:1, worker:2\]", cluster.tasks[0].output())
+    assert "live_replicas=3" in cluster.tasks[-1].output()  # what its session saw: lr/batch scaling reads it

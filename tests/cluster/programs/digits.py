@@ -86,6 +86,7 @@ def main() -> int:
             dropped += not result.applied
             applied += result.applied
             time.sleep(args.step_sleep)
+        print(f"live_replicas={session.live_replicas}", flush=True)
         session.pull()
         np.savez(args.out / f"{config.task.job}{config.task.index}.npz", dropped=dropped, applied=applied,
                  **session.params)
