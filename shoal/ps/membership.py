@@ -55,6 +55,7 @@ class Change:
     before: MemberState | None
     after: MemberState
     why: str = ""
+    applied: int | None = None  # a departure: how many of its gradients this ps applied
 
     @property
     def live_changed(self) -> bool:
@@ -67,7 +68,8 @@ class Change:
             verb = "joined" if self.before in (None, MemberState.EXPECTED) else "rejoined"
         else:
             verb = {MemberState.DONE: "finished", MemberState.FAILED: "failed", MemberState.LOST: "left"}[self.after]
-        return f"{self.task} {verb}" + (f" ({self.why})" if self.why else "")
+        notes = [n for n in (self.why, f"{self.applied} gradients applied" if self.applied is not None else "") if n]
+        return f"{self.task} {verb}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 @dataclass
@@ -88,6 +90,7 @@ class Membership:
         self.join_grace_s = join_grace_s
         self.version = 1
         self._members: dict[str, _Member] = {t: _Member(MemberState.EXPECTED, now + join_grace_s) for t in expected}
+        self._applied: dict[str, int] = {}  # per replica, gradients applied on this ps (bounded by members)
 
     # --- what replicas say ----------------------------------------------------------------
 
@@ -113,6 +116,15 @@ class Membership:
         if member is not None and member.state is MemberState.TRAINING:
             member.deadline = max(member.deadline, now + member.timeout_s)
 
+    def count_applied(self, task: str) -> None:
+        """A gradient of `task` (a whole push, all its parts) was applied or counted in a sync
+        step on this ps. Only members are counted."""
+        if task in self._members:
+            self._applied[task] = self._applied.get(task, 0) + 1
+
+    def applied(self, task: str) -> int:
+        return self._applied.get(task, 0)
+
     def finished(self, task: str) -> Change | None:
         """`task` said done. Final: the ps no longer waits for it, nor takes it back."""
         return self._leave(task, MemberState.DONE)
@@ -133,7 +145,7 @@ class Membership:
             if member.state in LIVE and now > member.deadline:
                 why = (f"no heartbeat for {member.timeout_s:g}s" if member.state is MemberState.TRAINING
                        else f"not heard from within {self.join_grace_s:g}s of the start")
-                changes.append(Change(task, member.state, MemberState.LOST, why))
+                changes.append(Change(task, member.state, MemberState.LOST, why, self._applied.get(task, 0)))
                 member.state = MemberState.LOST
         for change in changes:
             self._changed(change)
@@ -182,7 +194,7 @@ class Membership:
         if before is state:
             return None
         self._members[task] = _Member(state, 0.0)
-        return self._changed(Change(task, before, state))
+        return self._changed(Change(task, before, state, applied=self._applied.get(task, 0)))
 
     def _changed(self, change: Change) -> Change:
         self.version += 1

@@ -244,6 +244,7 @@ class PsService:
         if self._sync is None:
             self.store.apply(grads, message.hyper)
             if message.ends_step:
+                self.membership.count_applied(message.task)
                 self._async_step += 1
                 self._release()  # pulls waiting for a step (min_step) are answered in async mode too
             return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
@@ -255,6 +256,8 @@ class PsService:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
             return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
+        if message.ends_step:
+            self.membership.count_applied(message.task)
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
         if message.hyper is not None:
             self._sync_hyper.update(message.hyper)

@@ -28,8 +28,9 @@ def test_expected_replicas_are_live_until_they_miss_the_join_grace():
     assert m.expire(59.0) == []
     m.heartbeat("chief:0", "a", 10, now=59.0)
     changes = m.expire(61.0)
-    assert [c.describe() for c in changes] == ["worker:0 left (not heard from within 60s of the start)",
-                                               "worker:1 left (not heard from within 60s of the start)"]
+    assert [c.describe() for c in changes] == [
+        "worker:0 left (not heard from within 60s of the start; 0 gradients applied)",
+        "worker:1 left (not heard from within 60s of the start; 0 gradients applied)"]
     assert m.training == ("chief:0",) and m.version == 4
 
 
@@ -40,7 +41,8 @@ def test_a_member_that_misses_its_heartbeat_is_dropped_and_rejoins_with_the_next
     m.heartbeat("worker:1", "a", 5, now=4.0)
     assert m.expire(6.0) == []  # due at 6.0: not late yet
     changes = m.expire(6.5)
-    assert [c.describe() for c in changes] == ["chief:0 left (no heartbeat for 5s)", "worker:0 left (no heartbeat for 5s)"]
+    assert [c.describe() for c in changes] == ["chief:0 left (no heartbeat for 5s; 0 gradients applied)",
+                                               "worker:0 left (no heartbeat for 5s; 0 gradients applied)"]
     assert m.training == ("worker:1",)
     assert m.heartbeat("worker:0", "a", 5, now=7.0).describe() == "worker:0 rejoined"
     assert m.training == ("worker:0", "worker:1")
@@ -149,6 +151,17 @@ def test_backup_workers_stay_backups_as_the_membership_changes():
     assert len(push(service, "chief:0", 0)) == 0 and len(push(service, "worker:0", 0)) == 2
     service.handle(request(DoneRequest("worker:1")))  # 2 live - 1 backup = 1 per step
     assert len(push(service, "chief:0", 1)) == 1
+
+
+def test_a_departure_names_how_many_of_the_members_gradients_the_ps_applied():
+    clock = Clock()
+    service = sync_service(clock, replicas=2, names=("chief:0", "worker:0"))
+    for step in range(3):
+        push(service, "chief:0", step)
+        push(service, "worker:0", step)
+    push(service, "worker:0", 1)  # stale: not counted
+    change = service.membership.finished("worker:0")
+    assert change.describe() == "worker:0 finished (3 gradients applied)"
 
 
 def test_status_reports_the_membership_version_and_members():
