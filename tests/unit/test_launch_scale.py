@@ -7,7 +7,6 @@ import json
 import os
 import sqlite3
 import threading
-from pathlib import Path
 
 import pytest
 
