@@ -10,7 +10,7 @@ from shoal.cli.launching import add_launch_flags, launch
 from shoal.cli.usage import option_strings
 from shoal.launch.errors import SpecError
 from shoal.launch.preflight import default_ps
-from shoal.launch.spec import WatchdogAction, spec_from_dict
+from shoal.launch.spec import WatchdogAction, is_count_range, parse_count_range, spec_from_dict
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--ps", type=int, default=None, metavar="N",
                         help="parameter servers (default: 1 for a Shoal program: its script imports shoal and uses a "
                              "TrainingSession, shoal.Server or shoal.torch; else 0)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N", help="workers (default: 1)")
+    parser.add_argument("--workers", type=worker_count, default=1, metavar="N",
+                        help="workers (default: 1); a range MIN..MAX (e.g. 2..8) starts MIN and lets"
+                        " shoal scale JOB worker=N change it while the job runs")
     parser.add_argument("--chief", action="store_true", help="add a chief task")
     parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     parser.add_argument("--restart", choices=("never", "on-failure"), default="never",
@@ -47,6 +49,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_launch_flags(parser)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     parser.set_defaults(handler=run, options=tuple(option_strings(parser)))
+
+
+def worker_count(text: str) -> "int | str":
+    """argparse type of --workers: a whole number, or a range "MIN..MAX" (kept as text for the
+    spec, which reads it as roles.worker.count)."""
+    if is_count_range(text):
+        try:
+            parse_count_range(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from e
+        return text.strip()
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers; write e.g. --workers 2"
+                                         " or a range --workers 2..8")
+    return value
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:

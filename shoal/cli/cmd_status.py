@@ -12,7 +12,7 @@ from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import JOB_HELP
 from shoal.launch.control import reconcile
 from shoal.launch.job_refs import find_job
-from shoal.launch.records import JobRecord
+from shoal.launch.records import JobRecord, TaskRecord
 from shoal.launch.root_cause import load_root_cause
 from shoal.launch.states import JobState, TaskState
 from shoal.launch.stragglers import figures
@@ -119,7 +119,28 @@ def job_table(job: JobRecord) -> str:
     where = f"logs: {job.job_dir}/logs   model dir: {job.model_dir}"
     if job.number is not None:
         where = f"number: {job.number}   {where}"
+    if job.membership_version is not None:  # the ps's view: a MEMBER column after STATE
+        members = set(job.members)
+        rows = [rows[0][:2] + ("MEMBER",) + rows[0][2:]] + [
+            row[:2] + (_member_text(t, members),) + row[2:] for t, row in zip(job.tasks, rows[1:], strict=True)]
+        where += f"\n{membership_text(job)}"
     return f"{head}\n{where}\n{table(rows)}"
+
+
+def membership_text(job: JobRecord) -> str:
+    """"membership v3 (ps:0): 2 training [chief:0, worker:0]; worker:1 left (...)"."""
+    tasks = job.membership_tasks or ""
+    count = len(job.members)
+    text = f"membership v{job.membership_version} (ps:0): {count} training [{tasks}]"
+    return text + (f"; {job.membership_change}" if job.membership_change else "")
+
+
+def _member_text(task: TaskRecord, members: set[str]) -> str:
+    """"training" for a task in the ps's membership, "-" for a chief or worker outside it,
+    "" for tasks that never train (ps, evaluator)."""
+    if task.name in members:
+        return "training"
+    return "-" if task.name.split(".")[0] in ("chief", "worker") else ""
 
 
 def _positive(text: str) -> int:

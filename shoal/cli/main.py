@@ -7,14 +7,14 @@ import sys
 from typing import Optional, Sequence
 
 from shoal.cli import (cmd_attach, cmd_check, cmd_kill, cmd_logs, cmd_monitor, cmd_prune, cmd_run,
-                       cmd_status, cmd_tensorboard, cmd_train)
+                       cmd_scale, cmd_status, cmd_tensorboard, cmd_train)
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode, exit_code_for
 from shoal.cli.usage import ArgumentsError, ShoalParser, unknown_command, unrecognized
 from shoal.errors import ShoalError
 from shoal.launch.agent import shoal_version
 
-COMMANDS = (cmd_train, cmd_run, cmd_status, cmd_logs, cmd_attach, cmd_kill, cmd_check,
+COMMANDS = (cmd_train, cmd_run, cmd_status, cmd_logs, cmd_attach, cmd_scale, cmd_kill, cmd_check,
             cmd_monitor, cmd_tensorboard, cmd_prune)
 
 

@@ -13,6 +13,7 @@ from typing import Optional
 
 from shoal.launch.executor import TaskRef
 from shoal.launch.logmux import LogMux
+from shoal.launch.membership_line import MembershipLine
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.progress_line import ProgressLine
 from shoal.launch.records import JobStore
@@ -53,6 +54,10 @@ class ConsoleObserver:
         why = f" ({detail})" if detail else ""
         self._mux.note(f"shoal | {task.label}: {old.value} -> {new.value}{why}")
         self._draw()
+
+    def task_added(self, task: TaskPlan) -> None:
+        with self._lock:
+            self._states[task.name] = TaskState.PENDING
 
     def progress(self, name: str, step: int, loss: float) -> None:
         with self._lock:
@@ -105,6 +110,14 @@ class RecordsObserver:
             for name, (line, at) in pending.items():
                 self._write_task(name, line, at)
         self._store.set_job_state(self._job_id, state, reason, ended=state.is_terminal)
+
+    def task_added(self, task: TaskPlan) -> None:
+        self._store.add_task(self._job_id, task)
+
+    def membership(self, line: MembershipLine) -> None:
+        """ps:0 logged `line`: record the job's membership."""
+        self._store.set_membership(self._job_id, line.version, line.tasks_text, line.change,
+                                   time.time())
 
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
                      ref: Optional[TaskRef], restarts: int) -> None:
@@ -159,6 +172,10 @@ class Observers:
     def task_changed(self, *args: object) -> None:
         for o in self._observers:
             o.task_changed(*args)  # type: ignore[attr-defined]
+
+    def task_added(self, *args: object) -> None:
+        for o in self._observers:
+            o.task_added(*args)  # type: ignore[attr-defined]
 
     def progress(self, *args: object) -> None:
         for o in self._observers:

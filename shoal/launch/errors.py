@@ -52,3 +52,9 @@ class HostsError(PlanError):
     """Some of the job's hosts cannot run it (unreachable, key refused, no interpreter or
     workdir, another Shoal version, a failed sync), found before any task started. The
     message has one line per bad host."""
+
+
+class ScaleError(LaunchError):
+    """`shoal scale` cannot change the job as asked: it is not running, the count is outside
+    its range, the role does not scale, its executor cannot add tasks, or its launcher did
+    not answer in time. The message says which and how to fix it."""

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 from shoal.launch.errors import LaunchError
 
 if TYPE_CHECKING:
-    from shoal.launch.allocation import Allocation
+    from shoal.cluster import TaskId
+    from shoal.launch.allocation import Allocation, TaskAllocation
     from shoal.launch.plan import JobPlan, TaskPlan
     from shoal.launch.spec import JobSpec
 
@@ -202,6 +203,17 @@ class Executor(Protocol):
 
     def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
         """Measure the tasks (by name) that still run over `interval` seconds; blocks."""
+        ...
+
+
+@runtime_checkable
+class TaskPlacer(Protocol):
+    """An executor that can add a task to a job that runs (`shoal scale`): it places the new
+    task — a host of the job and a fresh port there — and then `start` starts it as any other."""
+
+    def place_task(self, job: "JobPlan", task: "TaskId") -> "TaskAllocation":
+        """Where `task` (a new index, never one that ran) runs; PlanError if it cannot be
+        placed. Called from the thread that starts tasks; blocks briefly."""
         ...
 
 

@@ -20,6 +20,7 @@ from typing import Optional
 
 import psutil
 
+from shoal.cluster import TaskId
 from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
 from shoal.launch import job_processes
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
@@ -131,6 +132,12 @@ class LocalExecutor:
                         for task, port in zip(ids, ports[:-1], strict=True)),
             master_host=self._host, master_port=ports[-1], python=self._python,
         )
+
+    def place_task(self, job: JobPlan, task: TaskId) -> TaskAllocation:
+        """A task added to the running job (`shoal scale`): a free port of this host (see
+        executor.TaskPlacer). GPUs are not given to added tasks."""
+        port = free_ports(1, self._host)[0]
+        return TaskAllocation(task, self._host, port, (), gpu_host=any(t.gpus for t in job.tasks))
 
     def start(self, job: JobPlan, task: TaskPlan) -> LocalHandle:
         with self._lock:

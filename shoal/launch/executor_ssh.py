@@ -14,6 +14,10 @@ Running a job:
   come back through the agent (AgentTask is the TaskHandle). A host whose agent is silent for
   the heartbeat timeout is given up: its tasks end LOST (255) and the job's policy applies; a
   task restarted there reconnects first (StartError while the host stays unreachable).
+* `place_task` (`shoal scale`: a worker added to the running job) picks the connected host of
+  the job with a free slot and the fewest tasks, and has its agent bind and hold one more port
+  (the agent's `bind` message, again); `start` then starts it as any task. A role's `hosts:`
+  pin is not known here, so an added task may land on any host of the job.
 * `close` stops every agent (each stops its tasks: TERM, grace, KILL), then checks every host
   for processes of the job (by SHOAL_JOB_ID in their environment), kills any it finds, and
   reports through `notify`: "no process left on ..." or the survivors by host and pid. The
@@ -95,6 +99,7 @@ class SshExecutor:
         self._closed = False
         self._alive_cache: dict[tuple[str, str], tuple[float, HostScan]] = {}
         self._marker = ""
+        self._added: list[tuple[str, str]] = []  # (node, job) of each task place_task placed
 
     # --- running a job --------------------------------------------------------------
 
@@ -143,6 +148,31 @@ class SshExecutor:
                 master = (conn.hello.host, bound.ports[-1])
         return Allocation(tasks=tuple(places[t] for t in ids), master_host=master[0], master_port=master[1],
                           python=self._python, env=tuple(self._forward.items()))
+
+    def place_task(self, job: JobPlan, task: TaskId) -> TaskAllocation:
+        """Where a task added to the running job runs (see the module docstring): PlanError if
+        no connected host of the job has a free slot or its agent cannot bind a port."""
+        with self._lock:
+            conns = {name: c for name, c in self._conns.items() if c.alive and c.hello is not None}
+            placed = [(t.node, t.task.job) for t in job.tasks] + list(self._added)
+        load = {h.name: sum(node == h.name for node, _ in placed) for h in self._hosts}
+        training = {h.name: sum(node == h.name and role != "ps" for node, role in placed)
+                    for h in self._hosts}
+        free = [h for h in self._hosts if h.name in conns and (h.slots is None or training[h.name] < h.slots)]
+        if not free:
+            raise PlanError(f"{task} has no host to run on: every connected host of the job"
+                            f" ({', '.join(conns) or 'none'}) has used its slots; raise slots= in the"
+                            " hostfile, or scale down first")
+        host = min(free, key=lambda h: load[h.name])
+        conn = conns[host.name]
+        assert conn.hello is not None
+        try:
+            bound = conn.bind(1, conn.hello.host, _REQUEST_TIMEOUT)
+        except AgentError as e:
+            raise PlanError(f"{host.name} cannot hold a port for {task}: {e}") from e
+        with self._lock:
+            self._added.append((host.name, task.job))
+        return TaskAllocation(task, conn.hello.host, bound.ports[0], node=host.name)
 
     def start(self, job: JobPlan, task: TaskPlan) -> AgentTask:
         with self._lock:

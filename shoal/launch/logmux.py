@@ -1,7 +1,7 @@
 """`LogMux`: copies every task's output to the console, each whole line prefixed with
 the task ("mnist.worker.1 | ..."), and to the task's own log file; spots progress lines,
-the lines where a worker says which tasks it waits for,
-and the line where a task says which directory it writes TensorBoard summaries to.
+the lines where a worker says which tasks it waits for, a ps's membership lines
+(membership_line.py), and the line where a task says which directory it writes TensorBoard summaries to.
 
 Pipes are read in binary. The log file gets the bytes exactly as they come, as they come
 (a last line without "\\n" is completed at EOF). The console gets whole prefixed lines,
@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import IO, Callable, Optional
 
+from shoal.launch.membership_line import MembershipLine, parse_membership
 from shoal.launch.progress_line import PROGRESS_RE, ProgressLine, parse_progress, parse_waiting
 
 __all__ = ["PROGRESS_RE", "LineCutter", "LogMux", "MAX_LINE", "SUMMARIES_RE"]
@@ -33,6 +34,8 @@ ProgressCallback = Callable[[str, ProgressLine], None]
 WaitingCallback = Callable[[str, tuple[str, ...]], None]
 """(task name, the tasks its line says it waits for; progress_line.parse_waiting)."""
 SummariesCallback = Callable[[str, str], None]
+MembershipCallback = Callable[[str, MembershipLine], None]
+"""(task name, a membership line it printed)."""
 _CHUNK = 1 << 16
 _CLEAR = b"\r\x1b[K"
 
@@ -108,11 +111,13 @@ class LogMux:
     def __init__(self, out: IO[bytes], *, on_progress: Optional[ProgressCallback] = None,
                  on_summaries: Optional[SummariesCallback] = None,
                  on_waiting: Optional[WaitingCallback] = None,
+                 on_membership: Optional[MembershipCallback] = None,
                  live_status: bool = False) -> None:
         self._out = out
         self._on_progress = on_progress
         self._on_waiting = on_waiting
         self._on_summaries = on_summaries
+        self._on_membership = on_membership
         self._live = live_status
         self._status = b""
         self._lock = threading.Lock()
@@ -195,6 +200,11 @@ class LogMux:
                 waited = parse_waiting(line)
                 if waited:
                     self._on_waiting(name, waited)
+        if self._on_membership is not None:
+            for line in lines:
+                membership = parse_membership(line)
+                if membership is not None:
+                    self._on_membership(name, membership)
         if self._on_progress is None:
             return
         for line in reversed(lines):

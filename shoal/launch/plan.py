@@ -14,10 +14,11 @@ import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Optional
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
-from shoal.launch.allocation import ROLE_ORDER, Allocation
+from shoal.launch.allocation import ROLE_ORDER, Allocation, TaskAllocation
 from shoal.launch.spec import JobSpec, RestartSpec, WatchdogSpec
 from shoal.launch.watchdog import effective_stall
 
@@ -70,6 +71,15 @@ class JobPlan:
     deadline: Optional[float] = None
     grace_period: float = 5.0
     watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
+    scale: tuple[tuple[str, int, int], ...] = ()
+    """(role, min, max) of each role whose count `shoal scale` may change (spec: count: MIN..MAX)."""
+
+    def scale_range(self, role: str) -> Optional[tuple[int, int]]:
+        """(min, max) of `role`'s count, or None if it is fixed."""
+        for job, low, high in self.scale:
+            if job == role:
+                return low, high
+        return None
 
 
 def new_job_id(name: str, now: Optional[_dt.datetime] = None) -> str:
@@ -159,6 +169,36 @@ def make_plan(
         job_id=job_id, name=spec.name, job_dir=str(job_dir), model_dir=str(model_dir),
         workdir=str(workdir), tasks=tuple(tasks), primary=replicas[0], restart=spec.restart,
         deadline=spec.deadline, grace_period=spec.grace_period, watchdog=spec.watchdog,
+        scale=spec.scale_ranges(),
+    )
+
+
+def added_task(plan: JobPlan, place: TaskAllocation, peers: Sequence[TaskPlan]) -> TaskPlan:
+    """The TaskPlan of a task added to running job `plan` (`shoal scale`) at `place`: the
+    argv and environment of the first planned task of its role, with its own identity —
+    TF_CONFIG whose cluster is `peers` (the tasks as they are now) plus itself, SHOAL_TASK,
+    RANK and WORLD_SIZE counted in that cluster — its address and its log file. Tasks
+    already running keep theirs. Pure."""
+    task = place.task
+    template = next(t for t in plan.tasks if t.task.job == task.job)
+    members = sorted([*((p.task, p.address) for p in peers if p.task != task), (task, place.address)],
+                     key=lambda m: (ROLE_ORDER.index(m[0].job), m[0].index))
+    cluster = ClusterSpec.from_dict({
+        job: {t.index: address for t, address in members if t.job == job}
+        for job in ROLE_ORDER if any(t.job == job for t, _ in members)
+    })
+    replicas = [t for t, _ in members if t.job in ("chief", "worker")]
+    env = dict(template.env)
+    env.update({"TF_CONFIG": ClusterConfig(cluster, task).to_tf_config(), "SHOAL_TASK": str(task),
+                "WORLD_SIZE": str(len(replicas))})
+    if task in replicas:
+        env["RANK"] = str(replicas.index(task))
+    job_dir = Path(plan.job_dir)
+    return TaskPlan(
+        task=task, label=f"{plan.name}.{task.job}.{task.index}", address=place.address,
+        argv=template.argv, env=tuple(env.items()),
+        log_path=str(job_dir / "logs" / f"{task.job}.{task.index}.log"), gpus=place.gpus,
+        node=place.node,
     )
 
 
@@ -180,6 +220,7 @@ def format_plan(plan: JobPlan, *, show_secret: bool = False) -> str:
         f"  deadline:   {f'{plan.deadline:g}s' if plan.deadline else 'none'}",
         f"  grace:      {plan.grace_period:g}s",
         f"  watchdog:   {_watchdog_text(plan)}",
+        *(f"  scale:      {role} {low}..{high} (shoal scale JOB {role}=N)" for role, low, high in plan.scale),
         "",
     ]
     nodes = list(dict.fromkeys(task.node for task in plan.tasks))

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from shoal.launch.errors import JobNotFound, WorkspaceError
 from shoal.launch.executor import TaskRef
 from shoal.launch.files import private_dirs, private_file, tighten_file
-from shoal.launch.plan import JobPlan
+from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.records_schema import JOB_NUMBER, ensure_schema
 from shoal.launch.states import JobState, TaskState
 
@@ -85,6 +85,22 @@ class JobRecord:
     number: Optional[int]
     """The job's short number (`shoal logs 12`); None only for a job being migrated."""
     tasks: tuple[TaskRecord, ...]
+    membership_version: Optional[int] = None
+    """The ps membership's version as ps:0 last logged it (None: it logged none)."""
+    membership_tasks: Optional[str] = None
+    """The tasks training in it, as logged: "chief:0, worker:0"."""
+    membership_change: Optional[str] = None
+    """What changed last, as logged: "worker:1 left (no heartbeat for 20s)" ("" if nothing said)."""
+    membership_at: Optional[float] = None
+    """When (time.time()) that line came."""
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The tasks training, as task names ("worker.1"); () when no membership is recorded."""
+        if not self.membership_tasks:
+            return ()
+        return tuple(word.strip().replace(":", ".") for word in self.membership_tasks.split(",")
+                     if word.strip())
 
     @property
     def handle(self) -> str:
@@ -179,6 +195,23 @@ class JobStore:
                  for i, t in enumerate(plan.tasks)],
             )
         return number
+
+    def add_task(self, job_id: str, task: TaskPlan) -> None:
+        """Record a task added to the running job (`shoal scale`), PENDING, after the others."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO tasks (job_id, name, label, address, state, log_path, position)"
+                " VALUES (?, ?, ?, ?, 'PENDING', ?,"
+                " (SELECT COALESCE(MAX(position), -1) + 1 FROM tasks WHERE job_id = ?))",
+                (job_id, task.name, task.label, task.address, task.log_path, job_id))
+
+    def set_membership(self, job_id: str, version: int, tasks: str, change: str, at: float) -> None:
+        """Record the job's ps membership from ps:0's latest membership line (the latest line
+        wins, also one with a lower version: a restarted ps:0 counts again from its start)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET membership_version = ?, membership_tasks = ?, membership_change = ?,"
+                " membership_at = ? WHERE id = ?", (version, tasks, change, at, job_id))
 
     def set_job_state(self, job_id: str, state: JobState, reason: str = "",
                       exit_code: Optional[int] = None, ended: bool = False) -> None:

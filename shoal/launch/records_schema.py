@@ -7,7 +7,10 @@ executor's TaskRef (JSON) instead of a bare pid; version 2 gives each job a shor
 (1, 2, 3 ... in creation order, never given twice: `counters` holds the last one) and each
 task the summaries directory it reported; version 3 keeps each task's latest straggler figures
 from its progress lines (median and p95 step time in ms, gradients applied of pushed, and
-when its last progress line came). A migration runs inside one write transaction,
+when its last progress line came); version 4 keeps each job's ps membership as ps:0 last logged it
+(version, the tasks training, what changed, when: shoal/launch/membership_line.py) — tasks
+added by `shoal scale` are rows like the others, a scaled-down one in state SCALED_DOWN.
+A migration runs inside one write transaction,
 so two shoal processes opening an old file at once migrate it once.
 """
 
@@ -18,14 +21,15 @@ import sqlite3
 from shoal.launch.errors import WorkspaceError
 from shoal.launch.executor import TaskRef
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _JOBS = """CREATE TABLE jobs (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
   ended REAL, exit_code INTEGER, reason TEXT NOT NULL DEFAULT '',
   launcher_pid INTEGER, launcher_started REAL, job_dir TEXT NOT NULL,
   model_dir TEXT NOT NULL, step INTEGER, loss REAL, executor TEXT NOT NULL DEFAULT 'local',
-  number INTEGER
+  number INTEGER,
+  membership_version INTEGER, membership_tasks TEXT, membership_change TEXT, membership_at REAL
 )"""
 _TASKS = """CREATE TABLE tasks (
   job_id TEXT NOT NULL, name TEXT NOT NULL, label TEXT NOT NULL, address TEXT NOT NULL,
@@ -69,7 +73,9 @@ def ensure_schema(db: sqlite3.Connection, path: object) -> None:
                     _migrate_0_to_1(db)
                 if version < 2:
                     _migrate_1_to_2(db)
-                _migrate_2_to_3(db)
+                if version < 3:
+                    _migrate_2_to_3(db)
+                _migrate_3_to_4(db)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:
@@ -110,6 +116,14 @@ def _migrate_2_to_3(db: sqlite3.Connection) -> None:
         db.execute(f"ALTER TABLE tasks ADD COLUMN {column}")
 
 
+def _migrate_3_to_4(db: sqlite3.Connection) -> None:
+    """Jobs get an empty membership."""
+    for column in _MEMBERSHIP_COLUMNS:
+        db.execute(f"ALTER TABLE jobs ADD COLUMN {column}")
+
+
+_MEMBERSHIP_COLUMNS = ("membership_version INTEGER", "membership_tasks TEXT",
+                       "membership_change TEXT", "membership_at REAL")
 _FIGURE_COLUMNS = ("step_ms REAL", "p95_ms REAL", "applied INTEGER", "pushed INTEGER",
                    "progress_at REAL")
 

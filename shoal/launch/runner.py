@@ -5,7 +5,9 @@ Must be called from the main thread (it installs signal handlers). SIGINT and SI
 the supervisor to stop the job (a second one skips the grace period). SIGHUP — the terminal
 closed, the ssh session dropped — does not stop it: the launcher moves what it wrote to the
 terminal into `<job dir>/launcher.log` (launcher_output.py) and the job runs on; `shoal attach`
-follows it again. The caller owns the executor and closes it afterwards.
+follows it again. `shoal scale` reaches the job through request files in its folder, which
+a `ScaleInbox` hands to the supervisor (scale_requests.py); ps:0's membership lines are
+recorded for `shoal status`. The caller owns the executor and closes it afterwards.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ from shoal.launch.executor import Executor
 from shoal.launch.files import private_dirs
 from shoal.launch.launcher_output import launcher_log_path, move_terminal_output
 from shoal.launch.logmux import LogMux
+from shoal.launch.membership_line import MembershipLine
 from shoal.launch.plan import JobPlan
 from shoal.launch.progress_line import ProgressLine
 from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
 from shoal.launch.root_cause import report_root_cause
+from shoal.launch.scale_requests import ScaleInbox
 from shoal.launch.supervisor import JobResult, Supervisor
 from shoal.launch.watchdog import Watchdog
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+MEMBERSHIP_REPORTER = "ps.0"
+"""The task whose membership lines the records keep (every ps logs its own; ps:0's is the job's)."""
 
 
 def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes],
@@ -64,9 +70,13 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     def on_summaries(name: str, directory: str) -> None:
         store.set_summaries(plan.job_id, name, directory)
 
+    def on_membership(name: str, line: MembershipLine) -> None:
+        if name == MEMBERSHIP_REPORTER:
+            records.membership(line)
+
     mux = LogMux(out, on_progress=on_progress, on_summaries=on_summaries,
                  on_waiting=watchdog.waiting if watchdog is not None else None,
-                 live_status=live_status)
+                 on_membership=on_membership, live_status=live_status)
     console = ConsoleObserver(plan, mux, live=live_status)
     console_holder.append(console)
     mux.note(f"shoal | job {number} {plan.job_id}: {len(plan.tasks)} tasks, logs in"
@@ -91,10 +101,13 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
+    inbox = ScaleInbox(plan.job_dir, supervisor.request_scale)
+    inbox.start()
     try:
         result = supervisor.run()
         report_root_cause(result.failure, plan.job_dir, mux.note)
         return result
     finally:
+        inbox.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -42,6 +42,9 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, 
 _MEMORY_RE = re.compile(r"\s*[0-9]*\.?[0-9]+\s*[A-Za-z]*\s*")
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 _PARAMETER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RANGE_RE = re.compile(r"\s*([0-9]+)\s*\.\.\s*([0-9]+)\s*")
+SCALABLE_ROLES = ("worker",)
+"""The roles whose count may be a range MIN..MAX (`shoal scale` changes it while the job runs)."""
 
 MAX_DEPTH = 32
 """How deep a YAML spec may nest mappings and lists (a job spec needs about 4)."""
@@ -88,6 +91,27 @@ def _role_name(name: str) -> str:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"{name!r} is not a role{hint}; roles are {', '.join(JOBS)}")
     return name
+
+
+def parse_count_range(value: Any) -> tuple[int, int]:
+    """(min, max) from "MIN..MAX" (e.g. "2..8"); ValueError naming the value and the fix."""
+    match = _RANGE_RE.fullmatch(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a count or a range; write a whole number (count: 2)"
+                         " or MIN..MAX with whole numbers (count: 2..8)")
+    low, high = int(match.group(1)), int(match.group(2))
+    if low > high:
+        raise ValueError(f"the range {value!r} starts above its end ({low} > {high}); write"
+                         f" MIN..MAX, e.g. {high}..{low}")
+    if high < 1:
+        raise ValueError(f"the range {value!r} allows no task; its maximum must be 1 or more,"
+                         " e.g. 1..4")
+    return low, high
+
+
+def is_count_range(value: Any) -> bool:
+    """Whether `value` is written as a range (a string with ".."), valid or not."""
+    return isinstance(value, str) and ".." in value
 
 
 RoleName = Annotated[str, AfterValidator(_role_name)]
@@ -139,9 +163,14 @@ class RoleSpec(_Frozen):
     `shoal monitor` (not enforced locally); `gpus` per task become CUDA_VISIBLE_DEVICES.
     `run` overrides the job's command for this role; `hosts` pins its tasks to some of the
     job's hosts.
+
+    `count` is how many tasks the job starts with. Written as a range `MIN..MAX` (workers
+    only), the job starts MIN and `shoal scale JOB worker=N` moves it within the range; the
+    range's end is `max_count` (None: the count is fixed).
     """
 
     count: int = Field(1, ge=0)
+    max_count: Optional[int] = Field(None, ge=1)
     cpus: Optional[float] = Field(None, gt=0)
     memory: Optional[MemorySize] = None
     gpus: int = Field(0, ge=0)
@@ -149,10 +178,42 @@ class RoleSpec(_Frozen):
     run: Optional[Union[str, list[str]]] = None
     hosts: Optional[list[HostName]] = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _count_range(cls, data: Any) -> Any:
+        """count: MIN..MAX -> count MIN, max_count MAX (a bad range is left for `_count`)."""
+        if isinstance(data, dict) and is_count_range(data.get("count")):
+            try:
+                low, high = parse_count_range(data["count"])
+            except ValueError:
+                return data
+            data = {**data, "count": low, "max_count": high}
+        return data
+
+    @field_validator("count", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        if is_count_range(value):
+            parse_count_range(value)  # raises: the range is bad
+        return value
+
+    @model_validator(mode="after")
+    def _range_holds_count(self) -> "RoleSpec":
+        if self.max_count is not None and self.max_count < self.count:
+            raise ValueError(f"max_count {self.max_count} is below count {self.count}; write the"
+                             f" range as count: {self.count}..{self.max_count}"
+                             f" with MIN <= MAX")
+        return self
+
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, value: Any) -> Any:
         return _env_strings(value)
+
+    @property
+    def count_range(self) -> tuple[int, int]:
+        """(min, max): (count, count) for a fixed count."""
+        return self.count, self.max_count if self.max_count is not None else self.count
 
 
 class SshSpec(_Frozen):
@@ -248,6 +309,14 @@ class JobSpec(_Frozen):
             return [{"name": item} if isinstance(item, str) else item for item in value]
         return value
 
+    @field_validator("roles")
+    @classmethod
+    def _ranges(cls, roles: dict[str, RoleSpec]) -> dict[str, RoleSpec]:
+        for job, role in roles.items():
+            if role.max_count is not None and job not in SCALABLE_ROLES:
+                raise ValueError(_unscalable(job, role))
+        return roles
+
     @field_validator("run")
     @classmethod
     def _run(cls, value: Any) -> Any:
@@ -288,8 +357,26 @@ class JobSpec(_Frozen):
         return self.roles.get(job, RoleSpec(count=0))
 
     def count(self, job: str) -> int:
-        """How many tasks `job` has (0 if absent)."""
+        """How many tasks `job` starts with (0 if absent; a range's minimum)."""
         return self.role(job).count
+
+    def scale_ranges(self) -> tuple[tuple[str, int, int], ...]:
+        """(role, min, max) of each role whose count is a range."""
+        return tuple((job, *role.count_range) for job, role in self.roles.items()
+                     if role.max_count is not None)
+
+
+def _unscalable(job: str, role: RoleSpec) -> str:
+    written = f"{role.count}..{role.max_count}"
+    if job == "chief":
+        return (f"roles.chief.count is a range ({written}) but a cluster has one chief; write"
+                " count: 1 (only roles.worker.count may be a range MIN..MAX)")
+    if job == "ps":
+        return (f"roles.ps.count is a range ({written}) but only workers scale: a ps holds a"
+                " shard of the variables, and moving shards to a new ps (re-homing) is another"
+                " issue, not built yet; write a plain count, e.g. count: 2")
+    return (f"roles.{job}.count is a range ({written}) but only workers scale; write a plain"
+            " count, e.g. count: 1")
 
 
 def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = (),
@@ -370,7 +457,7 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
             msg = "is missing; add it"
         elif item["type"] == "extra_forbidden":
             msg = "is not a known field; check its spelling (see docs/launcher.md)"
-        elif "input" in item and item["loc"][-1:] != ("[key]",):
+        elif "input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict):
             msg += f" (got {item['input']!r})"
         field = dotted(loc) or "(top level)"
         if first is None:

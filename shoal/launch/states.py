@@ -3,6 +3,7 @@
 Task:  PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | KILLED
        RUNNING -> RESTARTING -> STARTING   (restart policy, same identity)
        STARTING -> FAILED (could not exec);  PENDING | RESTARTING -> KILLED (job stopped)
+       RUNNING | RESTARTING -> SCALED_DOWN   (`shoal scale` stopped it; an expected end)
 Job:   PENDING -> RUNNING -> SUCCEEDED | FAILED | KILLED;  PENDING -> FAILED | KILLED
 """
 
@@ -21,10 +22,12 @@ class TaskState(str, Enum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     KILLED = "KILLED"
+    SCALED_DOWN = "SCALED_DOWN"
 
     @property
     def is_terminal(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED)
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED,
+                        TaskState.SCALED_DOWN)
 
 
 class JobState(str, Enum):
@@ -45,12 +48,14 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.PENDING: frozenset({TaskState.STARTING, TaskState.KILLED}),
     TaskState.STARTING: frozenset({TaskState.RUNNING, TaskState.FAILED, TaskState.KILLED}),
     TaskState.RUNNING: frozenset(
-        {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING}
+        {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING,
+         TaskState.SCALED_DOWN}
     ),
-    TaskState.RESTARTING: frozenset({TaskState.STARTING, TaskState.KILLED}),
+    TaskState.RESTARTING: frozenset({TaskState.STARTING, TaskState.KILLED, TaskState.SCALED_DOWN}),
     TaskState.SUCCEEDED: frozenset(),
     TaskState.FAILED: frozenset(),
     TaskState.KILLED: frozenset(),
+    TaskState.SCALED_DOWN: frozenset(),
 }
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {

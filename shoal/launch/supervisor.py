@@ -16,14 +16,20 @@ every running task, then start them all again: the chief resumes from its checkp
 fail (the job FAILS, STALLED, the first stuck task as its root cause). Each restart counts
 toward `watchdog.max_restarts`; a stall after that fails the job.
 Stopping is TERM to the task's process group -> grace period -> KILL.
+Scaling (`request_scale`, shoal/launch/scaling.py, for roles whose count is a range): up
+starts new tasks with fresh indices, each placed by the executor (a TaskPlacer) and given a
+TF_CONFIG listing the tasks as they are then plus itself (running tasks keep theirs); down
+stops the highest-index tasks (TERM, grace, KILL), whose end is SCALED_DOWN: expected, not
+restarted, not a failure. The teardown policy counts the workers that exist now (added
+ones count, scaled-down ones do not); the restart policy applies to added tasks as to any.
 
 Policy only: processes, hosts and pipes are the executor's (executor.py), so the policies
 are tested with a fake executor and an injected clock. The job ends with an `EndReason`;
 `shoal.cli` turns it into an exit code.
 
 `run` blocks until the job is over and must be called from a thread that outlives the
-job (the executor may tie tasks to the thread that starts them). `request_stop` is the
-only thread- and signal-safe method.
+job (the executor may tie tasks to the thread that starts them). `request_stop` is
+thread- and signal-safe; `request_scale` thread-safe.
 """
 
 from __future__ import annotations
@@ -37,11 +43,14 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Optional, Protocol
 
-from shoal.launch.errors import StartError
-from shoal.launch.executor import Executor, TaskHandle, TaskRef
+from shoal.cluster import TaskId
+from shoal.launch.errors import PlanError, ScaleError, StartError
+from shoal.launch.executor import Executor, TaskHandle, TaskPlacer, TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
-from shoal.launch.plan import JobPlan, TaskPlan
+from shoal.launch.plan import JobPlan, TaskPlan, added_task
+from shoal.launch.scaling import (ScaleOutcome, ScaleRequest, check_request, new_indices, task_word,
+                                  to_stop)
 from shoal.launch.root_cause import TaskFailure
 from shoal.launch.spec import RestartPolicy
 from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState
@@ -102,6 +111,14 @@ class JobObserver(Protocol):
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
                      ref: Optional[TaskRef], restarts: int) -> None: ...
 
+    def task_added(self, task: TaskPlan) -> None:
+        """`task` joined the job (`shoal scale`); its state changes follow."""
+        ...
+
+
+ScaleReply = Callable[[ScaleOutcome], None]
+"""Told the outcome of one `request_scale`, from the supervisor's thread."""
+
 
 @dataclass
 class _Slot:
@@ -116,6 +133,7 @@ class _Slot:
     restart_now: bool = False  # the watchdog stops it to start it again
     kill_at: Optional[float] = None  # when a task the watchdog stopped gets SIGKILL
     stall_restarts: int = 0
+    scaled_down: bool = False  # `shoal scale` stops it: its end is expected
 
 
 def describe_exit(code: int) -> str:
@@ -149,6 +167,13 @@ class Supervisor:
         self._force = False
         self._finishing = False
         self._failure: Optional[TaskFailure] = None
+        self._scale_requests: queue.Queue = queue.Queue()
+
+    def request_scale(self, request: ScaleRequest, reply: ScaleReply) -> None:
+        """Ask `run` to apply `request` (shoal/launch/scaling.py); `reply` gets the outcome
+        from the supervisor's thread, once the new tasks started or the stopping ones were
+        signalled (an error outcome if the job ends first). Thread-safe; never blocks."""
+        self._scale_requests.put((request, reply))
 
     def request_stop(self, reason: str = "stopped by request", force: bool = False) -> None:
         """Ask `run` to stop every task and end the job KILLED; a second call (or
@@ -171,6 +196,7 @@ class Supervisor:
                 self._step(deadline)
             return self._result
         finally:
+            self._refuse_scales("the job ended")
             self._last_resort()
 
     # --- the loop -------------------------------------------------------------------
@@ -178,6 +204,9 @@ class Supervisor:
     def _step(self, deadline: Optional[float]) -> None:
         if self._stop_reason is not None:
             self._finish(EndReason.STOPPED, self._stop_reason)
+            return
+        self._serve_scales()
+        if self._result is not None:
             return
         now = self._clock()
         if deadline is not None and now >= deadline:
@@ -250,6 +279,12 @@ class Supervisor:
         if attempt != slot.attempt or slot.state is not TaskState.RUNNING:
             return
         detail = describe_exit(code)
+        if slot.scaled_down:
+            slot.kill_at = None
+            self._move(slot, TaskState.SCALED_DOWN, f"scaled down ({detail})")
+            if not self._finishing:
+                self._check_success()
+            return
         if slot.stopping or self._finishing:
             self._move(slot, TaskState.SUCCEEDED if code == 0 else TaskState.KILLED, detail)
             return
@@ -284,6 +319,87 @@ class Supervisor:
             self._finish(EndReason.CHIEF_FAILED, why, chief_exit=code)
         else:
             self._finish(EndReason.TASK_FAILED, why)
+
+    # --- scaling ------------------------------------------------------------------
+
+    def _serve_scales(self) -> None:
+        while True:
+            try:
+                request, reply = self._scale_requests.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                outcome = self._scale(request)
+            except ScaleError as e:
+                outcome = ScaleOutcome(request.role, request.count, error=str(e))
+            reply(outcome)
+            if self._result is not None:
+                return
+
+    def _refuse_scales(self, why: str) -> None:
+        while True:
+            try:
+                request, reply = self._scale_requests.get_nowait()
+            except queue.Empty:
+                return
+            reply(ScaleOutcome(request.role, request.count,
+                               error=f"{request.describe()}: {why} before the request was served"))
+
+    def _scale(self, request: ScaleRequest) -> ScaleOutcome:
+        """Apply one scale request (see the module docstring); ScaleError if it cannot be."""
+        if self._finishing:
+            raise ScaleError(f"{request.describe()}: the job is ending")
+        role = request.role
+        of_role = [s for s in self._slots.values() if s.plan.task.job == role]
+        live = [s for s in of_role if not s.state.is_terminal and not s.scaled_down]
+        check_request(request, self._plan.scale_range(role), len(live), self._executor.kind,
+                      isinstance(self._executor, TaskPlacer))
+        was = len(live)
+        if request.count > was:
+            if any(s.plan.gpus for s in of_role):
+                raise ScaleError(f"{request.describe()}: the {role} tasks use GPUs, and shoal scale"
+                                 " does not give GPUs to added tasks yet; scale a role without gpus:")
+            started = []
+            for index in new_indices((s.plan.task.index for s in of_role), request.count - was):
+                slot = self._add(TaskId(role, index))
+                if self._result is not None:
+                    raise ScaleError(f"{request.describe()}: {slot.plan.label} could not be started,"
+                                     " so the job failed (see its log)")
+                started.append(task_word(slot.plan.task))
+            self._mux.note(f"shoal | scaled {role} to {request.count} (was {was}): started"
+                           f" {', '.join(started)}")
+            return ScaleOutcome(role, request.count, was, started=tuple(started))
+        stopping = []
+        if request.count < was:
+            kill_at = self._clock() + self._plan.grace_period
+            by_task = {s.plan.task: s for s in live}
+            for task in to_stop(list(by_task), was - request.count, self._plan.primary):
+                slot = by_task[task]
+                slot.scaled_down = True
+                stopping.append(task_word(task))
+                if slot.state is TaskState.RUNNING and slot.handle is not None:
+                    slot.stopping, slot.kill_at = True, kill_at
+                    slot.handle.signal(signal.SIGTERM)
+                elif slot.state in (TaskState.RESTARTING, TaskState.PENDING):
+                    self._move(slot, TaskState.SCALED_DOWN, "scaled down before it ran again")
+            self._mux.note(f"shoal | scaling {role} to {request.count} (was {was}): stopping"
+                           f" {', '.join(stopping)}")
+        return ScaleOutcome(role, request.count, was, stopping=tuple(stopping))
+
+    def _add(self, task: TaskId) -> _Slot:
+        """Place, plan, record and start a new task; its slot (a failed start fails the job, as
+        for any task)."""
+        assert isinstance(self._executor, TaskPlacer)
+        try:
+            place = self._executor.place_task(self._plan, task)
+        except PlanError as e:
+            raise ScaleError(f"{task_word(task)} cannot be placed: {e}") from e
+        peers = [s.plan for s in self._slots.values() if not s.state.is_terminal and not s.scaled_down]
+        slot = _Slot(added_task(self._plan, place, peers))
+        self._slots[slot.plan.name] = slot
+        self._observer.task_added(slot.plan)
+        self._start(slot)
+        return slot
 
     # --- the watchdog -----------------------------------------------------------------
 
@@ -340,8 +456,9 @@ class Supervisor:
         if chief is not None:
             done = chief.state is TaskState.SUCCEEDED
         else:
-            done = all(s.state is TaskState.SUCCEEDED for s in self._slots.values()
-                       if s.plan.task.job == "worker")
+            workers = [s for s in self._slots.values()
+                       if s.plan.task.job == "worker" and not s.scaled_down]
+            done = bool(workers) and all(s.state is TaskState.SUCCEEDED for s in workers)
         if done:
             self._finish(EndReason.SUCCEEDED, "all training tasks succeeded")
 

@@ -110,3 +110,34 @@ def test_preflight_refuses_an_agent_of_another_shoal_version():
     with pytest.raises(HostsError, match=r"the host cannot run the job .*\n  h: runs Shoal \S+, this launcher 0\.0\.0-other"):
         open_agents(["h"], lambda host: AgentConnection(local_agent(REPO), host, "test"), timeout=20,
                     python=sys.executable, workdir=str(REPO), version="0.0.0-other")
+
+
+def test_ssh_executor_places_an_added_task_on_a_free_slot_with_a_held_port(connections, tmp_path):
+    """`shoal scale` on an ssh job: `place_task` picks the host with a free slot and the fewest
+    tasks and has its agent (a real one, here) bind one more port, held until the task starts."""
+    import socket
+
+    from shoal.cluster import TaskId
+    from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
+    from shoal.launch.errors import PlanError
+    from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.hosts import Host
+    from shoal.launch.plan import make_plan
+    from shoal.launch.spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "s", "run": "true", "roles": {"worker": {"count": "2..4"}}})
+    places = tuple(TaskAllocation(t, "127.0.0.1", 7000 + i, node=("a", "b")[i])
+                   for i, t in enumerate(task_ids(spec)))
+    plan = make_plan(spec, Allocation(places, "127.0.0.1", 6999, "/py"), job_id="s-1",
+                     shoal_home=tmp_path, workdir=tmp_path, secret="k")
+    executor = SshExecutor([Host("a", slots=2), Host("b", slots=1)], python=sys.executable, cwd=tmp_path)
+    for name in ("a", "b"):
+        conn = connections(AGENT)
+        conn.open(timeout=20)
+        executor._conns[name] = conn  # the agents allocate() would have started over ssh
+    place = executor.place_task(plan, TaskId("worker", 2))
+    assert place.node == "a" and place.port > 0 and place.task == TaskId("worker", 2)
+    with socket.socket() as probe, pytest.raises(OSError):
+        probe.bind((place.host, place.port))  # the agent holds it
+    with pytest.raises(PlanError, match="used its slots"):
+        executor.place_task(plan, TaskId("worker", 3))

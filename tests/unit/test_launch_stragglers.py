@@ -102,16 +102,18 @@ def test_a_version_2_job_store_is_migrated_to_keep_task_figures(tmp_path):
     with JobStore(path) as store:
         plan = plan_of(tmp_path, {"worker": {}})
         store.create_job(plan, 1, 0.0)
-    with sqlite3.connect(path) as db:  # back to version 2: without the figure columns
+    with sqlite3.connect(path) as db:  # back to version 2: without the figure (and v4 membership) columns
         for column in ("step_ms", "p95_ms", "applied", "pushed", "progress_at"):
             db.execute(f"ALTER TABLE tasks DROP COLUMN {column}")
+        for column in ("membership_version", "membership_tasks", "membership_change", "membership_at"):
+            db.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 2")
     with JobStore(path) as store:
         assert store.find(plan.job_id).task("worker.0").step_ms is None
         store.set_task_progress(plan.job_id, "worker.0", 5.0, 6.0, 1, 1, 1.0)
         assert store.find(plan.job_id).task("worker.0").step_ms == 5.0
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 def test_monitor_adds_the_figure_columns_only_when_a_task_reports_them():

@@ -1,0 +1,114 @@
+"""`shoal scale` on real jobs (issue 13, item 4): a detached local job grows from 2 to 4
+workers and shrinks back while it runs, its added tasks recorded and reachable by `status`
+and `logs`, its ps's membership shown by `status`; then the seed MNIST example, the same
+way. Every wait is bounded; what the tests start is killed by recorded pid or group."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
+from harness import (PY, alive, cleanup_launchers, launcher_pids, program, recorded_pids,  # noqa: E402
+                     run_shoal, status, wait_for)
+
+
+def _job(home: Path) -> dict:
+    [job] = status(home)
+    return job
+
+
+def _states(home: Path) -> dict:
+    return {t["name"]: t["state"] for t in _job(home)["tasks"]}
+
+
+def _log_has_steps(home: Path, name: str) -> bool:
+    logs = list(home.glob(f"jobs/*/logs/{name}.log"))
+    return bool(logs) and "step=" in logs[0].read_text(errors="replace")
+
+
+def _scale(home: Path, job: str, assignment: str) -> str:
+    out = run_shoal(home, "scale", job, assignment, timeout=60)
+    text = out.stdout.decode()
+    assert out.returncode == 0, text
+    return text
+
+
+def _nothing_left(home: Path) -> None:
+    pids = recorded_pids(home) + launcher_pids(home)
+    wait_for(lambda: not alive(pids), 15, f"every process of the job to end ({alive(pids)} still run)")
+
+
+@pytest.mark.timeout(120)
+def test_a_detached_job_scales_up_and_down_and_ends_succeeded(tmp_path):
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "run", "--name", "sc", "--ps", "1", "--workers", "2..4", "--detach",
+                        "--", PY, program("scalable.py"))
+        assert out.returncode == 0, out.stdout.decode()
+        wait_for(lambda: _log_has_steps(home, "worker.1"), 30, "worker.1 to train")
+
+        text = _scale(home, "sc", "worker=4")
+        assert "worker=4 (was 2): started worker:2, worker:3" in text
+        wait_for(lambda: _log_has_steps(home, "worker.2") and _log_has_steps(home, "worker.3"), 30,
+                 "the added workers to print progress")
+        logs = run_shoal(home, "logs", "sc.worker.3", timeout=30)
+        assert logs.returncode == 0 and "worker:3 step=" in logs.stdout.decode()
+        tf_config = json.loads(_env_of(home, "worker.3")["TF_CONFIG"])
+        assert tf_config["task"] == {"type": "worker", "index": 3}
+        assert len(tf_config["cluster"]["worker"]) == 4 and len(tf_config["cluster"]["ps"]) == 1
+
+        text = _scale(home, "sc", "worker=2")
+        assert "worker=2 (was 4): stopped worker:3, worker:2" in text
+        states = _states(home)
+        assert states["worker.2"] == states["worker.3"] == "SCALED_DOWN"
+        assert states["worker.0"] == states["worker.1"] == "RUNNING"
+
+        refused = run_shoal(home, "scale", "sc", "worker=5", timeout=60)
+        assert refused.returncode != 0 and "outside this job's range 2..4" in refused.stdout.decode()
+
+        shown = run_shoal(home, "status", "sc", timeout=30).stdout.decode()
+        assert "membership v3 (ps:0): 2 training [worker:0, worker:1]" in shown
+        assert _job(home)["membership_version"] == 3
+
+        (Path(_job(home)["model_dir"]) / "finish").touch()
+        wait_for(lambda: _job(home)["state"] != "RUNNING", 30, "the job to end")
+        assert _job(home)["state"] == "SUCCEEDED"
+        _nothing_left(home)
+    finally:
+        cleanup_launchers(home)
+
+
+def _env_of(home: Path, name: str) -> dict:
+    """The environment of the recorded task `name` while it runs (psutil reads /proc)."""
+    import psutil
+
+    pid = next(t["pid"] for t in _job(home)["tasks"] if t["name"] == name)
+    return psutil.Process(pid).environ()
+
+
+@pytest.mark.timeout(300)
+def test_mnist_grows_from_two_to_four_workers_and_back_and_succeeds(tmp_path):
+    """The seed example, asynchronous. Needs the ps's membership (issue 13, item 1): without
+    it the ps ends when as many workers as its TF_CONFIG lists have said done — two stopped
+    added workers are enough — and the remaining workers then lose it."""
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "run", "--name", "mn", "--ps", "1", "--workers", "2..4", "--detach",
+                        "--", "python", "examples/mnist_softmax.py", "--steps", "60000",
+                        "--ps_recovery_timeout", "30")
+        assert out.returncode == 0, out.stdout.decode()
+        wait_for(lambda: _log_has_steps(home, "worker.1"), 60, "worker.1 to train")
+        assert "worker=4 (was 2): started worker:2, worker:3" in _scale(home, "mn", "worker=4")
+        wait_for(lambda: _log_has_steps(home, "worker.2") and _log_has_steps(home, "worker.3"), 60,
+                 "the added workers to print progress")
+        assert "worker=2 (was 4): stopped worker:3, worker:2" in _scale(home, "mn", "worker=2")
+        wait_for(lambda: _job(home)["state"] != "RUNNING", 200, "the job to end")
+        job = _job(home)
+        assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
+        states = {t["name"]: t["state"] for t in job["tasks"]}
+        assert states["worker.2"] == states["worker.3"] == "SCALED_DOWN"
+        _nothing_left(home)
+    finally:
+        cleanup_launchers(home)

@@ -1,0 +1,202 @@
+"""The supervisor's scaling policy with the fake executor of test_launch_supervisor.py: no
+processes. Requests are made from an observer hook (the supervisor's own thread) or from
+another thread, as the launcher's inbox does."""
+
+import io
+import signal
+
+import pytest
+
+from shoal.cluster import TaskId, parse_tf_config
+from shoal.launch.allocation import TaskAllocation
+from shoal.launch.logmux import LogMux
+from shoal.launch.scaling import ScaleRequest
+from shoal.launch.states import JobState, TaskState
+from shoal.launch.supervisor import Supervisor
+from tests.unit.test_launch_supervisor import RUN, FakeClock, FakeExecutor, Recorder, plan_of
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class PlacingExecutor(FakeExecutor):
+    """The fake executor, able to add tasks (a TaskPlacer)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.plans: dict = {}
+
+    def place_task(self, job, task: TaskId) -> TaskAllocation:
+        return TaskAllocation(task, "127.0.0.1", 5000 + task.index)
+
+    def start(self, job, task):
+        self.plans[task.name] = task
+        return super().start(job, task)
+
+
+class AddRecorder(Recorder):
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        self.added: list[str] = []
+
+    def task_added(self, task) -> None:
+        self.added.append(task.name)
+
+
+def scaled(tmp_path, roles, scripts, *, executor_class=PlacingExecutor, tick=0.0,
+           ignore_term=False, **options):
+    clock = FakeClock(tick)
+    plan = plan_of(tmp_path, roles, **options)
+    executor = executor_class(clock, scripts, ignore_term=ignore_term)
+    recorder = AddRecorder(clock)
+    out = io.BytesIO()
+    supervisor = Supervisor(plan, executor=executor, mux=LogMux(out), observer=recorder, clock=clock)
+    return supervisor, executor, recorder, out
+
+
+def end_all(executor) -> None:
+    """Every task still running exits 0 (without a chief the job succeeds when every worker has)."""
+    for handle in executor.handles:
+        handle.exit(0)
+
+
+def ask(supervisor, outcomes, role, count):
+    supervisor.request_scale(ScaleRequest(role, count), outcomes.append)
+
+
+def test_scale_up_starts_new_workers_with_fresh_indices_and_their_own_tf_config(tmp_path):
+    supervisor, executor, recorder, out = scaled(
+        tmp_path, {"ps": {}, "worker": {"count": "2..4"}}, {})
+    outcomes: list = []
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 4)
+
+    recorder.hooks[("worker.3", TaskState.RUNNING)] = lambda: end_all(executor)
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED
+    assert [o.describe() for o in outcomes] == ["worker=4 (was 2): started worker:2, worker:3"]
+    assert recorder.added == ["worker.2", "worker.3"]
+    three = parse_tf_config(executor.plans["worker.3"].env_dict["TF_CONFIG"])
+    assert three.cluster.task_indices("worker") == (0, 1, 2, 3)
+    assert three.cluster.task_address("worker", 3) == "127.0.0.1:5003"
+    zero = parse_tf_config(executor.plans["worker.0"].env_dict["TF_CONFIG"])
+    assert zero.cluster.task_indices("worker") == (0, 1)  # running tasks keep theirs
+    assert b"scaled worker to 4 (was 2): started worker:2, worker:3" in out.getvalue()
+
+
+def test_scale_down_stops_the_highest_workers_as_scaled_down_not_failed_nor_restarted(tmp_path):
+    supervisor, executor, recorder, _ = scaled(
+        tmp_path, {"worker": {"count": "1..3"}}, {},
+        restart={"policy": "on-failure", "max_restarts": 3, "backoff": "0s"})
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 3)
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 1)
+    recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = lambda: executor.handle("worker.0").exit(0)
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED
+    assert outcomes[1].describe() == "worker=1 (was 3): stopping worker:2, worker:1"
+    final = recorder.final()
+    assert final["worker.1"] is TaskState.SCALED_DOWN and final["worker.2"] is TaskState.SCALED_DOWN
+    assert executor.handle("worker.2").signals == [signal.SIGTERM]
+    assert [name for name, _ in executor.starts].count("worker.2") == 1  # not restarted
+
+
+def test_a_scaled_down_worker_that_ignores_term_is_killed_after_the_grace(tmp_path):
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {},
+                                               grace_period="2s", tick=0.05, ignore_term=True)
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 1)
+    recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = lambda: executor.handle("worker.0").exit(0)
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert executor.handle("worker.1").signals == [signal.SIGTERM, signal.SIGKILL]
+    assert recorder.final()["worker.1"] is TaskState.SCALED_DOWN
+
+
+def test_without_a_chief_the_job_succeeds_when_the_workers_that_exist_now_succeed(tmp_path):
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "2..3"}}, {})
+    outcomes: list = []
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 3)
+
+    def end_originals() -> None:
+        executor.handle("worker.0").exit(0)
+        executor.handle("worker.1").exit(0)
+
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = end_originals
+    ends: list = []  # when worker.1 succeeds the added worker.2 still runs: the job is not over
+    recorder.hooks[("worker.1", TaskState.SUCCEEDED)] = lambda: (
+        ends.append(supervisor._result), executor.handle("worker.2").exit(0))
+    result = supervisor.run()
+    assert ends == [None] and result.state is JobState.SUCCEEDED
+    assert recorder.final()["worker.2"] is TaskState.SUCCEEDED
+
+
+def test_an_added_worker_that_fails_is_restarted_with_the_same_identity(tmp_path):
+    supervisor, executor, recorder, _ = scaled(
+        tmp_path, {"worker": {"count": "1..2"}}, {"worker.1": [1, RUN]},
+        restart={"policy": "on-failure", "max_restarts": 2, "backoff": "0s"})
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    starts: list = []
+
+    def second_start() -> None:
+        starts.append(1)
+        if len(starts) == 2:
+            end_all(executor)
+
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = second_start
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert [name for name, _ in executor.starts] == ["worker.0", "worker.1", "worker.1"]
+    assert recorder.times("worker.1", TaskState.RESTARTING)
+
+
+def test_indices_of_scaled_down_workers_are_never_reused(tmp_path):
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {})
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 1)
+    recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = lambda: end_all(executor)
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert [o.describe() for o in outcomes] == [
+        "worker=2 (was 1): started worker:1", "worker=1 (was 2): stopping worker:1",
+        "worker=2 (was 1): started worker:2"]
+
+
+def test_a_request_outside_the_range_changes_nothing_and_says_the_range(tmp_path):
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {})
+    outcomes: list = []
+
+    def ask_then_end() -> None:
+        for role, count in (("worker", 5), ("worker", 0), ("ps", 2)):
+            ask(supervisor, outcomes, role, count)
+        supervisor._serve_scales()
+        executor.handle("worker.0").exit(0)
+
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert [o.ok for o in outcomes] == [False, False, False]
+    assert "outside this job's range 1..2" in outcomes[0].error
+    assert "only workers scale" in outcomes[2].error
+    assert [name for name, _ in executor.starts] == ["worker.0"]
+
+
+def test_a_job_on_an_executor_that_cannot_add_tasks_says_scale_is_not_supported(tmp_path):
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {},
+                                               executor_class=FakeExecutor)
+    outcomes: list = []
+
+    def ask_then_end() -> None:
+        ask(supervisor, outcomes, "worker", 2)
+        supervisor._serve_scales()
+        executor.handle("worker.0").exit(0)
+
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert "shoal scale is not supported for fake jobs yet" in outcomes[0].error
+
+
+def test_a_request_left_when_the_job_ends_is_answered_with_an_error(tmp_path):
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {"worker.0": [0]})
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.SUCCEEDED)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert len(outcomes) == 1 and "the job ended before the request was served" in outcomes[0].error
