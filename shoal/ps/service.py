@@ -19,9 +19,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from shoal.ps.errors import PsError
+from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
 from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, InitReply, InitRequest,
-                               Mode, Op, Phase,
+                               LeaseRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ShutdownRequest,
                                SnapshotReply, StatusReply, TrainingMode, parse_op, split_slots)
 from shoal.ps.store import ShardStore
@@ -93,10 +94,11 @@ class PsService:
         self._draining = False
         self._waiting: list[_Waiting] = []
         self._released: list[Reply] = []
+        self._leases = LeaseDesk(task_name, self.incarnation)  # ps 0: dynamic data sharding
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
-            Op.SHUTDOWN: self._shutdown,
+            Op.SHUTDOWN: self._shutdown, Op.LEASE: self._lease,
         }
 
     @property
@@ -155,7 +157,7 @@ class PsService:
         have, needed, missing = (wait.have, wait.needed, wait.missing) if wait is not None else ((), 0, ())
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
                                           self._created, tuple(sorted(self._done)), self.incarnation,
-                                          have, needed, missing))
+                                          have, needed, missing, self._leases.counts()))
 
     def _sync_wait(self) -> SyncWait | None:
         if self._sync is None:
@@ -187,6 +189,7 @@ class PsService:
             else:
                 self._async_step = message.step
             self._phase = Phase.CREATED
+            self._leases.restore(message.leases)
         self._done.update(message.done)
         log.info("%s holds %d shards (%.1f MB), %s, %s", self.task_name, len(self.store),
                  self.store.nbytes / 1e6, rule.to_config(), self._training)
@@ -195,7 +198,8 @@ class PsService:
     def _snapshot(self, request: Request, _message) -> Reply:
         if self._phase is Phase.EMPTY:
             raise PsError(f"{self.task_name} has no variables to snapshot yet (not initialized)")
-        return Reply(request, SnapshotReply(self.step, self._training, self.store.rule.to_config()),
+        return Reply(request, SnapshotReply(self.step, self._training, self.store.rule.to_config(),
+                                            self._leases.export()),
                      self.store.snapshot())
 
     def _ready(self, request: Request, _message) -> Reply:
@@ -220,9 +224,11 @@ class PsService:
                           f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
         if message.hyper is not None:
             self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
+        self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         if self._sync is None:
             self.store.apply(grads, message.hyper)
+            self._leases.account(message, PushOutcome.APPLIED, None)
             if message.ends_step:
                 self._async_step += 1
                 self._release()  # pulls waiting for a step (min_step) are answered in async mode too
@@ -231,6 +237,7 @@ class PsService:
             raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
         outcome = self._sync.add(message.task, message.step, grads)
+        self._leases.account(message, outcome, message.step)
         if outcome is PushOutcome.DUPLICATE:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
@@ -242,6 +249,7 @@ class PsService:
             self._release()
         if self._sync.step > message.step:
             self._sync_watch.step_completed()
+            self._leases.step_reached(self._sync.step)
         else:
             self._sync_watch.gradient_arrived(self._sync.step, self._clock())
             self._give_up_stuck_step()
@@ -250,6 +258,7 @@ class PsService:
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:
         self._done.add(message.task)
         self._failed.discard(message.task)
+        self._member_left(message.task)
         if len(self._done) >= self.num_replicas:
             self._on_job_over(f"all {self.num_replicas} workers finished")
         self._give_up_stuck_step()
@@ -259,10 +268,20 @@ class PsService:
         if message.task not in self._done:
             self._failed.add(message.task)
             log.warning("%s: %s left training by an error", self.task_name, message.task)
+        self._member_left(message.task)
         if not self._done and len(self._failed) >= self.num_replicas:
             self._on_job_over(f"all {self.num_replicas} workers failed")
         self._give_up_stuck_step()
         return Reply(request, Empty())
+
+    def _lease(self, request: Request, message: LeaseRequest) -> Reply:
+        if self._phase is not Phase.READY:
+            raise PsError(f"{self.task_name} is not initialized yet; wait for the chief before leasing data")
+        return Reply(request, self._leases.lease(message))
+
+    def _member_left(self, task: str) -> None:
+        """`task` left training (said done or failed; later: its heartbeat expired)."""
+        self._leases.release(task)
 
     def _shutdown(self, request: Request, message: ShutdownRequest) -> Reply:
         self._on_job_over(f"{message.task} ended the job")
@@ -290,6 +309,7 @@ class PsService:
             log.info("%s: giving up sync step %d (%d of %d gradients; the other replicas have stopped)",
                      self.task_name, sync.step, len(contributors), sync.replicas)
         sync.abandon()
+        self._leases.step_abandoned(sync.step)
         still = []
         for w in self._waiting:
             if w.outcome in (PushOutcome.APPLIED, PushOutcome.STALE) and w.min_step > sync.step:
