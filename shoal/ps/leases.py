@@ -112,7 +112,7 @@ class LeaseBook:
 
     def __init__(self, book_id: str, num_examples: int, seed: int, *, max_open_epochs: int = 2,
                  max_leases_per_task: int = 64):
-        if not (isinstance(num_examples, int) and 1 <= num_examples <= MAX_EXAMPLES):
+        if not (isinstance(num_examples, int) and not isinstance(num_examples, bool) and 1 <= num_examples <= MAX_EXAMPLES):
             raise LeaseError(f"num_examples must be an int from 1 to {MAX_EXAMPLES}, got {num_examples!r}")
         if not (isinstance(seed, int) and seed >= 0):
             raise LeaseError(f"seed must be an int >= 0, got {seed!r}")
@@ -165,7 +165,7 @@ class LeaseBook:
         epoch before `until_epoch`, opening the next epoch when none is free). A `holder` other
         than the one of the task's open leases means the task was restarted: those are released
         first. Raises LeaseError for a bad count or a task over its lease limit."""
-        if not (isinstance(count, int) and count >= 1):
+        if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
             raise LeaseError(f"{task} asked for {count!r} positions; ask for an int >= 1")
         released = 0
         held = self._tasks.get(task)
