@@ -91,7 +91,9 @@ class LeasedBatches:
     worker. With `epochs`, iteration ends once epochs 0..epochs-1 are consumed by the job (a
     batch may be smaller at the very end); a job restored in epoch k continues it. A batch is
     smaller than `batch_size` only at that end or while every other position is held
-    elsewhere. With no free position, it waits (asking again every `poll_s`) up to
+    elsewhere. Iteration also ends when no position is free and every one still out is this
+    task's own (batches taken but not pushed: nothing can come back to wait for). With no free
+    position, it waits (asking again every `poll_s`) up to
     `wait_timeout_s`, then raises LeaseWaitError naming the holders. `shuffle=False` gives the
     positions themselves as indices. Blocks on ps 0; not thread-safe.
     """
@@ -169,8 +171,8 @@ class LeasedBatches:
             if reply.state is LeaseState.EXHAUSTED:
                 self._exhausted = True
                 return False
-            if waiting_with:
-                return False
+            if waiting_with or reply.held_by == (self._request.task,):
+                return False  # none free, and what is out is in this worker's hands (batches not yet pushed)
             now = self._clock()
             holders = ", ".join(reply.held_by) or "nobody"
             if now >= deadline:
