@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 import shoal
 from tests.cluster.programs.digits import initial_variables, load_digits_data, loss_and_grad
 
