@@ -2,9 +2,11 @@
 
 examples/mnist_mlp_plain.py with 8 lines changed (docs/pytorch.md): `shoal.torch.init` resolves
 the cluster from the flags or TF_CONFIG (a ps task serves there and exits; with no cluster, a ps
-runs in this process, so `python examples/mnist_mlp_torch.py` trains alone), a
-`DistributedSampler` gives each worker its shard, and a `DistributedOptimizer` pushes the
-gradients to the ps and brings the new values into the model. The same flags and TF_CONFIG as
+runs in this process, so `python examples/mnist_mlp_torch.py` trains alone), a `LeasedSampler`
+gives each worker the next free examples of the epoch from ps 0 (dynamic sharding: a worker that
+dies gives its examples back, and a resumed job continues the epoch; docs/dynamic-sharding.md),
+and a `DistributedOptimizer` pushes the gradients, with the examples they used, to the ps and
+brings the new values into the model. The same flags and TF_CONFIG as
 examples/mnist_softmax.py; `--steps` counts global steps. The big first layer is partitioned
 over the ps tasks. Workers use CUDA when present; parameter servers never import torch.
 """
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():  # read-only memory maps, shared by the processes of a host: no copy
         warnings.simplefilter("ignore", UserWarning)
         train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
-    batches = BatchSampler(shoal.torch.DistributedSampler(train, job), args.batch_size, drop_last=False)
+    batches = BatchSampler(shoal.torch.LeasedSampler(train, job), args.batch_size, drop_last=False)
     loader = DataLoader(train, batch_size=None, sampler=batches)  # one indexing per batch: ~3x less than per example
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     opt = shoal.torch.DistributedOptimizer(opt, model, job)

@@ -6,7 +6,10 @@ Run the same program on every task; its role comes from the classic flags or TF_
         --worker_hosts=localhost:2224,localhost:2225 --job_name=worker --task_index=1
 
 Softmax regression 784 -> 10, batch 100, SGD with learning rate 0.5. `--sync` aggregates the
-gradients of every worker per step. Each worker ends with `accuracy: <test accuracy>`;
+gradients of every worker per step. Workers lease their batches from ps 0 (dynamic sharding,
+docs/dynamic-sharding.md): each takes the next free examples of the epoch, a worker that dies
+gives its examples back, and the epoch and position are saved with the checkpoints, so a resumed
+job continues the epoch. `--sharding static` reads a fixed shard per worker instead. Each worker ends with `accuracy: <test accuracy>`;
 parameter servers exit 0 by themselves when the workers are done.
 
 With `--model_dir DIR` (default: $OUTPUT_DIR) the chief saves checkpoints there every
@@ -61,6 +64,9 @@ def parse_args(argv=None):
     shoal.add_training_flags(parser, os.environ)
     parser.add_argument("--learning_rate", type=float, default=0.5)
     parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--sharding", choices=["leased", "static"], default="leased",
+                        help="leased (default): batches leased from ps 0, shared dynamically; static: a fixed shard "
+                             "per worker")
     parser.add_argument("--eval_every", type=int, default=0,
                         help="chief: test accuracy every N local steps, printed as 'eval_step=S accuracy=A eval_s=T' "
                              "(default 0: only at the end)")
@@ -77,13 +83,20 @@ def main(argv=None) -> int:
 
     data = load_mnist(default_cache_dir(os.environ))
     variables = {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
-    batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas, config.replica_index)
     with shoal.TrainingSession(config, variables, shoal.SGD(args.learning_rate), secret=secret,
                                **shoal.session_options(args)) as session:
+        if args.sharding == "leased":
+            batches = session.leased_batches(len(data.train_y), args.batch_size)
+        else:
+            batches = shoal.ShardedBatches(len(data.train_y), args.batch_size, config.num_replicas,
+                                           config.replica_index)
         progress = shoal.ProgressReporter(session, args.log_every, args.batch_size)
         while not session.should_stop():
-            idx = np.sort(next(batches))
-            loss, result = session.run_step(softmax_loss_and_grad, data.train_x[idx], data.train_y[idx])
+            batch = next(batches)
+            leased = isinstance(batch, shoal.LeasedBatch)
+            idx = np.sort(batch.indices if leased else batch)
+            loss, result = session.run_step(softmax_loss_and_grad, data.train_x[idx], data.train_y[idx],
+                                            used=batch if leased else None)
             progress.step_done(loss, result.global_step, result.applied)
             if config.is_chief and args.eval_every and progress.local_steps % args.eval_every == 0:
                 eval_started = time.monotonic()

@@ -33,6 +33,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.train.coordinator_service": ("serve_steps",),
     "shoal.train.remote_value": ("RemoteValue",),
     "shoal.train.flags": ("add_training_flags", "session_options", "wire_security"),
+    "shoal.train.leased_data": ("LeasedBatch", "LeasedBatches", "LeaseWaitError"),
     "shoal.train.progress": ("ProgressReporter",),
     "shoal.train.roles": ("serve_unless_training",),
     "shoal.train.local": ("LocalCluster", "create_local_server"),

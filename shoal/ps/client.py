@@ -10,14 +10,14 @@ chief, rebuilds it); then whatever went to that ps is sent again.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, Op,
-                               PullRequest, PushRequest, ReadyRequest, ShutdownRequest, SnapshotRequest, StatusReply,
-                               StatusRequest)
+from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, LeaseReply,
+                               LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ShutdownRequest,
+                               SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
                         wait_all)
 
@@ -150,12 +150,14 @@ class PsClient:
         return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
 
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
-                 hyper: Mapping[str, Hyper] | None = None) -> list[Answer]:
+                 hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None) -> list[Answer]:
         """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
         order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
         so a ps updates and answers one part while the next is on its way. Per part:
         PushReply and the new values of its shards (written into `into`). `hyper` (shard ->
-        Hyper, every pushed shard), if given, travels with each part for its shards. Blocks."""
+        Hyper, every pushed shard), if given, travels with each part for its shards. `used` (the
+        leased positions the gradient was computed on), if given, travels with the last part
+        sent to ps 0, which counts them. Blocks."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
         if hyper is None:
             middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
@@ -163,7 +165,13 @@ class PsClient:
         else:
             requests = [PushRequest(task, step, ends_step=last[ps] == k, hyper={n: hyper[n] for n in grads})
                         for k, (ps, grads) in enumerate(parts)]
+        if used is not None:
+            requests[last[0]] = replace(requests[last[0]], used=used)
         return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
+
+    def lease(self, request: LeaseRequest) -> LeaseReply:
+        """Ask ps 0 for leased positions (a lost ps 0 is recovered as for any request). Blocks."""
+        return self._all([(0, request, None)])[0].body
 
     def done_all(self, task: str, timeout_s: float) -> None:
         """Tell every ps that `task` finished training (no recovery; raises WireError)."""

@@ -42,6 +42,7 @@ class Op(str, Enum):
     FAILED = "failed"        # a training replica left by an error (it may be restarted)
     SHUTDOWN = "shutdown"    # end the job now
     HEARTBEAT = "heartbeat"  # a training replica is alive (and a member: it joins with its first)
+    LEASE = "lease"          # ps 0: a range of positions of the training set to train on (dynamic sharding)
 
 
 class Mode(str, Enum):
@@ -94,6 +95,23 @@ class Hyper:
 
     learning_rate: float
     weight_decay: float = 0.0
+
+
+class LeaseState(str, Enum):
+    """What a lease request got: a range (GRANTED); nothing now, because every free position is
+    leased or waits in a sync step that may still give some back (WAIT: ask again soon); or
+    nothing ever, because every epoch before the request's `until_epoch` is consumed (EXHAUSTED)."""
+
+    GRANTED = "granted"
+    WAIT = "wait"
+    EXHAUSTED = "exhausted"
+
+
+MAX_EXAMPLES = 1 << 48
+"""The largest training set the lease service counts positions of."""
+MAX_USED_RANGES = 256
+"""The most position ranges one push may name in `used`."""
+_MAX_ID = (1 << 62) - 1
 
 
 class ProtocolFieldError(PsError):
@@ -160,6 +178,77 @@ def _mode_fields(training: TrainingMode) -> dict[str, Any]:
     return {"mode": training.mode.value, "sync_replicas": training.replicas}
 
 
+def _optional_map(fields: Mapping[str, Any], where: str, key: str) -> dict | None:
+    value = fields.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise _fail(where, key, "nil or a map", value)
+    return value
+
+
+def _is_count(value: Any, maximum: int = _MAX_ID) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum
+
+
+@dataclass(frozen=True)
+class UsedPositions:
+    """The positions of the training set one gradient was computed on: ranges [start, end) of
+    leases issued by the lease book `book` (ps 0's incarnation). Travels in a push to ps 0."""
+
+    book: str
+    ranges: tuple[tuple[int, int, int], ...]  # (lease, start, end)
+
+    @property
+    def count(self) -> int:
+        return sum(end - start for _, start, end in self.ranges)
+
+    def fields(self) -> dict[str, Any]:
+        return {"book": self.book, "ranges": [list(r) for r in self.ranges]}
+
+    @classmethod
+    def decode(cls, value: Any, where: str) -> "UsedPositions":
+        want = (f"nil or a map {{book: ps 0's lease book id, ranges: 1 to {MAX_USED_RANGES} "
+                f"[lease, start, end] with 0 <= start < end}}")
+        if not isinstance(value, dict) or not isinstance(value.get("book"), str) or not 0 < len(value["book"]) <= 64:
+            raise _fail(where, "used", want, value)
+        ranges = value.get("ranges")
+        if not isinstance(ranges, list) or not 0 < len(ranges) <= MAX_USED_RANGES:
+            raise _fail(where, "used", want, value)
+        for r in ranges:
+            if not (isinstance(r, list) and len(r) == 3 and all(_is_count(x) for x in r) and r[1] < r[2]):
+                raise _fail(where, "used", want + f"; bad range {r!r:.60}", value)
+        return cls(value["book"], tuple(tuple(r) for r in ranges))
+
+
+@dataclass(frozen=True)
+class LeaseCounts:
+    """Where ps 0's lease book is: the oldest epoch not yet consumed and its positions consumed
+    (by an applied gradient, each once), leased (handed out, not yet used), pending (in a sync
+    step not yet applied), requeued (given back to the queue: released, stale, given up; a
+    position can be requeued more than once) and lost (see docs/dynamic-sharding.md), and how many
+    epochs were completed."""
+
+    num_examples: int
+    epoch: int
+    consumed: int
+    leased: int
+    pending: int
+    requeued: int
+    lost: int
+    completed: int
+
+    def fields(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def decode(cls, value: Any, where: str, key: str) -> "LeaseCounts | None":
+        if value is None:
+            return None
+        names = list(cls.__dataclass_fields__)
+        if not isinstance(value, dict) or not all(_is_count(value.get(n)) for n in names):
+            raise _fail(where, key, f"nil or a map of {', '.join(names)} (ints >= 0)", value)
+        return cls(**{n: value[n] for n in names})
+
+
 # --- one request and one reply type per op ---------------------------------------------------
 
 @dataclass(frozen=True)
@@ -197,6 +286,7 @@ class StatusReply:
     sync_missing: tuple[str, ...] = ()
     membership_version: int = 0
     members: tuple[str, ...] = ()
+    leases: LeaseCounts | None = None  # ps 0, once a worker leased positions or a checkpoint restored some
 
     @property
     def ready(self) -> bool:
@@ -215,7 +305,8 @@ class StatusReply:
                 "created": self.created, "done": list(self.done), "incarnation": self.incarnation,
                 "sync_have": list(self.sync_have), "sync_needed": self.sync_needed,
                 "sync_missing": list(self.sync_missing), "membership_version": self.membership_version,
-                "members": list(self.members)}
+                "members": list(self.members),
+                **({"leases": self.leases.fields()} if self.leases is not None else {})}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "StatusReply":
@@ -227,28 +318,35 @@ class StatusReply:
                    _names(fields, where, "done", MAX_TASK_NAME), _str(fields, where, "incarnation", 64),
                    _names(fields, where, "sync_have", MAX_TASK_NAME), _int(fields, where, "sync_needed", default=0),
                    _names(fields, where, "sync_missing", MAX_TASK_NAME),
-                   _int(fields, where, "membership_version", default=0), _names(fields, where, "members", MAX_TASK_NAME))
+                   _int(fields, where, "membership_version", default=0), _names(fields, where, "members", MAX_TASK_NAME),
+                   LeaseCounts.decode(fields.get("leases"), where, "leases"))
 
 
 @dataclass(frozen=True)
 class InitRequest:
     """Create the shards that travel with it (values, and "<shard>@<slot>" state), with this
-    update rule and mode, starting at `step`, with the replicas in `done` already finished."""
+    update rule and mode, starting at `step`, with the replicas in `done` already finished.
+    `leases`, if not None, is the lease book's state from a checkpoint (ps 0 restores it; see
+    shoal/ps/leases.py); absent when None."""
 
     op = Op.INIT
     rule: dict
     training: TrainingMode
     step: int = 0
     done: tuple[str, ...] = ()
+    leases: dict | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {"rule": self.rule, **_mode_fields(self.training), "step": self.step, "done": list(self.done)}
+        fields = {"rule": self.rule, **_mode_fields(self.training), "step": self.step, "done": list(self.done)}
+        if self.leases is not None:
+            fields["leases"] = self.leases
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "InitRequest":
         where = "init request"
         return cls(_map(fields, where, "rule"), _training_mode(fields, where), _int(fields, where, "step", default=0),
-                   _names(fields, where, "done", MAX_TASK_NAME))
+                   _names(fields, where, "done", MAX_TASK_NAME), _optional_map(fields, where, "leases"))
 
 
 @dataclass(frozen=True)
@@ -277,19 +375,25 @@ class SnapshotRequest:
 
 @dataclass(frozen=True)
 class SnapshotReply:
-    """Travels with copies of every shard and "<shard>@<slot>" state, all of one step."""
+    """Travels with copies of every shard and "<shard>@<slot>" state, all of one step. `leases`:
+    ps 0's lease book state at the same moment (None from other ps, or with no book)."""
 
     step: int
     training: TrainingMode
     rule: dict
+    leases: dict | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {"step": self.step, **_mode_fields(self.training), "rule": self.rule}
+        fields = {"step": self.step, **_mode_fields(self.training), "rule": self.rule}
+        if self.leases is not None:
+            fields["leases"] = self.leases
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "SnapshotReply":
         where = "snapshot reply"
-        return cls(_int(fields, where, "step"), _training_mode(fields, where), _map(fields, where, "rule"))
+        return cls(_int(fields, where, "step"), _training_mode(fields, where), _map(fields, where, "rule"),
+                   _optional_map(fields, where, "leases"))
 
 
 @dataclass(frozen=True)
@@ -356,7 +460,9 @@ class PushRequest:
     request per group of the ps's shards); `ends_step` marks the last part, the one an
     asynchronous ps counts as a step. `hyper`, if not None, names the learning rate and weight
     decay of every shard of this part (none other), used instead of the update rule's own (in
-    sync mode: those of the push that completes the shard's step)."""
+    sync mode: those of the push that completes the shard's step). `used`, if not None, names the
+    leased positions the gradient was computed on; only the last part sent to ps 0 carries it,
+    and ps 0 counts them by this part's outcome (docs/dynamic-sharding.md)."""
 
     op = Op.PUSH
     task: str
@@ -364,18 +470,23 @@ class PushRequest:
     pull: bool = True
     ends_step: bool = True
     hyper: Mapping[str, Hyper] | None = None
+    used: UsedPositions | None = None
 
     def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
         if self.hyper is not None:
             fields["hyper"] = {n: [h.learning_rate, h.weight_decay] for n, h in self.hyper.items()}
+        if self.used is not None:
+            fields["used"] = self.used.fields()
         return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PushRequest":
         where = "push request"
+        used = fields.get("used")
         return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True),
-                   _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"))
+                   _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"),
+                   None if used is None else UsedPositions.decode(used, where))
 
 
 @dataclass(frozen=True)
@@ -491,15 +602,78 @@ class ShutdownRequest:
         return cls(_task(fields, "shutdown request"))
 
 
+@dataclass(frozen=True)
+class LeaseRequest:
+    """Ask ps 0 for up to `count` positions of the training set. `num_examples` and `seed`
+    declare the data set (the first request fixes them for the job; a request with others is
+    refused naming both). `holder` is random per worker process: a request from a new `holder`
+    of the same task gives that task's earlier leases back first (a restarted worker). No
+    position of an epoch >= `until_epoch` is handed out (None: no end)."""
+
+    op = Op.LEASE
+    task: str
+    holder: str
+    num_examples: int
+    seed: int
+    count: int
+    until_epoch: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"task": self.task, "holder": self.holder, "num_examples": self.num_examples, "seed": self.seed,
+                "count": self.count, "until_epoch": self.until_epoch}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "LeaseRequest":
+        where = "lease request"
+        until = fields.get("until_epoch")
+        return cls(_task(fields, where), _str(fields, where, "holder", 64),
+                   _int(fields, where, "num_examples", 1, maximum=MAX_EXAMPLES),
+                   _int(fields, where, "seed", 0, maximum=_MAX_ID), _int(fields, where, "count", 1, maximum=_MAX_ID),
+                   None if until is None else _int(fields, where, "until_epoch", 1, maximum=_MAX_ID))
+
+
+@dataclass(frozen=True)
+class LeaseReply:
+    """GRANTED: positions [start, end) of `epoch`, as lease `lease` of book `book`. WAIT: none
+    free now; `held_by` names the tasks holding the rest. EXHAUSTED: none left before the
+    request's `until_epoch`. `released`: positions of this task's earlier leases given back."""
+
+    state: LeaseState
+    book: str
+    lease: int = 0
+    epoch: int = 0
+    start: int = 0
+    end: int = 0
+    held_by: tuple[str, ...] = ()
+    released: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        return {"state": self.state.value, "book": self.book, "lease": self.lease, "epoch": self.epoch,
+                "start": self.start, "end": self.end, "held_by": list(self.held_by), "released": self.released}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "LeaseReply":
+        where = "lease reply"
+        reply = cls(_enum(LeaseState, fields, where, "state"), _str(fields, where, "book", 64),
+                    _int(fields, where, "lease", maximum=_MAX_ID), _int(fields, where, "epoch", maximum=_MAX_ID),
+                    _int(fields, where, "start", maximum=MAX_EXAMPLES), _int(fields, where, "end", maximum=MAX_EXAMPLES),
+                    _names(fields, where, "held_by", MAX_TASK_NAME), _int(fields, where, "released", maximum=_MAX_ID))
+        if reply.state is LeaseState.GRANTED and not reply.start < reply.end:
+            raise _fail(where, "end", f"greater than start ({reply.start}) in a granted lease", reply.end)
+        return reply
+
+
 REQUEST_TYPES: dict[Op, type] = {
     Op.STATUS: StatusRequest, Op.INIT: InitRequest, Op.SNAPSHOT: SnapshotRequest, Op.READY: ReadyRequest,
     Op.PULL: PullRequest, Op.PUSH: PushRequest, Op.DONE: DoneRequest, Op.FAILED: FailedRequest,
     Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest,
+    Op.SHUTDOWN: ShutdownRequest, Op.LEASE: LeaseRequest,
 }
 REPLY_TYPES: dict[Op, type] = {
     Op.STATUS: StatusReply, Op.INIT: InitReply, Op.SNAPSHOT: SnapshotReply, Op.READY: Empty,
     Op.PULL: PullReply, Op.PUSH: PushReply, Op.DONE: DoneReply, Op.FAILED: Empty, Op.SHUTDOWN: Empty,
     Op.HEARTBEAT: HeartbeatReply,
+    Op.LEASE: LeaseReply,
 }
 
 

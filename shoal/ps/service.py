@@ -19,10 +19,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from shoal.ps.errors import PsError
+from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
-from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, Change, MemberState, Membership, quorum
+from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, LIVE, Change, MemberState, Membership, quorum
 from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
-                               HeartbeatRequest, InitReply, InitRequest, Mode, Op, Phase,
+                               HeartbeatRequest, InitReply, InitRequest, LeaseRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ShutdownRequest,
                                SnapshotReply, StatusReply, TrainingMode, parse_op, split_slots)
 from shoal.ps.store import ShardStore
@@ -100,10 +101,11 @@ class PsService:
         self._draining = False
         self._waiting: list[_Waiting] = []
         self._released: list[Reply] = []
+        self._leases = LeaseDesk(task_name, self.incarnation)  # ps 0: dynamic data sharding
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
-            Op.SHUTDOWN: self._shutdown, Op.HEARTBEAT: self._heartbeat,
+            Op.SHUTDOWN: self._shutdown, Op.HEARTBEAT: self._heartbeat, Op.LEASE: self._lease,
         }
 
     @property
@@ -172,7 +174,8 @@ class PsService:
         done = tuple(sorted(self.membership.tasks_in(MemberState.DONE)))
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
                                           self._created, done, self.incarnation, have, needed, missing,
-                                          self.membership.version, self.membership.training))
+                                          self.membership.version, self.membership.training,
+                                          self._leases.counts()))
 
     def _sync_wait(self) -> SyncWait | None:
         if self._sync is None:
@@ -205,6 +208,7 @@ class PsService:
             else:
                 self._async_step = message.step
             self._phase = Phase.CREATED
+            self._leases.restore(message.leases)
         for task in message.done:
             self._membership_changed([self.membership.finished(task)])
         log.info("%s holds %d shards (%.1f MB), %s, %s", self.task_name, len(self.store),
@@ -214,7 +218,8 @@ class PsService:
     def _snapshot(self, request: Request, _message) -> Reply:
         if self._phase is Phase.EMPTY:
             raise PsError(f"{self.task_name} has no variables to snapshot yet (not initialized)")
-        return Reply(request, SnapshotReply(self.step, self._training, self.store.rule.to_config()),
+        return Reply(request, SnapshotReply(self.step, self._training, self.store.rule.to_config(),
+                                            self._leases.export()),
                      self.store.snapshot())
 
     def _ready(self, request: Request, _message) -> Reply:
@@ -239,10 +244,12 @@ class PsService:
                           f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
         if message.hyper is not None:
             self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
+        self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         self.membership.seen(message.task, self._clock())
         if self._sync is None:
             self.store.apply(grads, message.hyper)
+            self._leases.account(message, PushOutcome.APPLIED, None)
             if message.ends_step:
                 self.membership.count_applied(message.task)
                 self._async_step += 1
@@ -252,6 +259,7 @@ class PsService:
             raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
         outcome = self._sync.add(message.task, message.step, grads)
+        self._leases.account(message, outcome, message.step)
         if outcome is PushOutcome.DUPLICATE:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
@@ -289,6 +297,11 @@ class PsService:
         return Reply(request, HeartbeatReply(self.membership.version, change is not None,
                                              len(self.membership.training)))
 
+    def _lease(self, request: Request, message: LeaseRequest) -> Reply:
+        if self._phase is not Phase.READY:
+            raise PsError(f"{self.task_name} is not initialized yet; wait for the chief before leasing data")
+        return Reply(request, self._leases.lease(message))
+
     def _shutdown(self, request: Request, message: ShutdownRequest) -> Reply:
         self._on_job_over(f"{message.task} ended the job")
         return Reply(request, Empty())
@@ -302,6 +315,9 @@ class PsService:
         if not changes:
             return
         log.info("%s %s; %s", self.task_name, self.membership.describe(), "; ".join(c.describe() for c in changes))
+        for change in changes:
+            if change.after not in LIVE:
+                self._leases.release(change.task)  # its unconsumed positions go back to the queue
         if self._sync is not None and any(c.live_changed for c in changes):
             self._sync.set_quorum(self._quorum())
             self._apply_completed_shards()
@@ -322,6 +338,7 @@ class PsService:
             self._release()
         if self._sync.step > step:
             self._sync_hyper = {}
+            self._leases.step_reached(self._sync.step)
 
     # --- deferred replies ------------------------------------------------------------------
 
@@ -345,6 +362,7 @@ class PsService:
             log.info("%s: giving up sync step %d (%d of %d gradients; the other replicas have stopped)",
                      self.task_name, sync.step, len(contributors), sync.replicas)
         sync.abandon()
+        self._leases.step_abandoned(sync.step)
         still = []
         for w in self._waiting:
             if w.outcome in (PushOutcome.APPLIED, PushOutcome.STALE) and w.min_step > sync.step:

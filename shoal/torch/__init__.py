@@ -21,4 +21,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.torch.errors": ("TorchTrainError",),
     "shoal.torch.optimizer": ("DistributedOptimizer", "ParameterServerOptimizer"),
     "shoal.torch.sampler": ("DistributedSampler",),
+    "shoal.torch.leased_sampler": ("LeasedSampler",),
 })

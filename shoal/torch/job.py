@@ -24,6 +24,7 @@ from shoal.cluster import ClusterConfig, resolve_cluster_config
 from shoal.cluster.flags import CLUSTER_FLAG_DESTS
 from shoal.job_secret import resolve_job_secret
 from shoal.logs_default import show_shoal_logs
+from shoal.torch.lease_link import LeaseLink
 from shoal.train.flags import add_training_flags, session_options
 from shoal.train.local import LocalCluster, create_local_server
 from shoal.train.roles import serve_unless_training
@@ -38,14 +39,16 @@ class Job:
     """This replica's place in the job, and how its TrainingSession is to be made.
 
     `session_options` are TrainingSession keyword arguments (sync, max_steps, model_dir,
-    checkpoints, security, ...). `local` is the in-process ps when there is no cluster. Pure
-    data but for `close()`, which stops that ps (idempotent); thread-safe.
+    checkpoints, security, ...). `local` is the in-process ps when there is no cluster.
+    `leases` joins a LeasedSampler to the DistributedOptimizer (not thread-safe). Pure data but
+    for those and `close()`, which stops that ps (idempotent); thread-safe.
     """
 
     config: ClusterConfig
     secret: JobSecret = field(repr=False)
     session_options: Mapping[str, Any]
     local: LocalCluster | None = None
+    leases: LeaseLink = field(default_factory=LeaseLink, repr=False, compare=False)
 
     @property
     def task(self) -> str:

@@ -80,6 +80,7 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
         """Connect, initialize or wait for the chief, and make the model hold the ps values. Blocks."""
         self.session.start()
         self.binding.attach(self.session.params)
+        self.job.leases.attach(self.session)  # a LeasedSampler leases through this session
         self.global_step = self.session.global_step
         atexit.register(self._at_exit)
         return self
@@ -95,8 +96,9 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Push the gradients of this step, with every group's lr and weight_decay, and bring
-        the updated values into the model. Returns `closure()`'s loss if a closure is given.
+        """Push the gradients of this step, with every group's lr and weight_decay (and the
+        positions a LeasedSampler handed out since the last step), and bring the updated
+        values into the model. Returns `closure()`'s loss if a closure is given.
         Blocks until the ps answer (in sync mode, until the step's gradients are all in).
 
         Raises TorchTrainError when it would train nothing: no backward() since the last step,
@@ -115,7 +117,7 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
         check_unchanged(self._fixed, self.param_groups)
         grads = self.binding.gradients()
         try:
-            result = self.session.push(grads, self._hyper())
+            result = self.session.push(grads, self._hyper(), used=self.job.leases.take_used())
         except TrainingTerminated:  # SIGTERM: the chief saved; leave as the session's `with` would
             self._close_failed(*sys.exc_info())
             raise

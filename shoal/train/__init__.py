@@ -9,6 +9,7 @@ from shoal.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.train.data": ("ShardedBatches",),
+    "shoal.train.leased_data": ("LeasedBatch", "LeasedBatches", "LeaseWaitError"),
     "shoal.train.coordinator": ("Coordinator", "CoordinatorState", "PerWorkerDataset"),
     "shoal.train.coordinator_errors": ("CoordinatorError", "StepFailedError"),
     "shoal.train.coordinator_executor": ("WorkerContext",),

@@ -5,7 +5,9 @@ A checkpoint is a directory `<model_dir>/checkpoints/ckpt-<step, 10 digits>/` ho
     variables.safetensors   every variable, whole (not sharded), by the model's own names
     optimizer.safetensors   the update rule's slots, key "<variable>@<slot>" (Adam's m, v, t, ...)
     manifest.json           format, step, optimizer config, training mode, each variable's dtype,
-                            shape and shard layout at save time, and the sha256 of both files
+                            shape and shard layout at save time, the sha256 of both files, and
+                            (when the job leases its data) the lease book: the epoch and the
+                            positions consumed (docs/dynamic-sharding.md)
 
 Variables are stored whole, so a checkpoint restores into any number of ps tasks. The
 directory is written under a temporary name unique to the save, every file and the directory
@@ -89,6 +91,7 @@ class Checkpoint:
     slots: Slots
     optimizer: dict[str, Any]
     manifest: dict[str, Any]
+    leases: dict[str, Any] | None = None  # the lease book's state (dynamic data sharding), if the job had one
 
 
 class _VerifiedCheckpoints:
@@ -126,8 +129,8 @@ def checkpoint_root(model_dir: str | os.PathLike) -> Path:
 
 def save_checkpoint(model_dir: str | os.PathLike, step: int, variables: Mapping[str, np.ndarray], slots: Slots,
                     *, optimizer: Mapping[str, Any], mode: str, layout: Mapping[str, list[dict]] | None = None,
-                    keep: int = 5) -> Path:
-    """Write a checkpoint of `step` atomically, then keep it and the newest `keep` - 1 others that
+                    keep: int = 5, leases: Mapping[str, Any] | None = None) -> Path:
+    """Write a checkpoint of `step` (with the lease book's state `leases`, if any) atomically, then keep it and the newest `keep` - 1 others that
     verify (damaged ones are moved aside, older ones deleted). Blocks.
 
     Raises CheckpointWriteError (a CheckpointError) naming the path when the filesystem fails,
@@ -137,6 +140,8 @@ def save_checkpoint(model_dir: str | os.PathLike, step: int, variables: Mapping[
         raise CheckpointError(f"keep={keep}: at least one checkpoint must be kept")
     root = checkpoint_root(model_dir)
     manifest = _manifest(step, variables, slots, optimizer, mode, layout)
+    if leases is not None:
+        manifest["leases"] = dict(leases)
     final = root / f"ckpt-{step:010d}"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -214,7 +219,8 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         slots.setdefault(name, {})[slot] = value
     _check_contents(manifest, tensors[_VARIABLES_FILE], slots)
     _verified.remember(path, fingerprint)
-    return Checkpoint(path, manifest.step, tensors[_VARIABLES_FILE], slots, dict(manifest.optimizer), raw)
+    return Checkpoint(path, manifest.step, tensors[_VARIABLES_FILE], slots, dict(manifest.optimizer), raw,
+                      manifest.leases)
 
 
 def verify_checkpoint(path: str | os.PathLike) -> None:

@@ -54,6 +54,7 @@ class Manifest(BaseModel):
     variables: dict[str, _Variable]
     slots: dict[str, list[str]]
     files: _Files
+    leases: dict[str, Any] | None = None  # the lease book (shoal/ps/leases.py checks it when restored)
 
 
 def read_manifest(path: Path) -> tuple[dict[str, Any], "Manifest"]:

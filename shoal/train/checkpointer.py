@@ -109,7 +109,8 @@ class Checkpointer:
         if step != self._saved_step or not path.is_dir():
             first = answers[0].body
             path = write_checkpoint(self.model_dir, step, variables, slots, optimizer=first.rule,
-                                    mode=_mode_label(first.training), layout=layout, keep=self.options.keep)
+                                    mode=_mode_label(first.training), layout=layout, keep=self.options.keep,
+                                    leases=first.leases)  # ps 0's lease book (the epoch and position)
             self.saves += 1
             log.log(logging.DEBUG if reason is SaveReason.PERIODIC else logging.INFO,
                     "%s saved checkpoint step=%d to %s (%.2fs, %s)", self._task, step, path,

@@ -48,9 +48,9 @@ class ChiefDuties:
     def initialize(self, client: PsClient) -> None:
         """Create every shard on every ps (from the newest checkpoint if any), then mark them
         ready so the other workers start."""
-        values, slots, step = self._restore_source("initializing the job")
+        values, slots, step, leases = self._restore_source("initializing the job")
         tensors = scatter(self._placement, values, slots)
-        replies = client.init_all(self._init_request(step or 0), tensors)
+        replies = client.init_all(self._init_request(step or 0, leases=leases), tensors)
         client.ready_all()
         if step is not None and self._local_state is not None:
             self._local_state.restore({name: values[name] for name in self._local_state.values()})
@@ -67,25 +67,27 @@ class ChiefDuties:
                     others.append(client.status(i, timeout_s=2.0))
                 except WireError:
                     pass
-        values, slots, saved_step = self._restore_source(f"for ps:{ps}, which restarted")
+        values, slots, saved_step, leases = self._restore_source(f"for ps:{ps}, which restarted")
         if saved_step is None:
             log.warning("%s: no checkpoint in model_dir; rebuilding ps:%d from this task's copy of its variables "
                         "(its optimizer state starts fresh)", self._task, ps)
         step = max([s.step for s in others] + [saved_step or 0, self._current_step()])
         done = tuple(sorted({t for s in others for t in s.done}))
-        client.init(ps, self._init_request(step, done), scatter(self._placement, values, slots, only_ps=ps)[ps])
+        client.init(ps, self._init_request(step, done, leases if ps == 0 else None),
+                    scatter(self._placement, values, slots, only_ps=ps)[ps])
         client.ready(ps)
         log.info("%s rebuilt ps:%d at step %d", self._task, ps, step)
 
-    def _init_request(self, step: int, done: tuple[str, ...] = ()) -> InitRequest:
-        return InitRequest(self._optimizer.to_config(), self._training, step, done)
+    def _init_request(self, step: int, done: tuple[str, ...] = (), leases: dict | None = None) -> InitRequest:
+        return InitRequest(self._optimizer.to_config(), self._training, step, done, leases)
 
-    def _restore_source(self, what: str) -> tuple[Mapping[str, np.ndarray], dict, int | None]:
-        """Values, optimizer slots and step to (re)create shards from: the newest valid
-        checkpoint, else this task's own variables (with fresh slots and no step)."""
+    def _restore_source(self, what: str) -> tuple[Mapping[str, np.ndarray], dict, int | None, dict | None]:
+        """Values, optimizer slots, step and lease book state to (re)create shards from: the
+        newest valid checkpoint, else this task's own variables (with fresh slots, no step and
+        no lease book)."""
         checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
         if checkpoint is None:
-            return self._params, {}, None
+            return self._params, {}, None, None
         local = self._local_state.values() if self._local_state is not None else {}
         check_fits({**self._params, **local}, checkpoint.variables, str(checkpoint.path))
         slots = checkpoint.slots
@@ -94,4 +96,4 @@ class ChiefDuties:
                         checkpoint.optimizer.get("name"), self._optimizer.name)
             slots = {}
         log.info("restored checkpoint step=%d from %s (%s)", checkpoint.step, checkpoint.path, what)
-        return checkpoint.variables, slots, checkpoint.step
+        return checkpoint.variables, slots, checkpoint.step, checkpoint.leases

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -20,11 +21,12 @@ from shoal.cluster import ClusterConfig
 from shoal.logs_default import show_shoal_logs
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.optimizers import UpdateRule
-from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode
+from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode, UsedPositions
 from shoal.train.checkpointer import Checkpointer, SaveReason
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
+from shoal.train.leased_data import LeasedBatch, LeasedBatches
 from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
@@ -131,6 +133,7 @@ class TrainingSession:
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
         self._state = SessionState.NEW
+        self._holder = secrets.token_hex(8)  # tells ps 0 this process from an earlier one of the same task
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -256,14 +259,17 @@ class TrainingSession:
     def should_stop(self) -> bool:
         return self.max_steps is not None and self._step >= self.max_steps
 
-    def push(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None = None) -> StepResult:
+    def push(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None = None, *,
+             used: LeasedBatch | UsedPositions | None = None) -> StepResult:
         """Send one gradient per variable; on return `params` holds the updated values.
 
         Async: the ps applies it at once. Sync: returns once the step's aggregate is applied
         (or at once, with applied=False, if the gradient was stale). The chief also saves a
         checkpoint here when one is due. `hyper` (variable -> Hyper, every variable) applies
         this step with those learning rates and weight decays instead of the update rule's own
-        (a PyTorch optimizer's param groups, read every step). After SIGTERM, once the step is
+        (a PyTorch optimizer's param groups, read every step). `used` (a batch from
+        `leased_batches`, or its `used`) tells ps 0 which leased positions this gradient used, so
+        it counts them consumed once the gradient is applied. After SIGTERM, once the step is
         done: the chief saves a checkpoint and every replica raises TrainingTerminated. Blocks.
         """
         self._require(SessionState.STARTED, "push")
@@ -275,8 +281,10 @@ class TrainingSession:
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
         parts = [(ps, {sh.name: sh.rows(arrays[sh.variable]) for sh in shards}) for ps, shards in self._push_parts]
+        if isinstance(used, LeasedBatch):
+            used = used.used
         answers = self.ps.push_all(self.task, self._step, parts, self._targets,
-                                   self._shard_hyper(hyper) if hyper is not None else None)
+                                   self._shard_hyper(hyper) if hyper is not None else None, used)
         self._assign(answers)
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
@@ -293,10 +301,25 @@ class TrainingSession:
         self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)
         return result
 
-    def run_step(self, loss_and_grad: Callable[..., tuple[float, Mapping[str, np.ndarray]]], *batch) -> tuple[float, StepResult]:
-        """Compute `loss, grads = loss_and_grad(params, *batch)` and push the gradients. Blocks."""
+    def run_step(self, loss_and_grad: Callable[..., tuple[float, Mapping[str, np.ndarray]]], *batch,
+                 used: LeasedBatch | UsedPositions | None = None) -> tuple[float, StepResult]:
+        """Compute `loss, grads = loss_and_grad(params, *batch)` and push the gradients (with
+        the leased positions they used, see `push`). Blocks."""
         loss, grads = loss_and_grad(self.params, *batch)
-        return loss, self.push(grads)
+        return loss, self.push(grads, used=used)
+
+    def leased_batches(self, num_examples: int, batch_size: int, *, seed: int = 0, lease_size: int | None = None,
+                       epochs: int | None = None, shuffle: bool = True,
+                       wait_timeout_s: float = 300.0) -> LeasedBatches:
+        """Batches of example indices leased from ps 0 (dynamic data sharding; see
+        shoal/train/leased_data.py and docs/dynamic-sharding.md): every worker asks for the next
+        free positions of the epoch, a worker that leaves gives its own back, and the epoch and
+        the position are in the chief's checkpoints. Push each batch's gradient with
+        `used=batch`. Every worker must pass the same `num_examples` and `seed`. Iterating
+        blocks on ps 0 (one request per `lease_size` positions, default 8 batches); not
+        thread-safe (the session's thread only)."""
+        return LeasedBatches(self.ps, self.task, self._holder, num_examples, batch_size, seed=seed,
+                             lease_size=lease_size, epochs=epochs, shuffle=shuffle, wait_timeout_s=wait_timeout_s)
 
     def pull(self, min_step: int = 0) -> int:
         """Refresh `params` from the ps (waiting until every ps reached `min_step`). Blocks.

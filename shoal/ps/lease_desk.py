@@ -1,0 +1,124 @@
+"""`LeaseDesk`: the lease service of a ps: ps 0 keeps the job's `LeaseBook` and serves `lease`;
+pushes that carry `used` positions are checked before they are applied and counted by their
+outcome after. The part of PsService that knows about leases (docs/dynamic-sharding.md).
+
+Runs on the ps's serving thread only; not thread-safe. No I/O but logging.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from shoal.ps.errors import PsError
+from shoal.ps.leases import EpochSummary, LeaseBook, LeaseError
+from shoal.ps.protocol import LeaseCounts, LeaseReply, LeaseRequest, LeaseState, PushOutcome, PushRequest
+
+log = logging.getLogger("shoal.ps.service")
+
+LEASE_SERVER = "ps:0"
+"""The task that serves leases."""
+
+
+class LeaseDesk:
+    """The lease book of ps `task_name` (a book only on ps 0; created by the first lease request,
+    which declares the data set, or by a checkpoint's state at `init`). `book_id` tells this
+    process's leases from an earlier ps 0's (pass the ps's incarnation)."""
+
+    def __init__(self, task_name: str, book_id: str):
+        self.task_name = task_name
+        self.serves = task_name == LEASE_SERVER
+        self.book_id = book_id
+        self.book: LeaseBook | None = None
+
+    def lease(self, message: LeaseRequest) -> LeaseReply:
+        """Answer a lease request. Raises PsError on a ps other than ps 0, for a data set other
+        than the one declared, and LeaseError for a request the book refuses."""
+        if not self.serves:
+            raise PsError(f"{self.task_name} does not serve leases; ask {LEASE_SERVER} (the lease service of "
+                          "dynamic data sharding runs on the first ps task)")
+        book = self.book
+        if book is None:
+            book = self.book = LeaseBook(self.book_id, message.num_examples, message.seed)
+            log.info("%s: lease service for %d examples (seed %d), declared by %s", self.task_name,
+                     message.num_examples, message.seed, message.task)
+        elif (book.num_examples, book.seed) != (message.num_examples, message.seed):
+            raise LeaseError(f"{message.task} leases from a data set of {message.num_examples} examples with seed "
+                             f"{message.seed}, but this job's is {book.num_examples} examples with seed {book.seed}; "
+                             "every worker must pass the same num_examples and seed (a job restored from a "
+                             "checkpoint keeps its data set: use a fresh model dir for another)")
+        grant = book.lease(message.task, message.holder, message.count, message.until_epoch)
+        if grant.released:
+            log.info("%s: %s restarted; %d positions it held went back to the queue", self.task_name,
+                     message.task, grant.released)
+        lease = grant.lease
+        if lease is None:
+            return LeaseReply(grant.state, self.book_id, epoch=book.epoch, held_by=grant.held_by,
+                              released=grant.released)
+        return LeaseReply(LeaseState.GRANTED, self.book_id, lease.id, lease.epoch, lease.start, lease.end,
+                          released=grant.released)
+
+    def check_push(self, message: PushRequest) -> None:
+        """Before a push is applied: refuse `used` positions this book cannot take (LeaseError)."""
+        if message.used is None or not self.serves:
+            return
+        if self.book is None:
+            raise LeaseError(f"{message.task}'s push names leased positions, but {self.task_name} has leased none; "
+                             "lease them first (session.leased_batches)")
+        self.book.check(message.task, message.used.book, message.used.ranges)
+
+    def account(self, message: PushRequest, outcome: PushOutcome, sync_step: int | None) -> None:
+        """After a push's outcome is known (checked by `check_push` before): APPLIED in async
+        mode -> consumed; APPLIED or ACCUMULATED in sync mode -> pending in `sync_step`; STALE or
+        DUPLICATE -> back to the queue. Positions of another book's leases are lost if applied."""
+        book, used = self.book, message.used
+        if used is None or book is None or not self.serves:
+            return
+        dropped = outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE)
+        if used.book != book.book_id:
+            if not dropped:
+                lost = book.lose(used.ranges)
+                log.warning("%s: %s used %d positions leased before this ps started; counted lost (they may be "
+                            "used again this epoch)", self.task_name, message.task, lost)
+            return
+        if dropped:
+            book.requeue(message.task, used.ranges)
+        elif sync_step is None:
+            self._log_completed(book.consume(message.task, used.ranges))
+        else:
+            book.hold(message.task, used.ranges, sync_step)
+
+    def step_reached(self, step: int) -> None:
+        if self.book is not None:
+            self._log_completed(self.book.step_reached(step))
+
+    def step_abandoned(self, step: int) -> None:
+        if self.book is not None:
+            self.book.step_abandoned(step)
+
+    def release(self, task: str) -> None:
+        """`task` left: what it leased and did not use goes back to the queue. Idempotent."""
+        if self.book is not None:
+            back = self.book.release(task)
+            if back:
+                log.info("%s: %s left; %d positions it held went back to the queue", self.task_name, task, back)
+
+    def export(self) -> dict[str, Any] | None:
+        return self.book.export() if self.book is not None else None
+
+    def restore(self, state: Mapping[str, Any] | None) -> None:
+        """Take the book's state from a checkpoint (`init`); None keeps no book. Raises LeaseError."""
+        if state is None or not self.serves:
+            return
+        self.book = LeaseBook.restore(self.book_id, state)
+        c = self.book.counts()
+        log.info("%s: restored the lease book: epoch %d, %d of %d positions consumed", self.task_name, c.epoch,
+                 c.consumed, c.num_examples)
+
+    def counts(self) -> LeaseCounts | None:
+        return self.book.counts() if self.book is not None else None
+
+    def _log_completed(self, summaries: list[EpochSummary]) -> None:
+        for s in summaries:
+            log.info("%s: epoch %d complete: %d positions consumed exactly once, %d requeued, %d lost",
+                     self.task_name, s.epoch, s.consumed, s.requeued, s.lost)

@@ -1,0 +1,195 @@
+"""Dynamic data sharding, worker side: batches of example indices leased from ps 0.
+
+    batches = session.leased_batches(len(train_y), batch_size=100)
+    for batch in batches:                       # ends after `epochs` epochs (None: never)
+        loss, result = session.run_step(loss_and_grad, x[batch.indices], y[batch.indices], used=batch)
+
+Ps 0 hands out ranges of positions 0..N-1 of the current epoch (leases); a position p of epoch
+e is example `epoch_permutation(N, seed, e)[p]`, computed here, so only integers travel. A push
+with `used=batch` tells ps 0 which positions its gradient used: ps 0 counts each position of an
+epoch once, as consumed by an applied gradient, and gives the positions of a worker that left
+to the others. See docs/dynamic-sharding.md for what is guaranteed.
+
+Not thread-safe: use it on the thread that owns the session (it talks through the session's
+PsClient). Each lease request blocks on ps 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from shoal.ps.client import PsClient
+from shoal.ps.protocol import MAX_USED_RANGES, LeaseRequest, LeaseState, UsedPositions
+from shoal.train.errors import TrainError
+from shoal.train.waiting import LOG_EVERY_S
+
+log = logging.getLogger(__name__)
+
+
+class LeaseWaitError(TrainError):
+    """No position was free for longer than the wait allows (the tasks holding them are named)."""
+
+
+def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
+    """The example at each position of `epoch`: the same on every task and every run."""
+    return np.random.default_rng([seed, epoch]).permutation(num_examples)
+
+
+@dataclass(frozen=True)
+class LeasedBatch:
+    """A batch of example `indices` and the leased positions they are (`used`: pass the batch
+    as `session.push(grads, used=batch)`). `epoch` is the epoch of its first position."""
+
+    indices: np.ndarray
+    used: UsedPositions
+    epoch: int
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def merge_used(batches: Iterable[LeasedBatch]) -> UsedPositions | None:
+    """The positions of several batches as one `used` (adjacent ranges of a lease joined); None
+    for no batch. Positions of an earlier lease book (ps 0 restarted in between) are dropped:
+    that book is gone."""
+    batches = list(batches)
+    if not batches:
+        return None
+    book = batches[-1].used.book
+    ranges: list[list[int]] = []
+    for lease, start, end in (r for b in batches if b.used.book == book for r in b.used.ranges):
+        if ranges and ranges[-1][0] == lease and ranges[-1][2] == start:
+            ranges[-1][2] = end
+        else:
+            ranges.append([lease, start, end])
+    if len(ranges) > MAX_USED_RANGES:
+        raise TrainError(f"one step used {len(ranges)} separate ranges of leased positions, more than a push "
+                         f"carries ({MAX_USED_RANGES}); use larger leases (lease_size)")
+    return UsedPositions(book, tuple(tuple(r) for r in ranges))
+
+
+@dataclass
+class _Held:
+    book: str
+    lease: int
+    epoch: int
+    start: int
+    end: int
+
+
+class LeasedBatches:
+    """An iterator of `LeasedBatch`es of up to `batch_size` examples of a data set of
+    `num_examples`, leased from ps 0 through `client` for `task` (`holder`: random per process,
+    so ps 0 tells a restarted worker from the one before), `lease_size` positions per lease
+    request (default 8 batches). The data set (`num_examples`, `seed`) must be the same on every
+    worker. With `epochs`, iteration ends once epochs 0..epochs-1 are consumed by the job (a
+    batch may be smaller at the very end); a job restored in epoch k continues it. A batch is
+    smaller than `batch_size` only at that end or while every other position is held
+    elsewhere. Iteration also ends when no position is free and every one still out is this
+    task's own (batches taken but not pushed: nothing can come back to wait for). With no free
+    position, it waits (asking again every `poll_s`) up to
+    `wait_timeout_s`, then raises LeaseWaitError naming the holders. `shuffle=False` gives the
+    positions themselves as indices. Blocks on ps 0; not thread-safe.
+    """
+
+    def __init__(self, client: PsClient, task: str, holder: str, num_examples: int, batch_size: int, *,
+                 seed: int = 0, lease_size: int | None = None, epochs: int | None = None, shuffle: bool = True,
+                 wait_timeout_s: float = 300.0, poll_s: float = 0.2,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+        if not (isinstance(num_examples, int) and num_examples >= 1):
+            raise TrainError(f"num_examples must be an int >= 1, got {num_examples!r}")
+        if not (isinstance(batch_size, int) and 1 <= batch_size):
+            raise TrainError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        lease_size = lease_size if lease_size is not None else 8 * batch_size
+        if not (isinstance(lease_size, int) and lease_size >= 1):
+            raise TrainError(f"lease_size must be an int >= 1, got {lease_size!r}")
+        if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):
+            raise TrainError(f"epochs must be None (no end) or an int >= 1, got {epochs!r}")
+        self._client = client
+        self._request = LeaseRequest(task, holder, num_examples, seed, lease_size, epochs)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.wait_timeout_s = wait_timeout_s
+        self.poll_s = poll_s
+        self._sleep, self._clock = sleep, clock
+        self._held: deque[_Held] = deque()
+        self._orders: dict[int, np.ndarray] = {}
+        self._exhausted = False
+        self.epoch = None
+        """The epoch of the last batch (None before the first)."""
+
+    def __iter__(self) -> "LeasedBatches":
+        return self
+
+    def __next__(self) -> LeasedBatch:
+        batch = self.take(self.batch_size)
+        if batch is None:
+            raise StopIteration
+        return batch
+
+    def take(self, count: int) -> LeasedBatch | None:
+        """Up to `count` positions as a batch; None once the epochs asked for are consumed. Blocks."""
+        parts: list[_Held] = []
+        have = 0
+        while have < count and len(parts) < MAX_USED_RANGES:
+            if not self._held and not self._lease(waiting_with=have):
+                break
+            head = self._held[0]
+            if parts and head.book != parts[0].book:
+                break  # ps 0 restarted: a batch names the positions of one lease book
+            k = min(count - have, head.end - head.start)
+            parts.append(_Held(head.book, head.lease, head.epoch, head.start, head.start + k))
+            head.start += k
+            have += k
+            if head.start == head.end:
+                self._held.popleft()
+        if not parts:
+            return None
+        indices = np.concatenate([self._order(p.epoch)[p.start:p.end] for p in parts])
+        used = merge_used([LeasedBatch(indices, UsedPositions(p.book, ((p.lease, p.start, p.end),)), p.epoch)
+                           for p in parts])
+        self.epoch = parts[0].epoch
+        return LeasedBatch(indices, used, parts[0].epoch)
+
+    def _lease(self, waiting_with: int) -> bool:
+        """Lease more positions into `_held`. False when there are none to wait for: every epoch
+        asked for is consumed, or `waiting_with` positions are in hand and none is free now."""
+        if self._exhausted:
+            return False
+        deadline, logged = self._clock() + self.wait_timeout_s, self._clock()
+        while True:
+            reply = self._client.lease(self._request)
+            if reply.state is LeaseState.GRANTED:
+                self._held.append(_Held(reply.book, reply.lease, reply.epoch, reply.start, reply.end))
+                return True
+            if reply.state is LeaseState.EXHAUSTED:
+                self._exhausted = True
+                return False
+            if waiting_with or reply.held_by == (self._request.task,):
+                return False  # none free, and what is out is in this worker's hands (batches not yet pushed)
+            now = self._clock()
+            holders = ", ".join(reply.held_by) or "nobody"
+            if now >= deadline:
+                raise LeaseWaitError(f"{self._request.task} found no free position of epoch {reply.epoch} for "
+                                     f"{self.wait_timeout_s:.0f}s; the rest are held by {holders}. Is it running? "
+                                     "(a worker that left gives its positions back)")
+            if now - logged >= LOG_EVERY_S:
+                log.info("%s: waiting for data positions; the rest of epoch %d are held by %s",
+                         self._request.task, reply.epoch, holders)
+                logged = now
+            self._sleep(self.poll_s)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        order = self._orders.get(epoch)
+        if order is None:
+            n = self._request.num_examples
+            order = epoch_permutation(n, self._request.seed, epoch) if self.shuffle else np.arange(n)
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = order
+        return order
