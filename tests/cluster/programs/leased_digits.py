@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import shoal
-from tests.cluster.programs.digits import initial_variables, load_digits_data, loss_and_grad
+from digits import initial_variables, load_digits_data, loss_and_grad
 
 BATCH = 16
 
