@@ -4,6 +4,7 @@ and `logs`, its ps's membership shown by `status`; then the seed MNIST example, 
 way. Every wait is bounded; what the tests start is killed by recorded pid or group."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -89,15 +90,17 @@ def _env_of(home: Path, name: str) -> dict:
 
 
 @pytest.mark.timeout(300)
-def test_mnist_grows_from_two_to_four_workers_and_back_and_succeeds(tmp_path):
-    """The seed example, asynchronous. Needs the ps's membership (issue 13, item 1): without
-    it the ps ends when as many workers as its TF_CONFIG lists have said done — two stopped
-    added workers are enough — and the remaining workers then lose it."""
+@pytest.mark.parametrize("mode, steps", [([], 60000), (["--sync"], 15000)], ids=["async", "sync"])
+def test_mnist_grows_from_two_to_four_workers_and_back_and_succeeds(tmp_path, mode, steps):
+    """The seed example, asynchronous and synchronous: the added workers' gradients are applied
+    (the ps counts them when they leave), and nothing hangs when they go. Needs the ps's
+    membership (issue 13, item 1): without it the ps ends when as many workers as its TF_CONFIG
+    lists have said done, and a sync step waits for a worker that was stopped."""
     home = tmp_path / "home"
     try:
         out = run_shoal(home, "run", "--name", "mn", "--ps", "1", "--workers", "2..4", "--detach",
-                        "--", "python", "examples/mnist_softmax.py", "--steps", "60000",
-                        "--ps_recovery_timeout", "30")
+                        "--", "python", "examples/mnist_softmax.py", "--steps", str(steps),
+                        "--ps_recovery_timeout", "30", *mode)
         assert out.returncode == 0, out.stdout.decode()
         wait_for(lambda: _log_has_steps(home, "worker.1"), 60, "worker.1 to train")
         assert "worker=4 (was 2): started worker:2, worker:3" in _scale(home, "mn", "worker=4")
@@ -109,6 +112,11 @@ def test_mnist_grows_from_two_to_four_workers_and_back_and_succeeds(tmp_path):
         assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
         states = {t["name"]: t["state"] for t in job["tasks"]}
         assert states["worker.2"] == states["worker.3"] == "SCALED_DOWN"
+        ps_log = next(home.glob("jobs/*/logs/ps.0.log")).read_text(errors="replace")
+        for added in ("worker:2", "worker:3"):
+            assert f"{added} joined" in ps_log, ps_log[-3000:]
+            applied = re.search(rf"{added} (?:failed|finished|left) \([^)]*?(\d+) gradients applied\)", ps_log)
+            assert applied and int(applied.group(1)) > 0, ps_log[-3000:]
         _nothing_left(home)
     finally:
         cleanup_launchers(home)
