@@ -7,13 +7,14 @@ Two real jobs of examples/mnist_softmax.py on this machine (tasks started as `sh
 with TF_CONFIG; ps:0 is polled with `status` every 20 ms):
 
 * death: sync, 1 ps + 3 workers, `--heartbeat_timeout H`; worker:2 gets SIGKILL mid-training.
-  Figure: seconds from the kill to the next completed sync step, next to H (the floor: the ps
+  Figure: seconds from the kill to the completion of the first sync step that cannot have its
+  gradient (the one after the step in flight), next to H (the floor: the ps
   must wait that long before it may call the worker dead) — the rest is one step plus the
   detection granularity.
 * rescale: async, 1 ps + 2 workers for a phase, then worker:2 and worker:3 join (started with a
   TF_CONFIG that names them; nobody else restarts) for a phase, then leave (SIGTERM) for a
-  phase. Figures: seconds from a joiner's start to the ps counting it (membership) and to its
-  first applied gradient (its first progress line; includes starting Python and loading MNIST),
+  phase. Figures: seconds from the joiners' start to the ps counting the first of them (membership)
+  and to the first applied gradient of either (its first progress line; includes starting Python and loading MNIST),
   and the job's examples/s (ps:0's global step x batch 100 per second) in each phase. On a
   machine with fewer cores than tasks, more workers cannot mean more examples/s: read the
   phases as "nothing stalls", and compare on a machine with cores to spare.
@@ -90,8 +91,10 @@ def death(heartbeat_s: float) -> dict:
         victim = cluster.job.task("worker:2")
         os.killpg(victim.pid, signal.SIGKILL)
         killed = time.monotonic()
-        step = client.status(0, 5.0).step  # the step worker:2 died in (or just before)
-        while client.status(0, 5.0).step <= step:
+        # the step in flight may complete with worker:2's gradient (it pushed before it died);
+        # the next one cannot: it completes only once the ps dropped worker:2
+        step = client.status(0, 5.0).step
+        while client.status(0, 5.0).step <= step + 1:
             if time.monotonic() - killed > 10 * heartbeat_s + 30:
                 raise RuntimeError("no sync step completed after the kill")
             time.sleep(POLL_S)
@@ -131,7 +134,7 @@ def rescale(phase_s: float) -> dict:
         while joined is None or first_applied is None:
             if time.monotonic() - started > 120:
                 raise RuntimeError("the joining workers did not train within 120 s")
-            if joined is None and {"worker:2", "worker:3"} <= set(client.status(0, 5.0).members):
+            if joined is None and {"worker:2", "worker:3"} & set(client.status(0, 5.0).members):
                 joined = time.monotonic() - started
             lines = [t for name in ("worker:2", "worker:3") for t, line in cluster.job.task(name).lines
                      if " step=" in line]
