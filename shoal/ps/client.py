@@ -178,10 +178,10 @@ class PsClient:
         fields = DoneRequest(task).fields()
         wait_all([(rpc, rpc.send(Op.DONE.value, fields)) for rpc in self._rpc], timeout_s)
 
-    def failed_all(self, task: str, timeout_s: float, incarnation: str = "") -> None:
-        """Tell every ps that `task` (its heartbeats' `incarnation`) left training by an error
-        (no recovery; raises WireError)."""
-        fields = FailedRequest(task, incarnation).fields()
+    def failed_all(self, task: str, timeout_s: float, incarnation: str = "", terminated: bool = False) -> None:
+        """Tell every ps that `task` (its heartbeats' `incarnation`) left training by an error,
+        or, `terminated`, was stopped by SIGTERM (no recovery; raises WireError)."""
+        fields = FailedRequest(task, incarnation, terminated).fields()
         wait_all([(rpc, rpc.send(Op.FAILED.value, fields)) for rpc in self._rpc], timeout_s)
 
     def shutdown_all(self, task: str, timeout_s: float) -> None:

@@ -56,6 +56,7 @@ class Change:
     after: MemberState
     why: str = ""
     applied: int | None = None  # a departure: how many of its gradients this ps applied
+    terminated: bool = False  # FAILED by SIGTERM (stopped), not by an error
 
     @property
     def live_changed(self) -> bool:
@@ -67,7 +68,8 @@ class Change:
         if self.after is MemberState.TRAINING:
             verb = "joined" if self.before in (None, MemberState.EXPECTED) else "rejoined"
         else:
-            verb = {MemberState.DONE: "finished", MemberState.FAILED: "failed", MemberState.LOST: "left"}[self.after]
+            verb = {MemberState.DONE: "finished", MemberState.FAILED: "stopped" if self.terminated else "failed",
+                    MemberState.LOST: "left"}[self.after]
         notes = [n for n in (self.why, f"{self.applied} gradients applied" if self.applied is not None else "") if n]
         return f"{self.task} {verb}" + (f" ({'; '.join(notes)})" if notes else "")
 
@@ -129,12 +131,13 @@ class Membership:
         """`task` said done. Final: the ps no longer waits for it, nor takes it back."""
         return self._leave(task, MemberState.DONE)
 
-    def failed(self, task: str, incarnation: str = "") -> Change | None:
-        """`task` said failed (its `incarnation`, if it sent one, is not taken back)."""
+    def failed(self, task: str, incarnation: str = "", terminated: bool = False) -> Change | None:
+        """`task` said failed (its `incarnation`, if it sent one, is not taken back);
+        `terminated`: it was stopped by SIGTERM, not by an error."""
         member = self._members.get(task)
         if member is not None and member.state is MemberState.DONE:
             return None
-        change = self._leave(task, MemberState.FAILED)
+        change = self._leave(task, MemberState.FAILED, terminated)
         self._members[task].failed_incarnation = incarnation
         return change
 
@@ -188,13 +191,13 @@ class Membership:
 
     # --- internals -------------------------------------------------------------------------
 
-    def _leave(self, task: str, state: MemberState) -> Change | None:
+    def _leave(self, task: str, state: MemberState, terminated: bool = False) -> Change | None:
         member = self._members.get(task)
         before = member.state if member is not None else None
         if before is state:
             return None
         self._members[task] = _Member(state, 0.0)
-        return self._changed(Change(task, before, state, applied=self._applied.get(task, 0)))
+        return self._changed(Change(task, before, state, applied=self._applied.get(task, 0), terminated=terminated))
 
     def _changed(self, change: Change) -> Change:
         self.version += 1

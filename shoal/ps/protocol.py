@@ -535,20 +535,22 @@ class FailedRequest:
     """A replica left training by an error. It is not done: it may be restarted and carry on.
     Only if every replica failed and none finished does the job end without them.
     `incarnation` is the sending process's (its heartbeats', so a heartbeat of the failed
-    process still on its way does not count it again); "" if unknown."""
+    process still on its way does not count it again); "" if unknown. `terminated`: it was
+    stopped by SIGTERM at a step boundary rather than by an error (logged as such)."""
 
     op = Op.FAILED
     task: str
     incarnation: str = ""
+    terminated: bool = False  # stopped by SIGTERM (shoal kill, shoal scale, preemption), not an error
 
     def fields(self) -> dict[str, Any]:
-        return {"task": self.task, "incarnation": self.incarnation}
+        return {"task": self.task, "incarnation": self.incarnation, "terminated": self.terminated}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "FailedRequest":
         where = "failed request"
         incarnation = _str(fields, where, "incarnation", 64, allow_empty=True) if "incarnation" in fields else ""
-        return cls(_task(fields, where), incarnation)
+        return cls(_task(fields, where), incarnation, _bool(fields, where, "terminated", False))
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ class TrainingSession:
 
     def __exit__(self, exc_type, *exc) -> None:
         if exc_type is not None:
-            self._close(finished=False)
+            self._close(finished=False, terminated=issubclass(exc_type, TrainingTerminated))
             return
         try:
             if self.checkpointer is not None and self._state is SessionState.STARTED:
@@ -210,7 +210,7 @@ class TrainingSession:
         finally:
             self.close()
 
-    def _close(self, finished: bool) -> None:
+    def _close(self, finished: bool, terminated: bool = False) -> None:
         if self._state is SessionState.CLOSED:
             return
         started, self._state = self._state is SessionState.STARTED, SessionState.CLOSED
@@ -223,7 +223,7 @@ class TrainingSession:
                 if finished:
                     self.ps.done_all(self.task, 5.0)
                 else:
-                    self.ps.failed_all(self.task, 2.0, self._heartbeats.incarnation)
+                    self.ps.failed_all(self.task, 2.0, self._heartbeats.incarnation, terminated)
             except WireError as e:
                 log.debug("%s: could not tell every ps it %s: %s", self.task, "is done" if finished else "failed", e)
         self.ps.close()

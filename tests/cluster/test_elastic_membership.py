@@ -63,6 +63,9 @@ def test_sync_run_whose_membership_goes_from_3_to_2_at_step_k_equals_the_oracle(
     leaver = np.load(tmp_path / "worker2.npz")
     assert int(leaver["applied"]) == leave_at
     assert all("worker:2 finished (5 gradients applied)" in ps.output() for ps in cluster.tasks[:2])
+    # the ps group agrees: both ps end on the same membership version and members
+    finals = [re.findall(r"membership (v\d+: \d+ training \[[^]]*\])", ps.output())[-1] for ps in cluster.tasks[:2]]
+    assert finals[0] == finals[1], finals
 
 
 def _ps_step(client: PsClient) -> int:

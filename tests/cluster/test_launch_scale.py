@@ -115,7 +115,7 @@ def test_mnist_grows_from_two_to_four_workers_and_back_and_succeeds(tmp_path, mo
         ps_log = next(home.glob("jobs/*/logs/ps.0.log")).read_text(errors="replace")
         for added in ("worker:2", "worker:3"):
             assert f"{added} joined" in ps_log, ps_log[-3000:]
-            applied = re.search(rf"{added} (?:failed|finished|left) \([^)]*?(\d+) gradients applied\)", ps_log)
+            applied = re.search(rf"{added} (?:stopped|failed|finished|left) \([^)]*?(\d+) gradients applied\)", ps_log)
             assert applied and int(applied.group(1)) > 0, ps_log[-3000:]
         _nothing_left(home)
     finally:

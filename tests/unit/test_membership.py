@@ -164,6 +164,12 @@ def test_a_departure_names_how_many_of_the_members_gradients_the_ps_applied():
     assert change.describe() == "worker:0 finished (3 gradients applied)"
 
 
+def test_a_replica_stopped_by_sigterm_is_logged_as_stopped_not_failed():
+    m = Membership(("worker:0", "worker:1"), "worker:0", now=0.0)
+    assert m.failed("worker:1", "p1", terminated=True).describe() == "worker:1 stopped (0 gradients applied)"
+    assert m.failed("worker:0", "p1").describe() == "worker:0 failed (0 gradients applied)"
+
+
 def test_status_reports_the_membership_version_and_members():
     clock = Clock()
     service = sync_service(clock)
