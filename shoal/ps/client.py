@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, LeaseReply,
-                               LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ShutdownRequest,
-                               SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
+                               LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ReplicaRequest,
+                               ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
                         wait_all)
 
@@ -68,6 +68,7 @@ class PsClient:
         self._security = security
         self._probes: dict[int, RpcClient] = {}  # second connections, for status while a request waits
         self._incarnations: list[str | None] = [None] * len(self._rpc)
+        self._answered_step: list[int | None] = [None] * len(self._rpc)
 
     @property
     def num_ps(self) -> int:
@@ -98,6 +99,15 @@ class PsClient:
 
     def ready(self, ps: int) -> None:
         self._one(ps, ReadyRequest(), None, self.timeout_s)
+
+    def replica(self, holder: int, source: int, timeout_s: float) -> Answer:
+        """The replica of ps `source`'s shards that ps `holder` holds: ReplicaReply and, if
+        present, its values and "<shard>@<slot>" state. No recovery; raises WireError."""
+        return self._one(holder, ReplicaRequest(source), None, timeout_s)
+
+    def answered_step(self, ps: int) -> int | None:
+        """The step ps `ps` answered this client's last push or pull with (None before any)."""
+        return self._answered_step[ps]
 
     # --- every ps ----------------------------------------------------------------------------
 
@@ -157,7 +167,9 @@ class PsClient:
         PushReply and the new values of its shards (written into `into`). `hyper` (shard ->
         Hyper, every pushed shard), if given, travels with each part for its shards. `used` (the
         leased positions the gradient was computed on), if given, travels with the last part
-        sent to ps 0, which counts them. Blocks."""
+        sent to ps 0, which counts them. Each part names the incarnation of its ps that the
+        gradient was computed against (`basis`): resent to a restarted ps after recovery, it is
+        dropped as ROLLED_BACK, never applied on top of restored values that may hold it. Blocks."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
         if hyper is None:
             middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
@@ -167,6 +179,7 @@ class PsClient:
                         for k, (ps, grads) in enumerate(parts)]
         if used is not None:
             requests[last[0]] = replace(requests[last[0]], used=used)
+        requests = [replace(r, basis=self._incarnations[ps] or "") for r, (ps, _) in zip(requests, parts)]
         return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
 
     def lease(self, request: LeaseRequest) -> LeaseReply:
@@ -210,7 +223,11 @@ class PsClient:
             try:
                 replies = wait_all([(self._rpc[s[0]], rid) for s, rid in zip(sent, rids)], self.timeout_s,
                                    progress=progress, progress_every_s=self._slow_every_s)
-                return [_answer(s[1].op, m) for s, m in zip(sent, replies)]
+                answers = [_answer(s[1].op, m) for s, m in zip(sent, replies)]
+                for s, a in zip(sent, answers):
+                    if s[1].op in (Op.PUSH, Op.PULL):
+                        self._answered_step[s[0]] = a.body.step
+                return answers
             except PeerTimeoutError as e:
                 if self._timeout_error is None:
                     raise
