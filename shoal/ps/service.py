@@ -171,10 +171,11 @@ class PsService:
 
     def own_replica(self) -> tuple[ReplicateRequest, dict[str, np.ndarray]] | None:
         """A copy of this ps's shards (values and slots, all of one step) to send its successor,
-        or None when there is nothing consistent to copy now: the ps is not initialized, or a
+        or None when there is nothing consistent to copy now: the ps is not initialized (or
+        holds no shard), or a
         sync step has applied some shards but not all (try again a moment later). Serving
         thread; copies every shard (as `snapshot` does for a checkpoint)."""
-        if self._phase is Phase.EMPTY or (self._sync is not None and not self._sync.between_steps):
+        if self._phase is Phase.EMPTY or not len(self.store) or (self._sync is not None and not self._sync.between_steps):
             return None
         request = ReplicateRequest(self.ps_index, self.incarnation, self.step, self._training,
                                    self.store.rule.to_config(), self._leases.export())

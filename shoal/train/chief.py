@@ -75,6 +75,12 @@ class ChiefDuties:
                 except WireError:
                     pass
         done = tuple(sorted({t for s in others for t in s.done}))
+        if ps != 0 and not self._placement.on_ps(ps):  # ps 0 also holds the lease book
+            log.info("%s: ps:%d holds no variables; restarting it at step %d", self._task, ps,
+                     max([s.step for s in others] + [self._current_step()]))
+            client.init(ps, self._init_request(max([s.step for s in others] + [self._current_step()]), done), {})
+            client.ready(ps)
+            return
         replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
                                          timeout_s=min(client.timeout_s, 30.0))
         checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
