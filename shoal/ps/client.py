@@ -88,11 +88,14 @@ class PsClient:
         """ps `ps`'s status over a second connection, opened on first use, so it can be asked
         while a request on the main one waits (from `on_slow`, or after a timeout). Raises
         WireError."""
+        return StatusReply.decode(self._probe(ps, timeout_s).call(Op.STATUS.value, timeout_s=timeout_s).header)
+
+    def _probe(self, ps: int, timeout_s: float) -> RpcClient:
         probe = self._probes.get(ps)
         if probe is None:
             probe = self._probes[ps] = RpcClient(self.addresses[ps], self._secret, f"ps:{ps}", timeout_s,
                                                  security=self._security)
-        return StatusReply.decode(probe.call(Op.STATUS.value, timeout_s=timeout_s).header)
+        return probe
 
     def init(self, ps: int, request: InitRequest, tensors: Tensors) -> InitReply:
         return self._one(ps, request, tensors, self.timeout_s).body
@@ -102,8 +105,12 @@ class PsClient:
 
     def replica(self, holder: int, source: int, timeout_s: float) -> Answer:
         """The replica of ps `source`'s shards that ps `holder` holds: ReplicaReply and, if
-        present, its values and "<shard>@<slot>" state. No recovery; raises WireError."""
-        return self._one(holder, ReplicaRequest(source), None, timeout_s)
+        present, its values and "<shard>@<slot>" state. Asked over the second connection (as
+        `probe_status`), so a request of this client still waiting on `holder` is not disturbed
+        (the chief asks while recovering another ps). No recovery; raises WireError."""
+        request = ReplicaRequest(source)
+        return _answer(request.op, self._probe(holder, timeout_s).call(request.op.value, request.fields(),
+                                                                       timeout_s=timeout_s))
 
     def answered_step(self, ps: int) -> int | None:
         """The step ps `ps` answered this client's last push or pull with (None before any)."""

@@ -70,8 +70,8 @@ class ChiefDuties:
         others = []
         for i in range(client.num_ps):
             if i != ps:
-                try:
-                    others.append(client.status(i, timeout_s=2.0))
+                try:  # over the second connection: a push may still wait on the main one
+                    others.append(client.probe_status(i, timeout_s=2.0))
                 except WireError:
                     pass
         done = tuple(sorted({t for s in others for t in s.done}))
