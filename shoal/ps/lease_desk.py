@@ -69,12 +69,12 @@ class LeaseDesk:
 
     def account(self, message: PushRequest, outcome: PushOutcome, sync_step: int | None) -> None:
         """After a push's outcome is known (checked by `check_push` before): APPLIED in async
-        mode -> consumed; APPLIED or ACCUMULATED in sync mode -> pending in `sync_step`; STALE or
-        DUPLICATE -> back to the queue. Positions of another book's leases are lost if applied."""
+        mode -> consumed; APPLIED or ACCUMULATED in sync mode -> pending in `sync_step`; STALE,
+        DUPLICATE or ROLLED_BACK -> back to the queue. Positions of another book's leases are lost if applied."""
         book, used = self.book, message.used
         if used is None or book is None or not self.serves:
             return
-        dropped = outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE)
+        dropped = outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE, PushOutcome.ROLLED_BACK)
         if used.book != book.book_id:
             if not dropped:
                 lost = book.lose(used.ranges)

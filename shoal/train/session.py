@@ -286,6 +286,10 @@ class TrainingSession:
         answers = self.ps.push_all(self.task, self._step, parts, self._targets,
                                    self._shard_hyper(hyper) if hyper is not None else None, used)
         self._assign(answers)
+        rolled_back = sorted({ps for (ps, _), a in zip(parts, answers) if a.body.outcome is PushOutcome.ROLLED_BACK})
+        if rolled_back:
+            log.info("%s: %s dropped this step's gradient, computed on values its failover rolled back; this worker "
+                     "has its restored values now", self.task, ", ".join(f"ps:{ps}" for ps in rolled_back))
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
