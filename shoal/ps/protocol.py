@@ -15,6 +15,7 @@ Pure data and validation: no I/O; every type is immutable and thread-safe.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping
@@ -128,10 +129,13 @@ _read = FieldReaders(ProtocolFieldError)
 _fail, _int, _optional_int, _bool, _str = _read.fail, _read.int, _read.optional_int, _read.bool, _read.str
 
 
+_TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+:[0-9]+")
+
+
 def _task(fields: Mapping[str, Any], where: str) -> str:
     value = fields.get("task")
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_TASK_NAME:
-        raise _fail(where, "task", "the sending task's name (e.g. 'worker:1')", value)
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_TASK_NAME or not _TASK_NAME.fullmatch(value):
+        raise _fail(where, "task", "the sending task's name, <job>:<index> (e.g. 'worker:1')", value)
     return value
 
 
@@ -331,7 +335,9 @@ class InitRequest:
     """Create the shards that travel with it (values, and "<shard>@<slot>" state), with this
     update rule and mode, starting at `step`, with the replicas in `done` already finished.
     `leases`, if not None, is the lease book's state from a checkpoint (ps 0 restores it; see
-    shoal/ps/leases.py); absent when None."""
+    shoal/ps/leases.py); absent when None. `members`, if not None, are the replicas the other
+    ps tasks count as training (the chief rebuilding a restarted ps): the rebuilt ps expects
+    those and not the ones that left meanwhile; absent when None."""
 
     op = Op.INIT
     rule: dict
@@ -339,18 +345,22 @@ class InitRequest:
     step: int = 0
     done: tuple[str, ...] = ()
     leases: dict | None = None
+    members: tuple[str, ...] | None = None
 
     def fields(self) -> dict[str, Any]:
         fields = {"rule": self.rule, **_mode_fields(self.training), "step": self.step, "done": list(self.done)}
         if self.leases is not None:
             fields["leases"] = self.leases
+        if self.members is not None:
+            fields["members"] = list(self.members)
         return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "InitRequest":
         where = "init request"
         return cls(_map(fields, where, "rule"), _training_mode(fields, where), _int(fields, where, "step", default=0),
-                   _names(fields, where, "done", MAX_TASK_NAME), _optional_map(fields, where, "leases"))
+                   _names(fields, where, "done", MAX_TASK_NAME), _optional_map(fields, where, "leases"),
+                   _names(fields, where, "members", MAX_TASK_NAME) if fields.get("members") is not None else None)
 
 
 @dataclass(frozen=True)
@@ -774,8 +784,7 @@ class ReplicaReply:
 REQUEST_TYPES: dict[Op, type] = {
     Op.STATUS: StatusRequest, Op.INIT: InitRequest, Op.SNAPSHOT: SnapshotRequest, Op.READY: ReadyRequest,
     Op.PULL: PullRequest, Op.PUSH: PushRequest, Op.DONE: DoneRequest, Op.FAILED: FailedRequest,
-    Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest,
-    Op.SHUTDOWN: ShutdownRequest, Op.LEASE: LeaseRequest,
+    Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest, Op.LEASE: LeaseRequest,
     Op.REPLICATE: ReplicateRequest, Op.REPLICA: ReplicaRequest,
 }
 REPLY_TYPES: dict[Op, type] = {

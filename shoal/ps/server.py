@@ -13,6 +13,7 @@ from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.logs_default import show_shoal_logs
 from shoal.ps.draining import TermDrain
 from shoal.ps.errors import PsError
+from shoal.ps.protocol import Op
 from shoal.ps.replicator import ReplicationOptions, Replicator
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
@@ -120,7 +121,8 @@ class Server:
 
     def _handle(self, request: Request) -> None:
         """Run one request through the service and send the replies it gives (serving thread)."""
-        self._last_request_at = time.monotonic()
+        if request.op != Op.HEARTBEAT.value:  # a hung replica's heartbeat thread must not keep a draining ps up
+            self._last_request_at = time.monotonic()
         try:
             replies = self.service.handle(request)
         finally:

@@ -222,6 +222,8 @@ class PsService:
         values, slots = split_slots(request.tensors)
         first = self._phase is Phase.EMPTY
         self._created += self.store.create(values, rule, slots)
+        if first and message.members is not None:  # a rebuild: follow the other ps's membership
+            self._membership_changed(self.membership.adopt(message.members, self._clock()))
         if first:
             self._training = message.training
             if message.training.mode is Mode.SYNC:

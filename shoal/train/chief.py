@@ -75,10 +75,13 @@ class ChiefDuties:
                 except WireError:
                     pass
         done = tuple(sorted({t for s in others for t in s.done}))
+        # the replicas still training, as the other ps count them (None: no other ps answered)
+        members = tuple(sorted({t for s in others for t in s.members})) if others else None
         if ps != 0 and not self._placement.on_ps(ps):  # ps 0 also holds the lease book
             log.info("%s: ps:%d holds no variables; restarting it at step %d", self._task, ps,
                      max([s.step for s in others] + [self._current_step()]))
-            client.init(ps, self._init_request(max([s.step for s in others] + [self._current_step()]), done), {})
+            client.init(ps, self._init_request(max([s.step for s in others] + [self._current_step()]), done,
+                                               members=members), {})
             client.ready(ps)
             return
         replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
@@ -89,7 +92,7 @@ class ChiefDuties:
                        f"step {checkpoint.step}")
             replica = None
         if replica is not None:
-            self._rebuild_from_replica(client, ps, replica, others, done)
+            self._rebuild_from_replica(client, ps, replica, others, done, members)
             return
         values, slots, saved_step, leases = self._restore_source(f"for ps:{ps}, which restarted", checkpoint)
         if saved_step is None:
@@ -99,25 +102,26 @@ class ChiefDuties:
                     "then is lost", self._task, ps, why_not,
                     f"checkpoint step {saved_step}" if saved_step is not None else "the chief's copy of its variables")
         step = max([s.step for s in others] + [saved_step or 0, self._current_step()])
-        client.init(ps, self._init_request(step, done, leases if ps == 0 else None),
+        client.init(ps, self._init_request(step, done, leases if ps == 0 else None, members),
                     scatter(self._placement, values, slots, only_ps=ps)[ps])
         client.ready(ps)
         log.info("%s rebuilt ps:%d at step %d", self._task, ps, step)
 
-    def _rebuild_from_replica(self, client: PsClient, ps: int, replica: Replica, others, done) -> None:
+    def _rebuild_from_replica(self, client: PsClient, ps: int, replica: Replica, others, done, members) -> None:
         if self._training.mode is Mode.SYNC:
             step = max([s.step for s in others] + [replica.step, self._current_step()])
         else:
             step = replica.step
         leases = replica.reply.leases if ps == 0 else None
-        client.init(ps, self._init_request(step, done, leases), replica.tensors)
+        client.init(ps, self._init_request(step, done, leases, members), replica.tensors)
         client.ready(ps)
         log.info("%s rebuilt ps:%d from the replica ps:%d holds: step %d (%d tensors, %.1f kB, replicated %.1fs "
                  "before the rebuild), at step %d", self._task, ps, replica.holder, replica.step, len(replica.tensors),
                  replica.nbytes / 1e3, replica.reply.age_ms / 1000, step)
 
-    def _init_request(self, step: int, done: tuple[str, ...] = (), leases: dict | None = None) -> InitRequest:
-        return InitRequest(self._optimizer.to_config(), self._training, step, done, leases)
+    def _init_request(self, step: int, done: tuple[str, ...] = (), leases: dict | None = None,
+                      members: tuple[str, ...] | None = None) -> InitRequest:
+        return InitRequest(self._optimizer.to_config(), self._training, step, done, leases, members)
 
     def _restore_source(self, what: str, checkpoint=None) -> tuple[Mapping[str, np.ndarray], dict, int | None, dict | None]:
         """Values, optimizer slots, step and lease book state to (re)create shards from:

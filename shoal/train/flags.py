@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.ps.replicator import ReplicationOptions
+from shoal.ps.membership import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S
 from shoal.train.options import CheckpointOptions, SyncOptions
 from shoal.train.placement import DEFAULT_PUSH_PART_BYTES
@@ -45,7 +46,7 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                              "0: off; see docs/checkpoints.md)")
     parser.add_argument("--replicate_every_steps", type=int, default=0,
                         help="ps tasks: also replicate every N steps of the ps (default 0: off)")
-    parser.add_argument("--heartbeat_timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT_S,
+    parser.add_argument("--heartbeat_timeout", type=_heartbeat_timeout, default=DEFAULT_HEARTBEAT_TIMEOUT_S,
                         help="seconds without a heartbeat after which the ps drop this replica from the job's "
                              "membership: a sync step then completes without it (default: "
                              f"{DEFAULT_HEARTBEAT_TIMEOUT_S:g})")
@@ -56,6 +57,17 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                         help="how tasks authenticate to the ps (every task of the job must say the same): auto "
                              "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
                              "encrypted, for a network you trust; curve = always")
+
+
+def _heartbeat_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from {MIN_TIMEOUT_S:g} to "
+                                         f"{MAX_TIMEOUT_S:g}")
+    return value
 
 
 def session_options(args: argparse.Namespace) -> dict[str, Any]:
