@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from shoal.ps.closure_ledger import DEFAULT_WINDOW, ClosureLedger
 from shoal.ps.errors import PsError
 from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
@@ -75,12 +76,16 @@ class PsService:
     In sync mode a step aggregates (live members - backups) gradients, backups being the
     replicas of the cluster beyond the `replicas` the chief's init asks for.
 
+    A push tagged with a closure (in-graph training) is applied at most once per tag and shard:
+    `closures` (a ClosureLedger remembering the `closure_window` latest tags) answers a repeat
+    DUPLICATE with the current values.
+
     `clock` is time.monotonic unless a test injects one.
     """
 
     def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None], *,
                  replica_names: Sequence[str] = (), clock: Callable[[], float] = time.monotonic,
-                 join_grace_s: float = DEFAULT_JOIN_GRACE_S):
+                 join_grace_s: float = DEFAULT_JOIN_GRACE_S, closure_window: int = DEFAULT_WINDOW):
         self.task_name = task_name
         self.num_replicas = num_replicas
         self.replica_names = tuple(replica_names) or tuple(f"worker:{i}" for i in range(num_replicas))
@@ -102,6 +107,7 @@ class PsService:
         self._waiting: list[_Waiting] = []
         self._released: list[Reply] = []
         self._leases = LeaseDesk(task_name, self.incarnation)  # ps 0: dynamic data sharding
+        self.closures = ClosureLedger(closure_window)  # pushes of scheduled closures: applied once
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
@@ -247,7 +253,13 @@ class PsService:
         self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         self.membership.seen(message.task, self._clock())
+        if message.closure is not None and self.closures.is_duplicate(message.closure, grads.keys()):
+            log.info("%s: %s pushed %s again (a re-run closure); already applied, answered duplicate",
+                     self.task_name, message.task, message.closure)
+            self._leases.account(message, PushOutcome.DUPLICATE, None if self._sync is None else message.step)
+            return self._reply_values(_Waiting(request, names, 0, PushOutcome.DUPLICATE))
         if self._sync is None:
+            self._record_closure(message, grads)
             self.store.apply(grads, message.hyper)
             self._leases.account(message, PushOutcome.APPLIED, None)
             if message.ends_step:
@@ -264,6 +276,7 @@ class PsService:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
             return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
+        self._record_closure(message, grads)
         if message.ends_step:
             self.membership.count_applied(message.task)
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
@@ -276,6 +289,10 @@ class PsService:
             self._sync_watch.gradient_arrived(self._sync.step, self._clock())
             self._give_up_stuck_step()
         return DEFERRED
+
+    def _record_closure(self, message: PushRequest, grads: Mapping[str, Any]) -> None:
+        if message.closure is not None:
+            self.closures.record(message.closure, grads.keys())
 
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:
         self._membership_changed([self.membership.finished(message.task)])
