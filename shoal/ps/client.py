@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, LeaseReply,
+from shoal.ps.protocol import (REPLY_TYPES, ClosureTag, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, LeaseReply,
                                LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ShutdownRequest,
                                SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
@@ -150,14 +150,16 @@ class PsClient:
         return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
 
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
-                 hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None) -> list[Answer]:
+                 hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,
+                 closure: ClosureTag | None = None) -> list[Answer]:
         """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
         order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
         so a ps updates and answers one part while the next is on its way. Per part:
         PushReply and the new values of its shards (written into `into`). `hyper` (shard ->
         Hyper, every pushed shard), if given, travels with each part for its shards. `used` (the
         leased positions the gradient was computed on), if given, travels with the last part
-        sent to ps 0, which counts them. Blocks."""
+        sent to ps 0, which counts them. `closure` (the scheduled closure and push this gradient
+        belongs to), if given, travels with every part: a ps applies it at most once. Blocks."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
         if hyper is None:
             middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
@@ -167,6 +169,8 @@ class PsClient:
                         for k, (ps, grads) in enumerate(parts)]
         if used is not None:
             requests[last[0]] = replace(requests[last[0]], used=used)
+        if closure is not None:
+            requests = [replace(r, closure=closure) for r in requests]
         return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
 
     def lease(self, request: LeaseRequest) -> LeaseReply:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import threading
 import time
 from enum import Enum
@@ -91,9 +92,10 @@ class Coordinator:
         self._lock = threading.Lock()
         self._datasets: list[tuple[DatasetRequest, dict]] = []
         self._state = CoordinatorState.NEW
+        self.origin = secrets.token_hex(6)  # closure ids are "<origin>.<n>" on the ps: unique per coordinator
         self.links = [WorkerLink(str(task), config.cluster.task_address(task.job, task.index), secret, self._queue,
                                  datasets=self._dataset_list, step_names=registry.step_names(),
-                                 request_timeout_s=request_timeout_s, security=security)
+                                 request_timeout_s=request_timeout_s, security=security, origin=self.origin)
                       for task in workers]
 
     @property

@@ -24,6 +24,7 @@ from shoal.ps.optimizers import UpdateRule
 from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode, UsedPositions
 from shoal.train.checkpointer import Checkpointer, SaveReason
 from shoal.train.chief import ChiefDuties
+from shoal.train.closure_tags import ClosureTags
 from shoal.train.errors import TrainError
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
 from shoal.train.leased_data import LeasedBatch, LeasedBatches
@@ -134,6 +135,7 @@ class TrainingSession:
         self._step = 0
         self._state = SessionState.NEW
         self._holder = secrets.token_hex(8)  # tells ps 0 this process from an earlier one of the same task
+        self._closure_tags = ClosureTags()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -284,7 +286,8 @@ class TrainingSession:
         if isinstance(used, LeasedBatch):
             used = used.used
         answers = self.ps.push_all(self.task, self._step, parts, self._targets,
-                                   self._shard_hyper(hyper) if hyper is not None else None, used)
+                                   self._shard_hyper(hyper) if hyper is not None else None, used,
+                                   closure=self._closure_tags.next_tag())
         self._assign(answers)
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
@@ -300,6 +303,15 @@ class TrainingSession:
             self.checkpointer.save_if_due(self.ps, self._step)
         self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)
         return result
+
+    def closure(self, closure_id: str):
+        """A context manager: the pushes in its block belong to the scheduled closure
+        `closure_id` (in-graph training; the coordinator's step executor opens it around each
+        closure). Each push carries (closure_id, its index in the block), and a ps applies each
+        such push at most once, so a closure re-run after its worker died does not apply again
+        what its first run pushed; a repeat returns with `applied=False` and the current values.
+        Blocks may not nest. Does not block; not thread-safe."""
+        return self._closure_tags.running(closure_id)
 
     def run_step(self, loss_and_grad: Callable[..., tuple[float, Mapping[str, np.ndarray]]], *batch,
                  used: LeasedBatch | UsedPositions | None = None) -> tuple[float, StepResult]:

@@ -51,7 +51,7 @@ class WorkerLink:
 
     def __init__(self, task: str, address: str, secret: JobSecret, queue: ClosureQueue, *,
                  datasets: Callable[[], Sequence[tuple[DatasetRequest, dict]]], step_names: Sequence[str],
-                 request_timeout_s: float, security: Security = Security.AUTO):
+                 request_timeout_s: float, security: Security = Security.AUTO, origin: str = ""):
         self.task = task
         self.address = address
         self.state = LinkState.CONNECTING
@@ -65,6 +65,7 @@ class WorkerLink:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._held: set[int] = set()
+        self._origin = origin  # the coordinator's id: with a closure's, what the ps dedups pushes by
 
     def start(self) -> None:
         if self._thread is None:
@@ -143,7 +144,7 @@ class WorkerLink:
 
     def _execute(self, closure: Closure) -> None:
         closure.attempts.append(self.task)
-        request = RunRequest(closure.id, closure.fn, closure.steps, closure.args)
+        request = RunRequest(closure.id, closure.fn, closure.steps, closure.args, self._origin)
         try:
             message = self._rpc.call(CoordOp.RUN.value, request.fields(), closure.tensors,
                                      timeout_s=self._request_timeout_s)

@@ -43,3 +43,33 @@ def test_a_worker_killed_mid_closure_has_it_run_on_another_and_the_run_completes
     assert sorted(map(int, ran)) == list(range(40))
     assert ran[str(n_killed)] == "worker:0"  # re-run on the survivor
     assert cluster.tasks[1].wait(30) == 0, cluster.dump()  # the survivor was told to finish
+
+
+def test_a_killed_workers_closure_re_runs_elsewhere_and_each_push_is_applied_exactly_once(make_cluster):
+    closures, pushes = 16, 2
+    cluster = make_cluster(num_ps=2, num_workers=2, chief=True)
+    argv = ["tests/cluster/programs/coordinator_pushes.py", "--closures", str(closures), "--pushes", str(pushes),
+            "--sleep", "0.5"]
+    ps = [cluster.start("ps", i, argv) for i in range(2)]
+    chief = cluster.start("chief", 0, argv)
+    cluster.start("worker", 0, argv)
+    victim = cluster.start("worker", 1, argv)
+    victim.wait_for_output("worker:1 pushed", timeout=90)  # its closure pushed, and sleeps
+    os.killpg(victim.proc.pid, signal.SIGKILL)
+    n_killed = int(re.findall(r"worker:1 pushed (\d+)", victim.output())[-1])
+    assert chief.wait(120) == 0, cluster.dump()
+    out = chief.output()
+    assert f"closures done: {closures}" in out, out[-3000:]
+    assert re.search(rf"lost worker:1 while it ran step 'count' \(closure {n_killed}\)", out), out[-3000:]
+    assert dict(re.findall(r"^ran (\d+) by (worker:\d)$", out, re.M))[str(n_killed)] == "worker:0"
+    # every element counts the pushes applied: each closure's, once, though one closure ran twice
+    total = closures * pushes
+    assert re.search(rf"^a={total}\.\.{total} b={total}\.\.{total}$", out, re.M), out[-3000:]
+    for task in ps:  # the ps end once the dead worker's heartbeat is overdue, and say what they refused
+        assert task.wait(60) == 0, cluster.dump()
+    repeats = [line for task in ps for line in task.output().splitlines() if "again (a re-run closure)" in line]
+    assert repeats and all(re.search(rf"worker:0 pushed closure \w+\.{n_killed} push [01] again", line)
+                           for line in repeats), repeats
+    dropped = sum(int(n) for task in ps
+                  for n in re.findall(r"applied \d+ closure pushes and dropped (\d+) duplicates", task.output()))
+    assert dropped == len(repeats)
