@@ -9,8 +9,11 @@ TrainingSessions, each on its own shard of the data (in-graph replication; docs/
 or by hand, with a chief, ps and workers in TF_CONFIG (or the classic flags, where worker 0
 coordinates and the other workers execute). `--steps` counts the steps of all workers
 together, `--steps_per_dispatch` how many a worker runs per scheduled call. With `--sync`,
-every worker runs every step and the ps applies their average once per global step. The chief ends
-with `accuracy: <test accuracy>`; workers and ps tasks exit 0 when the chief is done.
+every worker runs every step and the ps applies their average once per global step. With
+`--model_dir`, the chief saves checkpoints every `--checkpoint_every_steps` global steps (or
+`--checkpoint_every_secs`) and at the end, and a run started again on the same directory resumes
+from the newest one and schedules only the steps left. The chief ends with `accuracy: <test
+accuracy>`; workers and ps tasks exit 0 when the chief is done.
 """
 
 from __future__ import annotations
@@ -85,21 +88,25 @@ def parse_args(argv=None):
 def coordinate(args, config, secret, session) -> None:
     """The chief: schedule every step on the workers, report progress, wait for them all."""
     started = time.monotonic()
+    first = session.global_step  # > 0 when the chief's session resumed from a checkpoint in --model_dir
+    if first:
+        print(f"{session.task} resumed at step {first}; scheduling the {args.steps - first} steps left", flush=True)
     with shoal.Coordinator(config, steps, secret=secret, security=shoal.wire_security(args)) as coordinator:
         batches = coordinator.create_per_worker_dataset(mnist_batches, args.batch_size)
         k = args.steps_per_dispatch
         if args.sync:  # every worker runs every step; the ps averages their gradients once per step
             results = [coordinator.schedule_on_every_worker(train, batches, steps=min(k, args.steps - i))[0]
-                       for i in range(0, args.steps, k)]
+                       for i in range(first, args.steps, k)]
         else:
             results = [coordinator.schedule(train, batches, steps=min(k, args.steps - i))
-                       for i in range(0, args.steps, k)]
-        done = 0
-        for i, result in enumerate(results):
+                       for i in range(first, args.steps, k)]
+        done = first
+        for result in results:
             value = result.fetch(timeout=600)
-            before, done = done, done + min(k, args.steps - i * k)
+            before, done = done, min(args.steps, done + k)
+            session.checkpoint_if_due()  # the chief never pushes: its periodic checkpoints are taken here
             if done // args.log_every > before // args.log_every or done == args.steps:
-                rate = done * args.batch_size / max(1e-9, time.monotonic() - started)
+                rate = (done - first) * args.batch_size / max(1e-9, time.monotonic() - started)
                 print(f"{session.task} step={value['global_step']} loss={value['loss']:.4f} examples/s={rate:.0f}",
                       flush=True)
         coordinator.join(timeout=600)

@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, LeaseReply,
-                               LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ReplicaRequest,
+from shoal.ps.protocol import (REPLY_TYPES, ClosureTag, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest,
+                               LeaseReply, LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ReplicaRequest,
                                ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
                         wait_all)
@@ -167,7 +167,8 @@ class PsClient:
         return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
 
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
-                 hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None) -> list[Answer]:
+                 hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,
+                 closure: ClosureTag | None = None) -> list[Answer]:
         """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
         order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
         so a ps updates and answers one part while the next is on its way. Per part:
@@ -176,7 +177,9 @@ class PsClient:
         leased positions the gradient was computed on), if given, travels with the last part
         sent to ps 0, which counts them. Each part names the incarnation of its ps that the
         gradient was computed against (`basis`): resent to a restarted ps after recovery, it is
-        dropped as ROLLED_BACK, never applied on top of restored values that may hold it. Blocks."""
+        dropped as ROLLED_BACK, never applied on top of restored values that may hold it.
+        `closure` (the scheduled closure and push this gradient belongs to), if given, travels
+        with every part: a ps applies it at most once. Blocks."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
         if hyper is None:
             middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
@@ -187,6 +190,8 @@ class PsClient:
         if used is not None:
             requests[last[0]] = replace(requests[last[0]], used=used)
         requests = [replace(r, basis=self._incarnations[ps] or "") for r, (ps, _) in zip(requests, parts)]
+        if closure is not None:
+            requests = [replace(r, closure=closure) for r in requests]
         return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
 
     def lease(self, request: LeaseRequest) -> LeaseReply:

@@ -70,7 +70,8 @@ class PushOutcome(str, Enum):
     APPLIED = "applied"           # applied (async), or it completed or joined an applied step (sync)
     ACCUMULATED = "accumulated"   # sync, ps-internal: counted; its reply waits for the step to finish
     STALE = "stale"               # sync: computed at an old step, dropped (backup workers cause this)
-    DUPLICATE = "duplicate"       # sync: this task already contributed to the current step, dropped
+    DUPLICATE = "duplicate"       # sync: this task already contributed to the current step, dropped;
+    #                               or its closure tag's push was already applied (a re-run closure), dropped
     ROLLED_BACK = "rolled_back"   # async: computed on values of an earlier process of this ps (a failover
                                   # rolled them back), dropped; the reply carries the restored values
 
@@ -225,6 +226,35 @@ class UsedPositions:
             if not (isinstance(r, list) and len(r) == 3 and all(_is_count(x) for x in r) and r[1] < r[2]):
                 raise _fail(where, "used", want + f"; bad range {r!r:.60}", value)
         return cls(value["book"], tuple(tuple(r) for r in ranges))
+
+
+MAX_CLOSURE_ID = 64
+"""The longest closure id a push may carry."""
+
+
+@dataclass(frozen=True)
+class ClosureTag:
+    """Which scheduled closure (in-graph training, docs/coordinator.md) a push belongs to:
+    `closure` is the coordinator's id of it (the same when it is re-run on another worker) and
+    `push` the index of this push among the closure's pushes (0, 1, ...). A ps applies each
+    (closure, push) once; on the wire `"closure": [closure, push]`."""
+
+    closure: str
+    push: int
+
+    def fields(self) -> list:
+        return [self.closure, self.push]
+
+    @classmethod
+    def decode(cls, value: Any, where: str) -> "ClosureTag":
+        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)
+                and 0 < len(value[0]) <= MAX_CLOSURE_ID and _is_count(value[1])):
+            raise _fail(where, "closure", f"nil or [closure id (1 to {MAX_CLOSURE_ID} characters), push index >= 0]",
+                        value)
+        return cls(value[0], value[1])
+
+    def __str__(self) -> str:
+        return f"closure {self.closure} push {self.push}"
 
 
 @dataclass(frozen=True)
@@ -479,7 +509,9 @@ class PushRequest:
     and ps 0 counts them by this part's outcome (docs/dynamic-sharding.md). `basis` is the
     incarnation of the ps process whose values the gradient was computed on ("": unknown); an
     asynchronous ps of another incarnation (restarted, its values rolled back by the failover)
-    drops the part as ROLLED_BACK instead of applying it."""
+    drops the part as ROLLED_BACK instead of applying it. `closure`, if not None, names the scheduled closure and push this gradient belongs to (every part of the push
+    carries it): a ps that already applied those shards for that tag answers DUPLICATE with the
+    current values instead of applying them again (shoal/ps/closure_ledger.py); absent when None."""
 
     op = Op.PUSH
     task: str
@@ -489,6 +521,7 @@ class PushRequest:
     hyper: Mapping[str, Hyper] | None = None
     used: UsedPositions | None = None
     basis: str = ""
+    closure: ClosureTag | None = None
 
     def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
@@ -498,16 +531,19 @@ class PushRequest:
             fields["hyper"] = {n: [h.learning_rate, h.weight_decay] for n, h in self.hyper.items()}
         if self.used is not None:
             fields["used"] = self.used.fields()
+        if self.closure is not None:
+            fields["closure"] = self.closure.fields()
         return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PushRequest":
         where = "push request"
-        used = fields.get("used")
+        used, closure = fields.get("used"), fields.get("closure")
         return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True),
                    _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"),
                    None if used is None else UsedPositions.decode(used, where),
-                   _str(fields, where, "basis", 64, allow_empty=True) if "basis" in fields else "")
+                   _str(fields, where, "basis", 64, allow_empty=True) if "basis" in fields else "",
+                   None if closure is None else ClosureTag.decode(closure, where))
 
 
 @dataclass(frozen=True)

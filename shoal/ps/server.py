@@ -170,6 +170,10 @@ class Server:
         if not self._stopped.is_set():
             self.reason = reason
             log.info("%s stopping: %s", self.config.task, reason)
+            closures = self.service.closures
+            if closures.applied or closures.duplicates:
+                log.info("%s applied %d closure pushes and dropped %d duplicates of re-run closures",
+                         self.config.task, closures.applied, closures.duplicates)
             self._stopped.set()
 
     def join(self, timeout: float | None = None) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from shoal.ps.closure_ledger import DEFAULT_WINDOW, ClosureLedger
 from shoal.ps.errors import PsError
 from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
@@ -81,13 +82,17 @@ class PsService:
     predecessor's replica (`replicate`, `replica`: shoal/ps/replicas.py) and `own_replica` copies
     its own shards for its successor. In async mode a push whose `basis` names another process
     of this ps is dropped as ROLLED_BACK (its values were rolled back by a failover).
+    A push tagged with a closure (in-graph training) is applied at most once per tag and shard:
+    `closures` (a ClosureLedger remembering the `closure_window` latest tags) answers a repeat
+    DUPLICATE with the current values.
 
     `clock` is time.monotonic unless a test injects one.
     """
 
     def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None], *,
                  replica_names: Sequence[str] = (), clock: Callable[[], float] = time.monotonic,
-                 join_grace_s: float = DEFAULT_JOIN_GRACE_S, ps_index: int = 0, num_ps: int = 1):
+                 join_grace_s: float = DEFAULT_JOIN_GRACE_S, ps_index: int = 0, num_ps: int = 1,
+                 closure_window: int = DEFAULT_WINDOW):
         self.task_name = task_name
         self.num_replicas = num_replicas
         self.replica_names = tuple(replica_names) or tuple(f"worker:{i}" for i in range(num_replicas))
@@ -111,6 +116,7 @@ class PsService:
         self._leases = LeaseDesk(task_name, self.incarnation)  # ps 0: dynamic data sharding
         self.replicas = ReplicaBook(ps_index, num_ps, clock=clock)
         self.ps_index = ps_index
+        self.closures = ClosureLedger(closure_window)  # pushes of scheduled closures: applied once
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
@@ -276,7 +282,13 @@ class PsService:
             # restored values may already hold it (it reached the replica), so it is never applied
             self._leases.account(message, PushOutcome.ROLLED_BACK, None)
             return self._reply_values(_Waiting(request, names, 0, PushOutcome.ROLLED_BACK))
+        if message.closure is not None and self.closures.is_duplicate(message.closure, grads.keys()):
+            log.info("%s: %s pushed %s again (a re-run closure); already applied, answered duplicate",
+                     self.task_name, message.task, message.closure)
+            self._leases.account(message, PushOutcome.DUPLICATE, None if self._sync is None else message.step)
+            return self._reply_values(_Waiting(request, names, 0, PushOutcome.DUPLICATE))
         if self._sync is None:
+            self._record_closure(message, grads)
             self.store.apply(grads, message.hyper)
             self._leases.account(message, PushOutcome.APPLIED, None)
             if message.ends_step:
@@ -293,6 +305,7 @@ class PsService:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
             return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
+        self._record_closure(message, grads)
         if message.ends_step:
             self.membership.count_applied(message.task)
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
@@ -305,6 +318,10 @@ class PsService:
             self._sync_watch.gradient_arrived(self._sync.step, self._clock())
             self._give_up_stuck_step()
         return DEFERRED
+
+    def _record_closure(self, message: PushRequest, grads: Mapping[str, Any]) -> None:
+        if message.closure is not None:
+            self.closures.record(message.closure, grads.keys())
 
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:
         self._membership_changed([self.membership.finished(message.task)])

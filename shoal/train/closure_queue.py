@@ -1,8 +1,9 @@
 """`ClosureQueue`: the coordinator's scheduled calls, waiting for a free worker.
 
 A closure leaves the queue when a worker takes it and is counted as in flight until it is
-finished or put back (its worker was lost: it goes first in line, to run elsewhere). `join`
-waits until nothing is queued or in flight. Thread-safe: the coordinator's caller schedules,
+finished or put back (its worker was lost: it goes first in line, to run elsewhere), or until
+the coordinator settles it without its worker (`fail_in_flight` on close): the worker's late
+answer is then ignored. `join` waits until nothing is queued or in flight. Thread-safe: the coordinator's caller schedules,
 one dispatcher thread per worker takes.
 """
 
@@ -16,6 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
+from shoal.train.coordinator_errors import CoordinatorError
 from shoal.train.remote_value import RemoteValue
 
 
@@ -39,7 +41,7 @@ class ClosureQueue:
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._queue: deque[Closure] = deque()
-        self._in_flight = 0
+        self._running: dict[int, Closure] = {}  # in flight, by id
         self._errors: list[Exception] = []
         self._closed = False
 
@@ -57,7 +59,7 @@ class ClosureQueue:
                 for k, closure in enumerate(self._queue):
                     if closure.worker is None or closure.worker == worker:
                         del self._queue[k]
-                        self._in_flight += 1
+                        self._running[closure.id] = closure
                         return closure
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -66,19 +68,53 @@ class ClosureQueue:
             return None
 
     def put_back(self, closure: Closure) -> None:
-        """An in-flight closure whose worker was lost: first in line again."""
+        """An in-flight closure whose worker was lost: first in line again (failed instead if
+        the queue is closed; nothing if it was settled already)."""
         with self._cv:
-            self._in_flight -= 1
-            self._queue.appendleft(closure)
+            if self._running.pop(closure.id, None) is None:
+                return
+            if self._closed:
+                self._fail(closure, CoordinatorError(f"step {closure.fn!r} (closure {closure.id}) lost its worker "
+                                                     "after the coordinator was closed; join() before closing"))
+            else:
+                self._queue.appendleft(closure)
             self._cv.notify_all()
 
     def finished(self, closure: Closure, error: Exception | None) -> None:
-        """An in-flight closure is over (its RemoteValue is already set)."""
+        """An in-flight closure is over (its RemoteValue is already set). Ignored if it was
+        settled already (`fail_in_flight`)."""
         with self._cv:
-            self._in_flight -= 1
+            if self._running.pop(closure.id, None) is None:
+                return
             if error is not None:
                 self._errors.append(error)
             self._cv.notify_all()
+
+    def fail_in_flight(self, error_for) -> int:
+        """Fail every in-flight closure with `error_for(closure)`, without waiting for its
+        worker (whose answer is then ignored); returns how many."""
+        with self._cv:
+            failed = list(self._running.values())
+            self._running.clear()
+            for closure in failed:
+                self._fail(closure, error_for(closure))
+            self._cv.notify_all()
+            return len(failed)
+
+    def fail_pinned(self, worker: str, error_for) -> int:
+        """Fail every queued closure pinned to `worker` with `error_for(closure)`; returns how many."""
+        with self._cv:
+            failed = [c for c in self._queue if c.worker == worker]
+            if failed:
+                self._queue = deque(c for c in self._queue if c.worker != worker)
+                for closure in failed:
+                    self._fail(closure, error_for(closure))
+                self._cv.notify_all()
+            return len(failed)
+
+    def _fail(self, closure: Closure, error: Exception) -> None:
+        if closure.result._fail(error):
+            self._errors.append(error)
 
     def fail_queued(self, error_for) -> int:
         """Fail every queued (not in-flight) closure with `error_for(closure)`; returns how many."""
@@ -86,9 +122,7 @@ class ClosureQueue:
             failed = list(self._queue)
             self._queue.clear()
             for closure in failed:
-                error = error_for(closure)
-                if closure.result._fail(error):
-                    self._errors.append(error)
+                self._fail(closure, error_for(closure))
             self._cv.notify_all()
             return len(failed)
 
@@ -101,12 +135,12 @@ class ClosureQueue:
     def pending(self) -> int:
         """Closures queued or in flight."""
         with self._cv:
-            return len(self._queue) + self._in_flight
+            return len(self._queue) + len(self._running)
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Block until nothing is queued or in flight (True), or `timeout` passed (False)."""
         with self._cv:
-            return self._cv.wait_for(lambda: not self._queue and not self._in_flight, timeout)
+            return self._cv.wait_for(lambda: not self._queue and not self._running, timeout)
 
     def take_errors(self) -> list[Exception]:
         """The errors since the last call, oldest first; clears them."""

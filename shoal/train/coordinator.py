@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import threading
 import time
 from enum import Enum
@@ -30,7 +31,7 @@ from shoal.train.coordinator_protocol import MAX_STEPS_PER_RUN, DatasetRequest
 from shoal.train.coordinator_registry import StepRegistry
 from shoal.train.coordinator_values import DatasetRef, encode_values
 from shoal.train.remote_value import RemoteValue
-from shoal.train.worker_link import WorkerLink
+from shoal.train.worker_link import FINISH_TIMEOUT_S, WorkerLink
 from shoal.wire import JobSecret, Security
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ class Coordinator:
     `schedule` and `create_per_worker_dataset` return at once; `join` and `RemoteValue.fetch`
     block, bounded by their timeouts. `request_timeout_s` bounds one closure on one worker
     (longer, and the worker counts as lost); if no worker answers for `worker_timeout_s`, the
-    queued closures fail. Thread-safe: schedule from any thread. `close` is idempotent: it
+    queued closures fail, and so do the closures pinned to one worker that does not answer for
+    that long. Thread-safe: schedule from any thread. `close` is idempotent: it
     fails closures that never ran and tells every worker that training is over.
     """
 
@@ -91,9 +93,11 @@ class Coordinator:
         self._lock = threading.Lock()
         self._datasets: list[tuple[DatasetRequest, dict]] = []
         self._state = CoordinatorState.NEW
+        self.origin = secrets.token_hex(6)  # closure ids are "<origin>.<n>" on the ps: unique per coordinator
         self.links = [WorkerLink(str(task), config.cluster.task_address(task.job, task.index), secret, self._queue,
                                  datasets=self._dataset_list, step_names=registry.step_names(),
-                                 request_timeout_s=request_timeout_s, security=security)
+                                 request_timeout_s=request_timeout_s, security=security, origin=self.origin,
+                                 pinned_timeout_s=worker_timeout_s)
                       for task in workers]
 
     @property
@@ -154,7 +158,9 @@ class Coordinator:
         each (in `links` order). Returns at once. With sessions in sync mode and
         `replicas_to_aggregate` = the number of workers, each global step then averages one
         gradient from every worker, applied once by the ps (synchronous in-graph training).
-        A pinned closure whose worker is lost waits for it to come back."""
+        A pinned closure whose worker is lost waits for it to come back, up to
+        `worker_timeout_s` from when it was lost; then it fails with a CoordinatorError naming
+        the worker (join and fetch raise it)."""
         return [self._schedule(fn, args, steps, link.task) for link in self.links]
 
     @property
@@ -185,18 +191,27 @@ class Coordinator:
             raise errors[0]
 
     def close(self) -> None:
-        """Fail closures that never ran, tell every worker training is over and stop the
-        dispatcher threads. Idempotent; blocks a few seconds at most per worker."""
+        """Fail closures that never ran and those still running (their RemoteValues and `join`
+        return at once, with a CoordinatorError), tell every worker training is over and stop
+        the dispatcher threads. Idempotent; blocks about 10 seconds at most in all (a worker
+        still running a long step is not waited for)."""
         if self._state is CoordinatorState.CLOSED:
             return
         self._state = CoordinatorState.CLOSED
         self._queue.close()
         self._queue.fail_queued(lambda c: CoordinatorError(
             f"step {c.fn!r} (closure {c.id}) never ran: the coordinator was closed first; join() before closing"))
+        running = self._queue.fail_in_flight(lambda c: CoordinatorError(
+            f"step {c.fn!r} (closure {c.id}) was still running on {c.attempts[-1] if c.attempts else 'a worker'} "
+            "when the coordinator was closed; its result is lost (join() before closing)"))
+        if running:
+            log.warning("closed the coordinator while %d closures ran; they fail, the workers finish them alone",
+                        running)
         for link in self.links:
             link.stop()
-        for link in self.links:
-            link.close()
+        deadline = time.monotonic() + FINISH_TIMEOUT_S + 5
+        for link in self.links:  # a link still waiting for a long run is left behind (a daemon thread)
+            link.close(max(0.0, deadline - time.monotonic()))
 
     # -- internals ---------------------------------------------------------------------------
 

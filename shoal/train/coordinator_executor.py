@@ -8,6 +8,7 @@ serving); a step that raises is a RAISED reply with the traceback's last line.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from dataclasses import dataclass
@@ -100,8 +101,9 @@ class StepExecutor:
             raise BadValueError(f"step args must be a list, got {type(args).__name__}")
         try:
             result = None
-            for _ in range(request.steps):
-                result = fn(self.context, *args)
+            with self._tagging(request.closure_key):
+                for _ in range(request.steps):
+                    result = fn(self.context, *args)
             self.runs += 1
             tree, out = encode_values(result, prefix="r")
         except Exception as e:
@@ -110,6 +112,12 @@ class StepExecutor:
             log.warning("%s: step %r (closure %d) raised %s", self.context.task, request.fn, request.closure, last)
             return Outgoing(RunReply(RunOutcome.RAISED, error=last, traceback=text))
         return Outgoing(RunReply(RunOutcome.RETURNED, tree), out)
+
+    def _tagging(self, closure_key: str):
+        """The session's pushes in this block carry the closure's id (the ps applies them once,
+        even if the closure runs again elsewhere); nothing to tag without a session."""
+        tag = getattr(self.context.session, "closure", None)
+        return tag(closure_key) if callable(tag) else contextlib.nullcontext()
 
     def _dataset_of(self, dataset_id: int) -> Iterator:
         it = self._datasets.get(dataset_id)

@@ -4,7 +4,8 @@ authenticated with the job secret).
 
     hello    the coordinator asks who a worker is and what it has registered
     dataset  create per-worker dataset `id` from a registered dataset function
-    run      run a registered step `steps` times in a row; the reply carries the last result,
+    run      run a registered step `steps` times in a row (its pushes tagged with the closure's
+             id, so the ps applies them once); the reply carries the last result,
              or the remote error (outcome RAISED) with the traceback's last line
     finish   training is over: the worker closes its session and exits
 
@@ -26,6 +27,7 @@ from shoal.wire.fields import FieldReaders
 
 MAX_STEPS_PER_RUN = 1 << 20
 MAX_ERROR_CHARS = 8192
+MAX_ORIGIN = 32
 
 
 class CoordinatorFieldError(CoordinatorError):
@@ -121,22 +123,32 @@ class DatasetRequest:
 @dataclass(frozen=True)
 class RunRequest:
     """Run step `fn` `steps` times with `args` (travels with their tensors). `closure` is the
-    coordinator's id of this scheduled call; a re-scheduled call keeps its id."""
+    coordinator's id of this scheduled call; a re-scheduled call keeps its id. `origin` is the
+    coordinator's random id (a restarted coordinator has another), "" if not sent; with
+    `closure` it names the call for the ps (`closure_key`), which applies its pushes once."""
 
     op = CoordOp.RUN
     closure: int
     fn: str
     steps: int
     args: list
+    origin: str = ""
+
+    @property
+    def closure_key(self) -> str:
+        """The id the worker's pushes carry: "<origin>.<closure>" (or "<closure>")."""
+        return f"{self.origin}.{self.closure}" if self.origin else str(self.closure)
 
     def fields(self) -> dict[str, Any]:
-        return {"closure": self.closure, "fn": self.fn, "steps": self.steps, "args": self.args}
+        return {"closure": self.closure, "fn": self.fn, "steps": self.steps, "args": self.args,
+                "origin": self.origin}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "RunRequest":
         where = "run request"
+        origin = _str(fields, where, "origin", MAX_ORIGIN, allow_empty=True) if "origin" in fields else ""
         return cls(_int(fields, where, "closure"), _str(fields, where, "fn", MAX_NAME),
-                   _int(fields, where, "steps", 1, maximum=MAX_STEPS_PER_RUN), _tree(fields, where, "args"))
+                   _int(fields, where, "steps", 1, maximum=MAX_STEPS_PER_RUN), _tree(fields, where, "args"), origin)
 
 
 @dataclass(frozen=True)

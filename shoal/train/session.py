@@ -24,6 +24,7 @@ from shoal.ps.optimizers import UpdateRule
 from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode, UsedPositions
 from shoal.train.checkpointer import Checkpointer, SaveReason
 from shoal.train.chief import ChiefDuties
+from shoal.train.closure_tags import ClosureTags
 from shoal.train.errors import TrainError
 from shoal.ps.membership import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
@@ -138,6 +139,7 @@ class TrainingSession:
         self._step = 0
         self._state = SessionState.NEW
         self._holder = secrets.token_hex(8)  # tells ps 0 this process from an earlier one of the same task
+        self._closure_tags = ClosureTags()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -297,7 +299,8 @@ class TrainingSession:
         if isinstance(used, LeasedBatch):
             used = used.used
         answers = self.ps.push_all(self.task, self._step, parts, self._targets,
-                                   self._shard_hyper(hyper) if hyper is not None else None, used)
+                                   self._shard_hyper(hyper) if hyper is not None else None, used,
+                                   closure=self._closure_tags.next_tag())
         self._assign(answers)
         rolled_back = sorted({ps for (ps, _), a in zip(parts, answers) if a.body.outcome is PushOutcome.ROLLED_BACK})
         if rolled_back:
@@ -317,6 +320,15 @@ class TrainingSession:
             self.checkpointer.save_if_due(self.ps, self._step)
         self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)
         return result
+
+    def closure(self, closure_id: str):
+        """A context manager: the pushes in its block belong to the scheduled closure
+        `closure_id` (in-graph training; the coordinator's step executor opens it around each
+        closure). Each push carries (closure_id, its index in the block), and a ps applies each
+        such push at most once, so a closure re-run after its worker died does not apply again
+        what its first run pushed; a repeat returns with `applied=False` and the current values.
+        Blocks may not nest. Does not block; not thread-safe."""
+        return self._closure_tags.running(closure_id)
 
     def run_step(self, loss_and_grad: Callable[..., tuple[float, Mapping[str, np.ndarray]]], *batch,
                  used: LeasedBatch | UsedPositions | None = None) -> tuple[float, StepResult]:
@@ -361,6 +373,26 @@ class TrainingSession:
             raise TrainError(f"{self.task}: only the chief with a model_dir saves checkpoints; "
                              "pass model_dir (--model_dir) to the chief's session")
         return self.checkpointer.save(self.ps, export=export)
+
+    def checkpoint_if_due(self) -> bool:
+        """For a chief that never pushes (a coordinator, docs/coordinator.md): learn the global
+        step from ps 0 and save a periodic checkpoint if one is due (CheckpointOptions), as
+        `push` does for a chief that trains; `global_step` then follows the ps. Returns whether
+        one was due. Does nothing without a checkpointer (not the chief, or no model_dir), and
+        logs and returns False if ps 0 does not answer (its recovery is the pushing workers').
+        Blocks: one status round trip, plus the save when due. Not thread-safe."""
+        self._require(SessionState.STARTED, "checkpoint_if_due")
+        if self.checkpointer is None:
+            return False
+        try:
+            step = self.ps.status(0, self.request_timeout_s).step
+        except WireError as e:
+            log.warning("%s could not ask ps:0 for the global step (no periodic checkpoint now): %s", self.task, e)
+            return False
+        self._step = max(self._step, step)
+        due = self.checkpointer.due(step)
+        self.checkpointer.save_if_due(self.ps, step)
+        return due
 
     # -- internals -------------------------------------------------------------------------
 

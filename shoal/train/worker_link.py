@@ -51,7 +51,8 @@ class WorkerLink:
 
     def __init__(self, task: str, address: str, secret: JobSecret, queue: ClosureQueue, *,
                  datasets: Callable[[], Sequence[tuple[DatasetRequest, dict]]], step_names: Sequence[str],
-                 request_timeout_s: float, security: Security = Security.AUTO):
+                 request_timeout_s: float, security: Security = Security.AUTO, origin: str = "",
+                 pinned_timeout_s: float | None = None):
         self.task = task
         self.address = address
         self.state = LinkState.CONNECTING
@@ -65,6 +66,8 @@ class WorkerLink:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._held: set[int] = set()
+        self._origin = origin  # the coordinator's id: with a closure's, what the ps dedups pushes by
+        self._pinned_timeout_s = pinned_timeout_s
 
     def start(self) -> None:
         if self._thread is None:
@@ -90,6 +93,7 @@ class WorkerLink:
             while not self._stop.is_set():
                 if self.state is not LinkState.READY:
                     self._hello()
+                    self._fail_pinned_if_gone()
                     continue
                 closure = self._queue.take(self.task, 0.2)
                 if closure is None:
@@ -121,6 +125,19 @@ class WorkerLink:
             log.info("%s is back; it takes closures again", self.task)
         self.state, self.lost_since = LinkState.READY, None
 
+    def _fail_pinned_if_gone(self) -> None:
+        """Fail the closures pinned to this worker once it has not answered for
+        `pinned_timeout_s` (no other worker may run them)."""
+        lost_since, timeout = self.lost_since, self._pinned_timeout_s
+        if lost_since is None or timeout is None or time.monotonic() - lost_since < timeout:
+            return
+        failed = self._queue.fail_pinned(self.task, lambda c: CoordinatorError(
+            f"step {c.fn!r} (closure {c.id}) is pinned to {self.task}, which has not answered for {timeout:.0f}s "
+            f"(at {self.address}); restart {self.task} (it takes its closures again when it is back) before "
+            "scheduling on every worker, or raise worker_timeout_s"))
+        if failed:
+            log.error("%s has not answered for %.0fs: failed the %d closures pinned to it", self.task, timeout, failed)
+
     def _create_datasets(self, closure: Closure) -> bool:
         """Create every dataset this worker does not hold, before it runs `closure`. False if
         it cannot: the worker was lost (the closure goes back to the queue), or a dataset
@@ -143,7 +160,7 @@ class WorkerLink:
 
     def _execute(self, closure: Closure) -> None:
         closure.attempts.append(self.task)
-        request = RunRequest(closure.id, closure.fn, closure.steps, closure.args)
+        request = RunRequest(closure.id, closure.fn, closure.steps, closure.args, self._origin)
         try:
             message = self._rpc.call(CoordOp.RUN.value, request.fields(), closure.tensors,
                                      timeout_s=self._request_timeout_s)

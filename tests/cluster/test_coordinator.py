@@ -204,3 +204,54 @@ def test_a_dataset_function_that_raises_fails_its_steps_with_the_error_instead_o
             coordinator.join(timeout=60)
         with pytest.raises(CoordinatorError, match="create_per_worker_dataset"):
             result.fetch(0)
+
+
+def test_a_closure_pinned_to_a_worker_that_never_answers_fails_naming_it_after_worker_timeout(job_of):
+    job = job_of(1)
+    ports = free_ports(1)  # worker:1 is in the cluster, but nothing ever serves there
+    spec = ClusterSpec.from_dict({"chief": job.spec.as_dict()["chief"],
+                                  "worker": [*job.spec.as_dict()["worker"], f"127.0.0.1:{ports[0]}"]})
+    with Coordinator(ClusterConfig(spec, TaskId("chief", 0)), steps, secret=job.secret,
+                     worker_timeout_s=2) as coordinator:
+        alive, gone = coordinator.schedule_on_every_worker(scale, np.ones(1), 2.0)
+        with pytest.raises(CoordinatorError, match=r"pinned to worker:1, which has not answered for 2s.*restart "
+                                                   r"worker:1"):
+            gone.fetch(60)
+        assert alive.fetch(30)["task"] == "worker:0"
+        with pytest.raises(CoordinatorError, match="pinned to worker:1"):
+            coordinator.join(timeout=30)
+        assert coordinator.schedule(scale, np.ones(1), 3.0).fetch(30)["y"][0] == 3.0  # unpinned: still served
+
+
+release = threading.Event()
+running = threading.Event()
+
+
+@steps.step
+def long_step(ctx):
+    running.set()
+    release.wait(60)
+    return "finished late"
+
+
+def test_close_while_a_long_step_runs_settles_it_so_fetch_and_join_return(job_of):
+    job = job_of(1)
+    release.clear()
+    running.clear()
+    coordinator = job.coordinator().start()
+    try:
+        result = coordinator.schedule(long_step)
+        assert running.wait(30)
+        closer = threading.Thread(target=coordinator.close, daemon=True)
+        closer.start()
+        closer.join(30)
+        assert not closer.is_alive(), "close() waited for the running step"
+        assert result.state is ClosureState.FAILED and coordinator.done()
+        with pytest.raises(CoordinatorError, match=r"'long_step' \(closure 0\) was still running on worker:0 when "
+                                                   r"the coordinator was closed"):
+            result.fetch(0)
+        with pytest.raises(CoordinatorError, match="still running on worker:0"):
+            coordinator.join(timeout=5)
+    finally:
+        release.set()
+        coordinator.close()

@@ -68,3 +68,21 @@ def test_sync_with_backup_worker_drops_stale_gradients_and_workers_agree(make_cl
     assert sum(int(r["dropped"]) for r in results) > 0
     for r in results[1:]:
         np.testing.assert_array_equal(r["W"], results[0]["W"])
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_sync_in_graph_training_with_two_workers_matches_joined_batch_oracle(make_cluster, tmp_path, optimizer):
+    cluster = make_cluster(num_ps=2, num_workers=2, chief=True)
+    cluster.start_all(["tests/cluster/programs/coordinator_digits.py", "--optimizer", optimizer, "--steps",
+                       str(STEPS), "--steps_per_dispatch", "5", "--out", str(tmp_path)])
+    codes = cluster.wait_all(timeout=120)
+    assert set(codes.values()) == {0}, cluster.dump()
+    got = np.load(tmp_path / "chief.npz")
+    assert int(got["step"]) == STEPS and bool(got["applied"])
+    expected = oracle(optimizer, 2)
+    untrained = digits.initial_variables()
+    for k, want in expected.items():
+        assert not np.allclose(want, untrained[k]), "the oracle must move the parameters"
+        np.testing.assert_allclose(got[k], want, rtol=1e-6, atol=1e-12)
+    for worker in cluster.tasks[3:]:  # both workers ran steps
+        assert "coordinator finished training (3 runs here)" in worker.output(), worker.output()[-2000:]

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+from shoal.ps.protocol import ClosureTag
+from shoal.train.closure_tags import ClosureTags
 from shoal.train.coordinator_errors import BadValueError, CoordinatorError, UnknownStepError
 from shoal.train.coordinator_executor import StepExecutor, worker_context
 from shoal.train.coordinator_protocol import (CoordinatorFieldError, HelloReply, RunOutcome, RunReply, RunRequest,
@@ -64,6 +66,34 @@ def test_decode_values_resolves_dataset_references_on_the_worker():
 def test_run_request_round_trips_its_fields():
     request = RunRequest(7, "train", 10, ["l", []])
     assert RunRequest.decode(request.fields()) == request
+    tagged = RunRequest(7, "train", 10, ["l", []], origin="a1b2c3")
+    assert RunRequest.decode(tagged.fields()) == tagged and tagged.closure_key == "a1b2c3.7"
+
+
+class TaggingSession:
+    """The part of a TrainingSession the executor uses to tag pushes: `closure`, with a real
+    ClosureTags; `push` records the tag each push would carry."""
+
+    def __init__(self):
+        self.tags = ClosureTags()
+        self.closure = self.tags.running
+        self.pushed = []
+
+    def push(self):
+        self.pushed.append(self.tags.next_tag())
+
+
+def test_executor_tags_every_push_of_a_closure_with_its_id_and_index_and_none_outside():
+    registry = StepRegistry()
+    registry.step(lambda ctx: ctx.session.push(), name="train")
+    session = TaggingSession()
+    executor = StepExecutor(worker_context(ClusterConfig(SPEC, TaskId("worker", 1)), session), registry)
+    executor.handle("run", RunRequest(5, "train", 3, ["l", []], origin="c0ffee").fields(), {})
+    executor.handle("run", RunRequest(6, "train", 1, ["l", []], origin="c0ffee").fields(), {})
+    assert session.pushed == [ClosureTag("c0ffee.5", 0), ClosureTag("c0ffee.5", 1), ClosureTag("c0ffee.5", 2),
+                              ClosureTag("c0ffee.6", 0)]
+    session.push()  # outside a closure: untagged, as in between-graph training
+    assert session.pushed[-1] is None
 
 
 @pytest.mark.parametrize("fields, field", [
@@ -74,6 +104,7 @@ def test_run_request_round_trips_its_fields():
     ({"closure": 1, "fn": "train", "steps": (1 << 20) + 1, "args": ["l", []]}, "steps"),
     ({"closure": 1, "fn": "train", "args": ["l", []]}, "steps"),
     ({"closure": 1, "fn": "train", "steps": 1, "args": "x"}, "args"),
+    ({"closure": 1, "fn": "train", "steps": 1, "args": ["l", []], "origin": 5}, "origin"),
 ])
 def test_run_request_with_a_bad_field_names_the_op_and_the_field(fields, field):
     with pytest.raises(CoordinatorFieldError, match=f"run request: field {field!r}"):

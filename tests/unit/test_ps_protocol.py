@@ -4,7 +4,7 @@ ProtocolFieldError that names the op and the field."""
 import pytest
 
 from shoal.ps.errors import PsError
-from shoal.ps.protocol import (ASYNC, REPLY_TYPES, REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest,
+from shoal.ps.protocol import (ASYNC, REPLY_TYPES, REQUEST_TYPES, ClosureTag, DoneReply, DoneRequest, Empty, FailedRequest,
                                Hyper, InitReply, InitRequest, Mode, Op, Phase, ProtocolFieldError, PullReply, PullRequest,
                                PushOutcome, PushReply, PushRequest, ReadyRequest, ShutdownRequest, SnapshotReply,
                                SnapshotRequest, StatusReply, StatusRequest, TrainingMode, parse_op, split_slots)
@@ -20,12 +20,20 @@ EXAMPLES = [
     PushRequest("worker:1", 4, False), PushReply(5, PushOutcome.STALE),
     PushRequest("worker:0", 2, hyper={"W/part_0": Hyper(0.1, 1e-4), "b": Hyper(0.05)}),
     DoneRequest("chief:0"), DoneReply(2), FailedRequest("worker:0"), ShutdownRequest("worker:0"),
+    PushRequest("worker:1", 4, closure=ClosureTag("3f2a.17", 2)),
 ]
 
 
 @pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
 def test_every_message_roundtrips_through_its_fields(message):
     assert type(message).decode(message.fields()) == message
+
+
+def test_push_header_is_unchanged_when_no_closure_is_given():
+    fields = PushRequest("worker:0", 3, hyper={"w": Hyper(0.1)}).fields()
+    assert "closure" not in fields
+    assert list(fields) == ["task", "step", "pull", "ends_step", "hyper"]
+    assert PushRequest.decode(fields).closure is None
 
 
 def test_every_op_has_a_request_and_a_reply_type():
@@ -45,6 +53,11 @@ def test_every_op_has_a_request_and_a_reply_type():
     (PushRequest, {"task": "worker:0", "step": 1, "hyper": {"w": [-0.1, 0.0]}}, "hyper"),
     (PushRequest, {"task": "worker:0", "step": 1, "hyper": {"w": [float("nan"), 0.0]}}, "hyper"),
     (PushRequest, {"task": "worker:0", "step": 1, "hyper": {"w": [0.1, True]}}, "hyper"),
+    (PushRequest, {"task": "worker:0", "step": 1, "closure": "3f2a.17"}, "closure"),
+    (PushRequest, {"task": "worker:0", "step": 1, "closure": ["", 0]}, "closure"),
+    (PushRequest, {"task": "worker:0", "step": 1, "closure": ["c" * 65, 0]}, "closure"),
+    (PushRequest, {"task": "worker:0", "step": 1, "closure": ["3f2a.17", -1]}, "closure"),
+    (PushRequest, {"task": "worker:0", "step": 1, "closure": ["3f2a.17", True]}, "closure"),
     (PullRequest, {"min_step": 0}, "names"),
     (PullRequest, {"names": ["W", 3]}, "names"),
     (InitRequest, {"rule": {"name": "sgd"}, "mode": "sometimes"}, "mode"),

@@ -7,7 +7,7 @@ import pytest
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import SGD, Adagrad
-from shoal.ps.protocol import (ASYNC, DoneRequest, FailedRequest, Hyper, InitRequest, Mode, Phase, PullReply,
+from shoal.ps.protocol import (ASYNC, ClosureTag, DoneRequest, FailedRequest, Hyper, InitRequest, Mode, Phase, PullReply,
                                PullRequest, PushOutcome, PushReply, PushRequest, ReadyRequest, StatusReply,
                                StatusRequest, TrainingMode)
 from shoal.ps.service import PsService
@@ -30,8 +30,9 @@ def make_service(num_replicas=2, training=ASYNC, rule=SGD(1.0)):
     return service, ended
 
 
-def push(service, task, step, value=1.0, hyper=None):
-    return service.handle(request(PushRequest(task, step, hyper=hyper), {"w": np.full(3, value, np.float32)}))
+def push(service, task, step, value=1.0, hyper=None, closure=None):
+    return service.handle(request(PushRequest(task, step, hyper=hyper, closure=closure),
+                                  {"w": np.full(3, value, np.float32)}))
 
 
 def test_status_reports_phase_and_mode_as_enums():
@@ -171,3 +172,55 @@ def test_async_push_in_parts_counts_one_step_per_push():
     (first,) = push_part(service, "worker:0", 0, "a", 1.0, False)
     (last,) = push_part(service, "worker:0", 0, "b", 1.0, True)
     assert (first.body.step, last.body.step, service.step) == (0, 1, 1)
+
+
+def test_a_closure_push_applied_once_is_answered_duplicate_when_a_re_run_sends_it_again_async():
+    service, _ = make_service()
+    (first,) = push(service, "worker:1", 0, 1.0, closure=ClosureTag("c.7", 0))
+    assert first.body == PushReply(1, PushOutcome.APPLIED)
+    (again,) = push(service, "worker:0", 1, 1.0, closure=ClosureTag("c.7", 0))  # re-run elsewhere
+    assert again.body == PushReply(1, PushOutcome.DUPLICATE)  # not counted as a step
+    np.testing.assert_array_equal(again.tensors["w"], np.full(3, -1.0))  # the current values, applied once
+    (second,) = push(service, "worker:0", 1, 1.0, closure=ClosureTag("c.7", 1))  # its next push is new
+    assert second.body == PushReply(2, PushOutcome.APPLIED)
+    assert (service.closures.applied, service.closures.duplicates) == (2, 1)
+
+
+def test_untagged_pushes_are_all_applied_as_before():
+    service, _ = make_service()
+    for step in range(3):
+        push(service, "worker:0", step)
+    assert service.step == 3 and len(service.closures) == 0
+
+
+def test_a_closure_push_accumulated_in_a_sync_step_is_not_counted_twice():
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
+    assert push(service, "worker:0", 0, 1.0, closure=ClosureTag("c.1", 0)) == []  # waits for worker:1
+    (dup,) = push(service, "worker:1", 0, 5.0, closure=ClosureTag("c.1", 0))  # the re-run on worker:1
+    assert dup.body.outcome is PushOutcome.DUPLICATE
+    replies = push(service, "worker:1", 0, 3.0, closure=ClosureTag("c.2", 0))
+    assert all(r.body == PushReply(1, PushOutcome.APPLIED) for r in replies) and len(replies) == 2
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -2.0))  # mean of 1 and 3, not of 5
+
+
+def test_a_stale_closure_push_is_not_remembered_so_its_re_run_is_applied():
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 1))
+    push(service, "worker:0", 0)
+    (stale,) = push(service, "worker:1", 0, closure=ClosureTag("c.3", 0))
+    assert stale.body.outcome is PushOutcome.STALE
+    (rerun,) = push(service, "worker:1", 1, closure=ClosureTag("c.3", 0))
+    assert rerun.body.outcome is PushOutcome.APPLIED
+
+
+def test_the_closure_ledger_forgets_the_oldest_tags_beyond_its_window():
+    ended = []
+    service = PsService("ps:0", 2, ended.append, closure_window=2)
+    service.handle(request(InitRequest(SGD(1.0).to_config(), ASYNC), {"w": np.zeros(3, np.float32)}))
+    service.handle(request(ReadyRequest()))
+    for n in range(3):
+        push(service, "worker:0", n, closure=ClosureTag(f"c.{n}", 0))
+    assert len(service.closures) == 2
+    (forgotten,) = push(service, "worker:0", 3, closure=ClosureTag("c.0", 0))
+    assert forgotten.body.outcome is PushOutcome.APPLIED  # beyond the window: applied again, as documented
+    (remembered,) = push(service, "worker:0", 4, closure=ClosureTag("c.2", 0))
+    assert remembered.body.outcome is PushOutcome.DUPLICATE
