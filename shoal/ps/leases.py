@@ -11,9 +11,16 @@ first, to a task. Each position of an epoch moves
                     LEASED --requeue / release--> FREE                            (requeued)
 
 and an epoch is complete when all N are CONSUMED; a position is consumed at most once per
-epoch (RangeSet refuses a second time: that would be a bug). The next epoch opens when the
-current one has no FREE position left, so workers are never idle in the tail of an epoch (and a
-sync step never waits on a worker that has no data); at most `max_open_epochs` are open.
+epoch (RangeSet refuses a second time: that would be a bug). The next epoch opens whenever no
+open epoch has a FREE position left (every remaining one is leased or pending), so a request
+never waits on positions merely held by others: workers are never idle in the tail of an epoch,
+and a sync step never waits on a worker that has no data (its peers may hold whole leases they
+have not used yet, and their pending positions wait for this very step). A lease is at most
+ceil(N / sharers) positions (sharers: the tasks that leased and did not leave), so the positions
+held out stay about one epoch in all and few epochs are open at once (a new one opens only when
+every open one has positions held out). `max_open_epochs` (32) is a safety cap on memory, not a
+schedule: a request waits only once that many are open (a task sitting on leases while the
+others run through epochs) or at its `until_epoch`.
 
 `lose` counts positions a push used that this book cannot place: their lease came from another
 book (ps 0 restarted since) — their use was applied but is not recorded as consumed, so the
@@ -35,6 +42,8 @@ from shoal.ps.protocol import MAX_EXAMPLES, LeaseCounts, LeaseState
 from shoal.ps.ranges import RangeSet
 
 STATE_VERSION = 1
+MAX_OPEN_EPOCHS = 32
+"""How many epochs may be open at once (see the module docstring: a safety cap, not a schedule)."""
 MAX_STATE_RANGES = 100_000
 """The most consumed ranges an exported state may hold (a checkpoint, a snapshot header)."""
 
@@ -110,7 +119,7 @@ class LeaseBook:
     `book_id` (ps 0's incarnation, so a lease from an earlier ps 0 process is told apart).
     See the module docstring for the states; not thread-safe."""
 
-    def __init__(self, book_id: str, num_examples: int, seed: int, *, max_open_epochs: int = 2,
+    def __init__(self, book_id: str, num_examples: int, seed: int, *, max_open_epochs: int = MAX_OPEN_EPOCHS,
                  max_leases_per_task: int = 64):
         if not (isinstance(num_examples, int) and not isinstance(num_examples, bool) and 1 <= num_examples <= MAX_EXAMPLES):
             raise LeaseError(f"num_examples must be an int from 1 to {MAX_EXAMPLES}, got {num_examples!r}")
@@ -128,6 +137,7 @@ class LeaseBook:
         self._next_epoch = 0
         self._leases: dict[int, _OpenLease] = {}
         self._tasks: dict[str, _TaskLeases] = {}
+        self._sharers: set[str] = set()  # tasks that leased and did not leave: a lease is at most N / len
         self._pending: list[_Pending] = []
         self._next_lease = 1
         self._completed = 0
@@ -161,8 +171,9 @@ class LeaseBook:
     # --- transitions -----------------------------------------------------------------------
 
     def lease(self, task: str, holder: str, count: int, until_epoch: int | None = None) -> Grant:
-        """Lease up to `count` free positions to `task` (the lowest free ones of the oldest open
-        epoch before `until_epoch`, opening the next epoch when none is free). A `holder` other
+        """Lease up to `count` free positions to `task`, at most ceil(N / sharers) (the lowest free
+        ones of the oldest open epoch before `until_epoch`, opening the next epoch when none is
+        free and fewer than `max_open_epochs` are open). A `holder` other
         than the one of the task's open leases means the task was restarted: those are released
         first. Raises LeaseError for a bad count or a task over its lease limit."""
         if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
@@ -185,7 +196,8 @@ class LeaseBook:
             if any(i < limit for i in self._open):
                 return Grant(LeaseState.WAIT, held_by=self._holders_before(limit), released=released)
             return Grant(LeaseState.EXHAUSTED, released=released)
-        start, end = epoch.free.take_first(count)
+        self._sharers.add(task)
+        start, end = epoch.free.take_first(min(count, -(-self.num_examples // len(self._sharers))))
         lease = Lease(self._next_lease, task, epoch.index, start, end)
         self._next_lease += 1
         self._leases[lease.id] = _OpenLease(lease, holder, RangeSet([(start, end)]))
@@ -272,6 +284,7 @@ class LeaseBook:
         """`task` left (done, failed, expired, restarted): the positions of its leases it did not
         report go back to the queue (PENDING ones stay with their step). Returns how many. Idempotent."""
         held = self._tasks.pop(task, None)
+        self._sharers.discard(task)
         back = 0
         for lease_id in held.ids if held else ():
             open_lease = self._leases.pop(lease_id)
