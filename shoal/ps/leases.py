@@ -22,18 +22,21 @@ every open one has positions held out). `max_open_epochs` (32) is a safety cap o
 schedule: a request waits only once that many are open (a task sitting on leases while the
 others run through epochs) or at its `until_epoch`.
 
-`lose` counts positions a push used that this book cannot place: their lease came from another
-book (ps 0 restarted since) — their use was applied but is not recorded as consumed, so the
-example may be used again this epoch. `export` / `restore` carry the open epochs' consumed
+`sort` tells a push's positions apart: fresh (leased, not reported), reported before by the
+same task (a resent push: nothing to count), and lost. `lose` counts positions a push used that
+this book cannot place: their lease came from another book (ps 0 restarted since) or was given
+back (the task was dropped for a missed heartbeat, or restarted) — their use was applied but is
+not recorded as consumed, so the example may be used again this epoch. `export` / `restore` carry the open epochs' consumed
 positions and the counters through a checkpoint; on restore every other position is FREE.
 
 Pure logic: no I/O, no clock. Not thread-safe (the ps's serving thread owns it). Memory is
-bounded by the number of outstanding ranges (at most `max_leases_per_task` open leases per task),
-never by a request's numbers.
+bounded by the number of outstanding ranges (at most `max_leases_per_task` open leases per task,
+and as many used-up ones remembered), never by a request's numbers.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -82,6 +85,20 @@ class EpochSummary:
     consumed: int
     requeued: int
     lost: int
+
+
+@dataclass(frozen=True)
+class Sorted:
+    """A push's `used` positions as this book can count them (`LeaseBook.sort`): `fresh` ones
+    are leased and not yet reported (consume, hold or requeue them); `reported` positions were
+    reported by the same task before (a resent push: nothing to do); `lost` ones cannot be
+    placed: leases of this book given back (the task left or restarted since) or of another
+    book (ps 0 restarted since)."""
+
+    fresh: tuple[tuple[int, int, int], ...]
+    reported: int
+    lost: tuple[tuple[int, int, int], ...]
+    foreign: bool
 
 
 @dataclass
@@ -139,6 +156,8 @@ class LeaseBook:
         self._tasks: dict[str, _TaskLeases] = {}
         self._sharers: set[str] = set()  # tasks that leased and did not leave: a lease is at most N / len
         self._pending: list[_Pending] = []
+        self._closed: dict[int, Lease] = {}  # leases all reported, the latest per task: a resent push names them
+        self._closed_of: dict[str, deque[int]] = {}
         self._next_lease = 1
         self._completed = 0
         self._requeued_total = 0
@@ -233,6 +252,48 @@ class LeaseBook:
             mine.add(start, end)
         return True
 
+    def sort(self, task: str, book: str, ranges: Iterable[tuple[int, int, int]]) -> Sorted:
+        """Sort the `used` positions of `task`'s push (see `Sorted`); changes nothing. Raises
+        LeaseError for malformed ones only: outside the data set, of a lease this book never
+        issued, of another task's lease, outside their lease, or named twice in one push."""
+        ranges = [tuple(r) for r in ranges]
+        for lease_id, start, end in ranges:
+            if not 0 <= start < end <= self.num_examples:
+                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id}; positions must "
+                                 f"satisfy 0 <= start < end <= {self.num_examples} (the data set's size)")
+        if book != self.book_id:
+            return Sorted((), 0, tuple(ranges), True)
+        fresh: list[tuple[int, int, int]] = []
+        lost: list[tuple[int, int, int]] = []
+        reported = 0
+        seen: dict[int, RangeSet] = {}
+        for lease_id, start, end in ranges:
+            if not 1 <= lease_id < self._next_lease:
+                raise LeaseError(f"{task} reported positions of lease {lease_id}, which was never issued by this "
+                                 "ps (the leases of ps 0 are numbered from 1 in the order it issued them)")
+            open_lease = self._leases.get(lease_id)
+            lease = open_lease.lease if open_lease is not None else self._closed.get(lease_id)
+            if lease is not None and lease.task != task:
+                raise LeaseError(f"{task} reported positions of lease {lease_id}, which is leased to {lease.task}")
+            if lease is not None and not lease.start <= start < end <= lease.end:
+                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} (epoch "
+                                 f"{lease.epoch}, [{lease.start}, {lease.end})), but they are outside it")
+            mine = seen.setdefault(lease_id, RangeSet())
+            if mine.overlaps(start, end):
+                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} twice in one push")
+            mine.add(start, end)
+            if lease is None:
+                lost.append((lease_id, start, end))  # given back when the task left or restarted
+                continue
+            got = 0
+            for s, t in (open_lease.outstanding if open_lease is not None else ()):
+                s, t = max(s, start), min(t, end)
+                if s < t:
+                    fresh.append((lease_id, s, t))
+                    got += t - s
+            reported += end - start - got
+        return Sorted(tuple(fresh), reported, tuple(lost), False)
+
     def consume(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[EpochSummary]:
         """LEASED -> CONSUMED (an applied gradient used them). Returns the epochs this completed."""
         for open_lease, start, end in self._take(task, ranges):
@@ -250,13 +311,18 @@ class LeaseBook:
             self._free(open_lease.lease.epoch, start, end)
 
     def lose(self, ranges: Iterable[tuple[int, int, int]]) -> int:
-        """Count positions of another book's leases as lost (on the oldest open epoch). Returns how many."""
+        """Count positions a push used that this book cannot place (another book's, or leases
+        given back since) as lost (on the oldest open epoch). Returns how many."""
         lost = sum(end - start for _, start, end in ranges)
+        self.count_lost(lost)
+        return lost
+
+    def count_lost(self, lost: int) -> None:
+        """Count `lost` positions as lost (on the oldest open epoch)."""
         epoch = self._open.get(self.epoch)
         if epoch is not None:
             epoch.lost += lost
         self._lost_total += lost
-        return lost
 
     def step_reached(self, step: int) -> list[EpochSummary]:
         """The ps reached sync step `step`: PENDING of earlier steps -> CONSUMED. Returns the
@@ -285,6 +351,8 @@ class LeaseBook:
         report go back to the queue (PENDING ones stay with their step). Returns how many. Idempotent."""
         held = self._tasks.pop(task, None)
         self._sharers.discard(task)
+        for lease_id in self._closed_of.pop(task, ()):
+            del self._closed[lease_id]
         back = 0
         for lease_id in held.ids if held else ():
             open_lease = self._leases.pop(lease_id)
@@ -372,11 +440,20 @@ class LeaseBook:
             taken.append((open_lease, start, end))
             if not len(open_lease.outstanding):
                 del self._leases[lease_id]
+                self._remember_closed(open_lease.lease)
                 held = self._tasks[task]
                 held.ids.remove(lease_id)
                 if not held.ids:
                     del self._tasks[task]
         return taken
+
+    def _remember_closed(self, lease: Lease) -> None:
+        """Keep the latest `max_leases_per_task` used-up leases of a task: a resent push names them."""
+        ids = self._closed_of.setdefault(lease.task, deque())
+        ids.append(lease.id)
+        self._closed[lease.id] = lease
+        if len(ids) > self.max_leases_per_task:
+            del self._closed[ids.popleft()]
 
     def _free(self, epoch: int, start: int, end: int) -> None:
         e = self._open[epoch]
