@@ -119,12 +119,19 @@ class LeaseDesk:
     def export(self) -> dict[str, Any] | None:
         return self.book.export() if self.book is not None else None
 
-    def restore(self, state: Mapping[str, Any] | None) -> None:
-        """Take the book's state from a checkpoint (`init`); None keeps no book. Raises LeaseError."""
+    def load(self, state: Mapping[str, Any] | None) -> LeaseBook | None:
+        """The book a checkpoint's state (`init`) makes, not installed yet: validate it before
+        the ps changes anything. None for no state or a ps other than ps 0. Raises LeaseError."""
         if state is None or not self.serves:
+            return None
+        return LeaseBook.restore(self.book_id, state)
+
+    def install(self, book: LeaseBook | None) -> None:
+        """Keep `book` (from `load`); None keeps no book."""
+        if book is None:
             return
-        self.book = LeaseBook.restore(self.book_id, state)
-        c = self.book.counts()
+        self.book = book
+        c = book.counts()
         log.info("%s: restored the lease book: epoch %d, %d of %d positions consumed", self.task_name, c.epoch,
                  c.consumed, c.num_examples)
 
