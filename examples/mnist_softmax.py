@@ -78,7 +78,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     config = shoal.resolve_cluster_config(args, os.environ)
     secret = shoal.resolve_job_secret(os.environ)
-    if shoal.serve_unless_training(config, secret=secret, security=shoal.wire_security(args)):
+    if shoal.serve_unless_training(config, secret=secret, security=shoal.wire_security(args),
+                                   replication=shoal.replication_options(args)):
         return 0
 
     data = load_mnist(default_cache_dir(os.environ))

@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from shoal.ps.protocol import (REPLY_TYPES, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest, LeaseReply,
-                               LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ShutdownRequest,
-                               SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
+                               LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ReplicaRequest,
+                               ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,
                         wait_all)
 
@@ -68,6 +68,7 @@ class PsClient:
         self._security = security
         self._probes: dict[int, RpcClient] = {}  # second connections, for status while a request waits
         self._incarnations: list[str | None] = [None] * len(self._rpc)
+        self._answered_step: list[int | None] = [None] * len(self._rpc)
 
     @property
     def num_ps(self) -> int:
@@ -87,17 +88,33 @@ class PsClient:
         """ps `ps`'s status over a second connection, opened on first use, so it can be asked
         while a request on the main one waits (from `on_slow`, or after a timeout). Raises
         WireError."""
+        return StatusReply.decode(self._probe(ps, timeout_s).call(Op.STATUS.value, timeout_s=timeout_s).header)
+
+    def _probe(self, ps: int, timeout_s: float) -> RpcClient:
         probe = self._probes.get(ps)
         if probe is None:
             probe = self._probes[ps] = RpcClient(self.addresses[ps], self._secret, f"ps:{ps}", timeout_s,
                                                  security=self._security)
-        return StatusReply.decode(probe.call(Op.STATUS.value, timeout_s=timeout_s).header)
+        return probe
 
     def init(self, ps: int, request: InitRequest, tensors: Tensors) -> InitReply:
         return self._one(ps, request, tensors, self.timeout_s).body
 
     def ready(self, ps: int) -> None:
         self._one(ps, ReadyRequest(), None, self.timeout_s)
+
+    def replica(self, holder: int, source: int, timeout_s: float) -> Answer:
+        """The replica of ps `source`'s shards that ps `holder` holds: ReplicaReply and, if
+        present, its values and "<shard>@<slot>" state. Asked over the second connection (as
+        `probe_status`), so a request of this client still waiting on `holder` is not disturbed
+        (the chief asks while recovering another ps). No recovery; raises WireError."""
+        request = ReplicaRequest(source)
+        return _answer(request.op, self._probe(holder, timeout_s).call(request.op.value, request.fields(),
+                                                                       timeout_s=timeout_s))
+
+    def answered_step(self, ps: int) -> int | None:
+        """The step ps `ps` answered this client's last push or pull with (None before any)."""
+        return self._answered_step[ps]
 
     # --- every ps ----------------------------------------------------------------------------
 
@@ -157,7 +174,9 @@ class PsClient:
         PushReply and the new values of its shards (written into `into`). `hyper` (shard ->
         Hyper, every pushed shard), if given, travels with each part for its shards. `used` (the
         leased positions the gradient was computed on), if given, travels with the last part
-        sent to ps 0, which counts them. Blocks."""
+        sent to ps 0, which counts them. Each part names the incarnation of its ps that the
+        gradient was computed against (`basis`): resent to a restarted ps after recovery, it is
+        dropped as ROLLED_BACK, never applied on top of restored values that may hold it. Blocks."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
         if hyper is None:
             middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
@@ -167,6 +186,7 @@ class PsClient:
                         for k, (ps, grads) in enumerate(parts)]
         if used is not None:
             requests[last[0]] = replace(requests[last[0]], used=used)
+        requests = [replace(r, basis=self._incarnations[ps] or "") for r, (ps, _) in zip(requests, parts)]
         return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
 
     def lease(self, request: LeaseRequest) -> LeaseReply:
@@ -210,7 +230,11 @@ class PsClient:
             try:
                 replies = wait_all([(self._rpc[s[0]], rid) for s, rid in zip(sent, rids)], self.timeout_s,
                                    progress=progress, progress_every_s=self._slow_every_s)
-                return [_answer(s[1].op, m) for s, m in zip(sent, replies)]
+                answers = [_answer(s[1].op, m) for s, m in zip(sent, replies)]
+                for s, a in zip(sent, answers):
+                    if s[1].op in (Op.PUSH, Op.PULL):
+                        self._answered_step[s[0]] = a.body.step
+                return answers
             except PeerTimeoutError as e:
                 if self._timeout_error is None:
                     raise

@@ -73,13 +73,13 @@ class LeaseDesk:
     def account(self, message: PushRequest, outcome: PushOutcome, sync_step: int | None) -> None:
         """After a push's outcome is known (checked by `check_push` before). Fresh positions
         (leased, not reported yet): APPLIED in async mode -> consumed; APPLIED or ACCUMULATED in
-        sync mode -> pending in `sync_step`; STALE or DUPLICATE -> back to the queue. Positions
-        reported before by the same task (a resent push) are left as they are; those the book
+        sync mode -> pending in `sync_step`; STALE, DUPLICATE or ROLLED_BACK -> back to the queue.
+        Positions reported before by the same task (a resent push) are left as they are; those the book
         cannot place (another book's or no book's, or leases given back since) are lost if applied."""
         book, used = self.book, message.used
         if used is None or not self.serves:
             return
-        dropped = outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE)
+        dropped = outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE, PushOutcome.ROLLED_BACK)
         if book is None:
             if not dropped:
                 lost = sum(end - start for _, start, end in used.ranges)

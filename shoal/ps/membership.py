@@ -65,7 +65,9 @@ class Change:
 
     def describe(self) -> str:
         """E.g. "worker:3 joined", "worker:1 left (no heartbeat for 20s)"."""
-        if self.after is MemberState.TRAINING:
+        if self.after is MemberState.EXPECTED:
+            verb = "expected"
+        elif self.after is MemberState.TRAINING:
             verb = "joined" if self.before in (None, MemberState.EXPECTED) else "rejoined"
         else:
             verb = {MemberState.DONE: "finished", MemberState.FAILED: "stopped" if self.terminated else "failed",
@@ -111,6 +113,26 @@ class Membership:
         before = member.state if member is not None else None
         self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s)
         return self._changed(Change(task, before, MemberState.TRAINING))
+
+    def adopt(self, live: Iterable[str], now: float) -> list[Change]:
+        """This ps restarted and was rebuilt: the other ps tasks count `live` as training. Those
+        are expected (their heartbeats come within an interval); a replica of this ps's cluster
+        that is not among them left while this ps was down. Returns the changes."""
+        live = set(live)
+        changes = []
+        for task in sorted(live):
+            member = self._members.get(task)
+            if member is None or member.state not in LIVE:
+                before = member.state if member is not None else None
+                self._members[task] = _Member(MemberState.EXPECTED, now + self.join_grace_s)
+                changes.append(Change(task, before, MemberState.EXPECTED, "training on the other ps"))
+        for task, member in self._members.items():
+            if task not in live and member.state is MemberState.EXPECTED:
+                member.state = MemberState.LOST
+                changes.append(Change(task, MemberState.EXPECTED, MemberState.LOST, "not training on the other ps"))
+        for change in changes:
+            self._changed(change)
+        return changes
 
     def seen(self, task: str, now: float) -> None:
         """A request from `task` (a push) is as good as a heartbeat for a training member."""

@@ -15,6 +15,7 @@ Pure data and validation: no I/O; every type is immutable and thread-safe.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping
@@ -43,6 +44,8 @@ class Op(str, Enum):
     SHUTDOWN = "shutdown"    # end the job now
     HEARTBEAT = "heartbeat"  # a training replica is alive (and a member: it joins with its first)
     LEASE = "lease"          # ps 0: a range of positions of the training set to train on (dynamic sharding)
+    REPLICATE = "replicate"  # ps k -> ps k+1: hold this copy of my shards (shoal/ps/replicas.py)
+    REPLICA = "replica"      # the copy of ps k's shards this ps holds (the chief rebuilds a restarted ps)
 
 
 class Mode(str, Enum):
@@ -68,6 +71,8 @@ class PushOutcome(str, Enum):
     ACCUMULATED = "accumulated"   # sync, ps-internal: counted; its reply waits for the step to finish
     STALE = "stale"               # sync: computed at an old step, dropped (backup workers cause this)
     DUPLICATE = "duplicate"       # sync: this task already contributed to the current step, dropped
+    ROLLED_BACK = "rolled_back"   # async: computed on values of an earlier process of this ps (a failover
+                                  # rolled them back), dropped; the reply carries the restored values
 
 
 @dataclass(frozen=True)
@@ -124,10 +129,13 @@ _read = FieldReaders(ProtocolFieldError)
 _fail, _int, _optional_int, _bool, _str = _read.fail, _read.int, _read.optional_int, _read.bool, _read.str
 
 
+_TASK_NAME = re.compile(r"[A-Za-z0-9_.-]+:[0-9]+")
+
+
 def _task(fields: Mapping[str, Any], where: str) -> str:
     value = fields.get("task")
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_TASK_NAME:
-        raise _fail(where, "task", "the sending task's name (e.g. 'worker:1')", value)
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_TASK_NAME or not _TASK_NAME.fullmatch(value):
+        raise _fail(where, "task", "the sending task's name, <job>:<index> (e.g. 'worker:1')", value)
     return value
 
 
@@ -327,7 +335,9 @@ class InitRequest:
     """Create the shards that travel with it (values, and "<shard>@<slot>" state), with this
     update rule and mode, starting at `step`, with the replicas in `done` already finished.
     `leases`, if not None, is the lease book's state from a checkpoint (ps 0 restores it; see
-    shoal/ps/leases.py); absent when None."""
+    shoal/ps/leases.py); absent when None. `members`, if not None, are the replicas the other
+    ps tasks count as training (the chief rebuilding a restarted ps): the rebuilt ps expects
+    those and not the ones that left meanwhile; absent when None."""
 
     op = Op.INIT
     rule: dict
@@ -335,18 +345,22 @@ class InitRequest:
     step: int = 0
     done: tuple[str, ...] = ()
     leases: dict | None = None
+    members: tuple[str, ...] | None = None
 
     def fields(self) -> dict[str, Any]:
         fields = {"rule": self.rule, **_mode_fields(self.training), "step": self.step, "done": list(self.done)}
         if self.leases is not None:
             fields["leases"] = self.leases
+        if self.members is not None:
+            fields["members"] = list(self.members)
         return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "InitRequest":
         where = "init request"
         return cls(_map(fields, where, "rule"), _training_mode(fields, where), _int(fields, where, "step", default=0),
-                   _names(fields, where, "done", MAX_TASK_NAME), _optional_map(fields, where, "leases"))
+                   _names(fields, where, "done", MAX_TASK_NAME), _optional_map(fields, where, "leases"),
+                   _names(fields, where, "members", MAX_TASK_NAME) if fields.get("members") is not None else None)
 
 
 @dataclass(frozen=True)
@@ -462,7 +476,10 @@ class PushRequest:
     decay of every shard of this part (none other), used instead of the update rule's own (in
     sync mode: those of the push that completes the shard's step). `used`, if not None, names the
     leased positions the gradient was computed on; only the last part sent to ps 0 carries it,
-    and ps 0 counts them by this part's outcome (docs/dynamic-sharding.md)."""
+    and ps 0 counts them by this part's outcome (docs/dynamic-sharding.md). `basis` is the
+    incarnation of the ps process whose values the gradient was computed on ("": unknown); an
+    asynchronous ps of another incarnation (restarted, its values rolled back by the failover)
+    drops the part as ROLLED_BACK instead of applying it."""
 
     op = Op.PUSH
     task: str
@@ -471,9 +488,12 @@ class PushRequest:
     ends_step: bool = True
     hyper: Mapping[str, Hyper] | None = None
     used: UsedPositions | None = None
+    basis: str = ""
 
     def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
+        if self.basis:
+            fields["basis"] = self.basis
         if self.hyper is not None:
             fields["hyper"] = {n: [h.learning_rate, h.weight_decay] for n, h in self.hyper.items()}
         if self.used is not None:
@@ -486,7 +506,8 @@ class PushRequest:
         used = fields.get("used")
         return cls(_task(fields, where), _int(fields, where, "step", default=0), _bool(fields, where, "pull", True),
                    _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"),
-                   None if used is None else UsedPositions.decode(used, where))
+                   None if used is None else UsedPositions.decode(used, where),
+                   _str(fields, where, "basis", 64, allow_empty=True) if "basis" in fields else "")
 
 
 @dataclass(frozen=True)
@@ -665,17 +686,112 @@ class LeaseReply:
         return reply
 
 
+@dataclass(frozen=True)
+class ReplicateRequest:
+    """ps `source` (process `incarnation`) sends its successor a whole copy of its shards:
+    values and "<shard>@<slot>" state, all of `step`, with its update rule, training mode and
+    (ps 0) lease book state. The successor holds it in place of the one before (replicas.py)."""
+
+    op = Op.REPLICATE
+    source: int
+    incarnation: str
+    step: int
+    training: TrainingMode
+    rule: dict
+    leases: dict | None = None
+
+    def fields(self) -> dict[str, Any]:
+        fields = {"source": self.source, "incarnation": self.incarnation, "step": self.step,
+                  **_mode_fields(self.training), "rule": self.rule}
+        if self.leases is not None:
+            fields["leases"] = self.leases
+        return fields
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ReplicateRequest":
+        where = "replicate request"
+        return cls(_int(fields, where, "source", maximum=_MAX_ID), _str(fields, where, "incarnation", 64),
+                   _int(fields, where, "step", maximum=_MAX_ID), _training_mode(fields, where),
+                   _map(fields, where, "rule"), _optional_map(fields, where, "leases"))
+
+
+@dataclass(frozen=True)
+class ReplicateReply:
+    """The step of the replica of `source` the successor holds now (the one just sent, or a
+    newer one of the same process that overtook it)."""
+
+    held_step: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"held_step": self.held_step}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ReplicateReply":
+        return cls(_int(fields, "replicate reply", "held_step"))
+
+
+@dataclass(frozen=True)
+class ReplicaRequest:
+    """The copy of ps `source`'s shards this ps holds, if any (the chief asks ps (source+1) % n
+    when ps `source` restarted)."""
+
+    op = Op.REPLICA
+    source: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"source": self.source}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ReplicaRequest":
+        return cls(_int(fields, "replica request", "source", maximum=_MAX_ID))
+
+
+@dataclass(frozen=True)
+class ReplicaReply:
+    """`present`: whether a replica of `source` is held; if so it travels with this reply
+    (values and "<shard>@<slot>" state) and the other fields describe it as its
+    ReplicateRequest did; `age_ms` is how long ago it arrived."""
+
+    present: bool
+    source: int
+    incarnation: str = ""
+    step: int = 0
+    training: TrainingMode | None = None
+    rule: dict | None = None
+    leases: dict | None = None
+    age_ms: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        if not self.present:
+            return {"present": False, "source": self.source}
+        fields = {"present": True, "source": self.source, "incarnation": self.incarnation, "step": self.step,
+                  **_mode_fields(self.training), "rule": self.rule, "age_ms": self.age_ms}
+        if self.leases is not None:
+            fields["leases"] = self.leases
+        return fields
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ReplicaReply":
+        where = "replica reply"
+        source = _int(fields, where, "source", maximum=_MAX_ID)
+        if not _bool(fields, where, "present"):
+            return cls(False, source)
+        return cls(True, source, _str(fields, where, "incarnation", 64), _int(fields, where, "step", maximum=_MAX_ID),
+                   _training_mode(fields, where), _map(fields, where, "rule"), _optional_map(fields, where, "leases"),
+                   _int(fields, where, "age_ms", maximum=_MAX_ID))
+
+
 REQUEST_TYPES: dict[Op, type] = {
     Op.STATUS: StatusRequest, Op.INIT: InitRequest, Op.SNAPSHOT: SnapshotRequest, Op.READY: ReadyRequest,
     Op.PULL: PullRequest, Op.PUSH: PushRequest, Op.DONE: DoneRequest, Op.FAILED: FailedRequest,
-    Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest,
-    Op.SHUTDOWN: ShutdownRequest, Op.LEASE: LeaseRequest,
+    Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest, Op.LEASE: LeaseRequest,
+    Op.REPLICATE: ReplicateRequest, Op.REPLICA: ReplicaRequest,
 }
 REPLY_TYPES: dict[Op, type] = {
     Op.STATUS: StatusReply, Op.INIT: InitReply, Op.SNAPSHOT: SnapshotReply, Op.READY: Empty,
     Op.PULL: PullReply, Op.PUSH: PushReply, Op.DONE: DoneReply, Op.FAILED: Empty, Op.SHUTDOWN: Empty,
     Op.HEARTBEAT: HeartbeatReply,
-    Op.LEASE: LeaseReply,
+    Op.LEASE: LeaseReply, Op.REPLICATE: ReplicateReply, Op.REPLICA: ReplicaReply,
 }
 
 

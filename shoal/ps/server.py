@@ -13,6 +13,8 @@ from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.logs_default import show_shoal_logs
 from shoal.ps.draining import TermDrain
 from shoal.ps.errors import PsError
+from shoal.ps.protocol import Op
+from shoal.ps.replicator import ReplicationOptions, Replicator
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
 
@@ -53,10 +55,16 @@ class Server:
     port is taken) and serves on a background thread; `join()` blocks; `stop()` is idempotent
     and safe in `finally`. `security` is the wire's (shoal/wire/security.py; AUTO: PLAIN on a
     loopback address, CURVE otherwise); the job's workers must resolve the same.
+
+    `replication` (default: off) makes this ps send a copy of its shards to the next ps of the
+    ring (ps k -> ps (k + 1) % n) at its intervals, and a ps restarted after a crash is then
+    rebuilt by the chief from that copy rather than the older checkpoint (docs/checkpoints.md).
+    Every ps of the job should get the same options.
     """
 
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str = "ps", task_index: int = 0,
-                 *, secret: JobSecret, security: Security = Security.AUTO):
+                 *, secret: JobSecret, security: Security = Security.AUTO,
+                 replication: ReplicationOptions = ReplicationOptions()):
         spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec.from_dict(dict(cluster))
         self.config = ClusterConfig(spec, TaskId(job_name, task_index))
         if job_name != "ps":
@@ -71,12 +79,22 @@ class Server:
         self._unfinished = 1
         self._chief_finished = False
         self._drain = threading.Event()  # set by join() on SIGTERM; the serving thread drains the service
+        num_ps = len(self.config.ps_addresses)
         self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over,
-                                 replica_names=[str(t) for t in self.config.replica_tasks])
+                                 replica_names=[str(t) for t in self.config.replica_tasks],
+                                 ps_index=task_index, num_ps=num_ps)
+        self.replication = replication
+        self.replicator: Replicator | None = None
+        if replication.enabled and num_ps > 1:
+            successor = (task_index + 1) % num_ps
+            self.replicator = Replicator(task_index, successor, self.config.ps_addresses[successor], secret,
+                                         replication, security=security)
 
     @classmethod
-    def for_task(cls, config: ClusterConfig, *, secret: JobSecret, security: Security = Security.AUTO) -> "Server":
-        return cls(config.cluster, config.task.job, config.task.index, secret=secret, security=security)
+    def for_task(cls, config: ClusterConfig, *, secret: JobSecret, security: Security = Security.AUTO,
+                 replication: ReplicationOptions = ReplicationOptions()) -> "Server":
+        return cls(config.cluster, config.task.job, config.task.index, secret=secret, security=security,
+                   replication=replication)
 
     @property
     def address(self) -> str:
@@ -92,13 +110,19 @@ class Server:
         self._rpc.start()
         log.info("%s serving at %s (%s; job secret from %s)", self.config.task, self.address, self._rpc.security.name,
                  self._secret.source)
+        if self.replication.enabled and self.replicator is None:
+            log.warning("%s: replication asked for, but the job has one ps and no peer to hold a replica; a "
+                        "restarted ps is rebuilt from the newest checkpoint", self.config.task)
+        if self.replicator is not None:
+            self.replicator.start()
         self._thread = threading.Thread(target=self._serve, name=f"shoal-{self.config.task}", daemon=True)
         self._thread.start()
         return self
 
     def _handle(self, request: Request) -> None:
         """Run one request through the service and send the replies it gives (serving thread)."""
-        self._last_request_at = time.monotonic()
+        if request.op != Op.HEARTBEAT.value:  # a hung replica's heartbeat thread must not keep a draining ps up
+            self._last_request_at = time.monotonic()
         try:
             replies = self.service.handle(request)
         finally:
@@ -123,11 +147,24 @@ class Server:
                 self._send(self.service.tick())
                 self._note_replicas()
                 self.service.log_sync_wait()
+                self._replicate_if_due()
                 if self._drain.is_set() and not drained:
                     drained = True
                     self._send(self.service.drain())
         finally:
+            if self.replicator is not None:
+                self.replicator.close()
             self._rpc.close()
+
+    def _replicate_if_due(self) -> None:
+        """Hand the replicator a copy of the shards when one is due (serving thread: the copy is
+        consistent because no request runs meanwhile)."""
+        if self.replicator is None or not self.replicator.due(self.service.step):
+            return
+        started = time.perf_counter()
+        replica = self.service.own_replica()
+        if replica is not None:
+            self.replicator.offer(*replica, copy_ms=(time.perf_counter() - started) * 1000)
 
     def _job_over(self, reason: str) -> None:
         if not self._stopped.is_set():

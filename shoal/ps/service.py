@@ -24,8 +24,10 @@ from shoal.ps.optimizers import rule_from_config
 from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, LIVE, Change, MemberState, Membership, quorum
 from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
                                HeartbeatRequest, InitReply, InitRequest, LeaseRequest, Mode, Op, Phase,
-                               PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ShutdownRequest,
-                               SnapshotReply, StatusReply, TrainingMode, parse_op, split_slots)
+                               PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ReplicaRequest,
+                               ReplicateReply, ReplicateRequest, ShutdownRequest, SnapshotReply, StatusReply,
+                               TrainingMode, parse_op, split_slots)
+from shoal.ps.replicas import ReplicaBook
 from shoal.ps.store import ShardStore
 from shoal.ps.sync import SyncAggregator
 from shoal.ps.sync_wait import SyncWait, SyncWaitWatch, sync_wait
@@ -75,12 +77,17 @@ class PsService:
     In sync mode a step aggregates (live members - backups) gradients, backups being the
     replicas of the cluster beyond the `replicas` the chief's init asks for.
 
+    Shard replication (issue 14): this ps is ps `ps_index` of a ring of `num_ps`; it holds its
+    predecessor's replica (`replicate`, `replica`: shoal/ps/replicas.py) and `own_replica` copies
+    its own shards for its successor. In async mode a push whose `basis` names another process
+    of this ps is dropped as ROLLED_BACK (its values were rolled back by a failover).
+
     `clock` is time.monotonic unless a test injects one.
     """
 
     def __init__(self, task_name: str, num_replicas: int, on_job_over: Callable[[str], None], *,
                  replica_names: Sequence[str] = (), clock: Callable[[], float] = time.monotonic,
-                 join_grace_s: float = DEFAULT_JOIN_GRACE_S):
+                 join_grace_s: float = DEFAULT_JOIN_GRACE_S, ps_index: int = 0, num_ps: int = 1):
         self.task_name = task_name
         self.num_replicas = num_replicas
         self.replica_names = tuple(replica_names) or tuple(f"worker:{i}" for i in range(num_replicas))
@@ -102,10 +109,13 @@ class PsService:
         self._waiting: list[_Waiting] = []
         self._released: list[Reply] = []
         self._leases = LeaseDesk(task_name, self.incarnation)  # ps 0: dynamic data sharding
+        self.replicas = ReplicaBook(ps_index, num_ps, clock=clock)
+        self.ps_index = ps_index
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
             Op.SHUTDOWN: self._shutdown, Op.HEARTBEAT: self._heartbeat, Op.LEASE: self._lease,
+            Op.REPLICATE: self._replicate, Op.REPLICA: self._replica,
         }
 
     @property
@@ -159,6 +169,18 @@ class PsService:
         released, self._released = self._released, []
         return released
 
+    def own_replica(self) -> tuple[ReplicateRequest, dict[str, np.ndarray]] | None:
+        """A copy of this ps's shards (values and slots, all of one step) to send its successor,
+        or None when there is nothing consistent to copy now: the ps is not initialized (or
+        holds no shard), or a
+        sync step has applied some shards but not all (try again a moment later). Serving
+        thread; copies every shard (as `snapshot` does for a checkpoint)."""
+        if self._phase is Phase.EMPTY or not len(self.store) or (self._sync is not None and not self._sync.between_steps):
+            return None
+        request = ReplicateRequest(self.ps_index, self.incarnation, self.step, self._training,
+                                   self.store.rule.to_config(), self._leases.export())
+        return request, self.store.snapshot()
+
     def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         """Where a push's large gradient is received: the shard's reusable buffer, so a big
         push does not allocate (and page-fault in) a fresh array every step."""
@@ -201,6 +223,8 @@ class PsService:
         first = self._phase is Phase.EMPTY
         book = self._leases.load(message.leases) if first else None  # a damaged one refuses init before any change
         self._created += self.store.create(values, rule, slots)
+        if first and message.members is not None:  # a rebuild: follow the other ps's membership
+            self._membership_changed(self.membership.adopt(message.members, self._clock()))
         if first:
             self._training = message.training
             if message.training.mode is Mode.SYNC:
@@ -248,6 +272,11 @@ class PsService:
         self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         self.membership.seen(message.task, self._clock())
+        if self._sync is None and message.basis and message.basis != self.incarnation:
+            # computed on values of an earlier process of this ps, which a failover rolled back: the
+            # restored values may already hold it (it reached the replica), so it is never applied
+            self._leases.account(message, PushOutcome.ROLLED_BACK, None)
+            return self._reply_values(_Waiting(request, names, 0, PushOutcome.ROLLED_BACK))
         if self._sync is None:
             self.store.apply(grads, message.hyper)
             self._leases.account(message, PushOutcome.APPLIED, None)
@@ -297,6 +326,13 @@ class PsService:
         self._membership_changed([change])
         return Reply(request, HeartbeatReply(self.membership.version, change is not None,
                                              len(self.membership.training)))
+
+    def _replicate(self, request: Request, message: ReplicateRequest) -> Reply:
+        return Reply(request, ReplicateReply(self.replicas.accept(message, request.tensors)))
+
+    def _replica(self, request: Request, message: ReplicaRequest) -> Reply:
+        body, tensors = self.replicas.reply(message.source)
+        return Reply(request, body, tensors)
 
     def _lease(self, request: Request, message: LeaseRequest) -> Reply:
         if self._phase is not Phase.READY:

@@ -87,6 +87,12 @@ class SyncAggregator:
         return step < self.step or (step == self.step and all(name in self._applied for name in names))
 
     @property
+    def between_steps(self) -> bool:
+        """Whether no shard has its update of the current step applied yet (the values are all
+        of one step: a consistent copy, e.g. a replica, can be taken)."""
+        return not self._applied
+
+    @property
     def contributors(self) -> set[str]:
         """The tasks that pushed some shard for the current step."""
         return set().union(*self._contributors.values()) if self._contributors else set()

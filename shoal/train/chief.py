@@ -14,10 +14,11 @@ import numpy as np
 
 from shoal.ps.client import PsClient
 from shoal.ps.optimizers import UpdateRule
-from shoal.ps.protocol import InitRequest, TrainingMode
+from shoal.ps.protocol import InitRequest, Mode, TrainingMode
 from shoal.train.checkpointer import Checkpointer
 from shoal.train.local_state import LocalState
 from shoal.train.placement import Placement
+from shoal.train.replica_source import Replica, fetch_replica
 from shoal.train.snapshot import check_fits, scatter
 from shoal.wire import WireError
 
@@ -58,34 +59,76 @@ class ChiefDuties:
                  sum(r.created for r in replies), client.num_ps)
 
     def rebuild_ps(self, client: PsClient, ps: int) -> None:
-        """Recreate a restarted ps's shards from the newest checkpoint (else from the chief's
-        copy) at the step the other ps tasks are at, with their list of finished replicas."""
+        """Recreate a restarted ps's shards from the replica its successor holds (values, slots,
+        step; issue 14) unless the newest checkpoint is newer; else from the newest checkpoint
+        (else the chief's copy), warning what was lost. Logs which source was used and its step.
+
+        The step it restarts at: in sync mode the newest of the other ps tasks', the source's and
+        the chief's, so pushes for steps the restored values already hold are STALE (never
+        applied twice); in async mode the replica's own step (the count of pushes its values
+        hold), and pushes computed before the restart are dropped by their `basis`."""
         others = []
         for i in range(client.num_ps):
             if i != ps:
-                try:
-                    others.append(client.status(i, timeout_s=2.0))
+                try:  # over the second connection: a push may still wait on the main one
+                    others.append(client.probe_status(i, timeout_s=2.0))
                 except WireError:
                     pass
-        values, slots, saved_step, leases = self._restore_source(f"for ps:{ps}, which restarted")
+        done = tuple(sorted({t for s in others for t in s.done}))
+        # the replicas still training, as the other ps count them (None: no other ps answered)
+        members = tuple(sorted({t for s in others for t in s.members})) if others else None
+        if ps != 0 and not self._placement.on_ps(ps):  # ps 0 also holds the lease book
+            log.info("%s: ps:%d holds no variables; restarting it at step %d", self._task, ps,
+                     max([s.step for s in others] + [self._current_step()]))
+            client.init(ps, self._init_request(max([s.step for s in others] + [self._current_step()]), done,
+                                               members=members), {})
+            client.ready(ps)
+            return
+        replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
+                                         timeout_s=min(client.timeout_s, 30.0))
+        checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
+        if replica is not None and checkpoint is not None and checkpoint.step > replica.step:
+            why_not = (f"the replica ps:{replica.holder} holds is of step {replica.step}, older than checkpoint "
+                       f"step {checkpoint.step}")
+            replica = None
+        if replica is not None:
+            self._rebuild_from_replica(client, ps, replica, others, done, members)
+            return
+        values, slots, saved_step, leases = self._restore_source(f"for ps:{ps}, which restarted", checkpoint)
         if saved_step is None:
             log.warning("%s: no checkpoint in model_dir; rebuilding ps:%d from this task's copy of its variables "
                         "(its optimizer state starts fresh)", self._task, ps)
+        log.warning("%s: no usable replica of ps:%d: %s; rebuilding it from %s: every update to its shards since "
+                    "then is lost", self._task, ps, why_not,
+                    f"checkpoint step {saved_step}" if saved_step is not None else "the chief's copy of its variables")
         step = max([s.step for s in others] + [saved_step or 0, self._current_step()])
-        done = tuple(sorted({t for s in others for t in s.done}))
-        client.init(ps, self._init_request(step, done, leases if ps == 0 else None),
+        client.init(ps, self._init_request(step, done, leases if ps == 0 else None, members),
                     scatter(self._placement, values, slots, only_ps=ps)[ps])
         client.ready(ps)
         log.info("%s rebuilt ps:%d at step %d", self._task, ps, step)
 
-    def _init_request(self, step: int, done: tuple[str, ...] = (), leases: dict | None = None) -> InitRequest:
-        return InitRequest(self._optimizer.to_config(), self._training, step, done, leases)
+    def _rebuild_from_replica(self, client: PsClient, ps: int, replica: Replica, others, done, members) -> None:
+        if self._training.mode is Mode.SYNC:
+            step = max([s.step for s in others] + [replica.step, self._current_step()])
+        else:
+            step = replica.step
+        leases = replica.reply.leases if ps == 0 else None
+        client.init(ps, self._init_request(step, done, leases, members), replica.tensors)
+        client.ready(ps)
+        log.info("%s rebuilt ps:%d from the replica ps:%d holds: step %d (%d tensors, %.1f kB, replicated %.1fs "
+                 "before the rebuild), at step %d", self._task, ps, replica.holder, replica.step, len(replica.tensors),
+                 replica.nbytes / 1e3, replica.reply.age_ms / 1000, step)
 
-    def _restore_source(self, what: str) -> tuple[Mapping[str, np.ndarray], dict, int | None, dict | None]:
-        """Values, optimizer slots, step and lease book state to (re)create shards from: the
-        newest valid checkpoint, else this task's own variables (with fresh slots, no step and
-        no lease book)."""
-        checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
+    def _init_request(self, step: int, done: tuple[str, ...] = (), leases: dict | None = None,
+                      members: tuple[str, ...] | None = None) -> InitRequest:
+        return InitRequest(self._optimizer.to_config(), self._training, step, done, leases, members)
+
+    def _restore_source(self, what: str, checkpoint=None) -> tuple[Mapping[str, np.ndarray], dict, int | None, dict | None]:
+        """Values, optimizer slots, step and lease book state to (re)create shards from:
+        `checkpoint` if given, else the newest valid checkpoint, else this task's own variables
+        (with fresh slots, no step and no lease book)."""
+        if checkpoint is None and self._checkpoints is not None:
+            checkpoint = self._checkpoints.latest()
         if checkpoint is None:
             return self._params, {}, None, None
         local = self._local_state.values() if self._local_state is not None else {}

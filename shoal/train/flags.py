@@ -1,6 +1,7 @@
 """Command-line flags of a training program, shared by the examples and meant for yours:
 `add_training_flags(parser, environ)`, `session_options(args)` for TrainingSession and
-`wire_security(args)` for the ps side (`serve_unless_training(..., security=...)`).
+`wire_security(args)` and `replication_options(args)` for the ps side
+(`serve_unless_training(..., security=..., replication=...)`).
 
 Pure argparse: the caller passes the environment in (for `--model_dir`'s default, $OUTPUT_DIR,
 which the launcher sets).
@@ -12,6 +13,8 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from shoal.ps.replicator import ReplicationOptions
+from shoal.ps.membership import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S
 from shoal.train.options import CheckpointOptions, SyncOptions
 from shoal.train.placement import DEFAULT_PUSH_PART_BYTES
@@ -20,7 +23,7 @@ from shoal.wire.security import Security
 
 def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every, the
-    checkpoint and recovery flags, --heartbeat_timeout, --push_part_bytes and --wire_security."""
+    checkpoint, replication and recovery flags, --heartbeat_timeout, --push_part_bytes and --wire_security."""
     parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
     parser.add_argument("--replicas_to_aggregate", type=int, default=None,
                         help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
@@ -36,7 +39,14 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
     parser.add_argument("--keep_checkpoints", type=int, default=5)
     parser.add_argument("--ps_recovery_timeout", type=float, default=120,
                         help="seconds to wait for a lost ps task to come back before failing")
-    parser.add_argument("--heartbeat_timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT_S,
+    parser.add_argument("--replicate_every_secs", type=float, default=0,
+                        help="ps tasks: send a copy of the shards (values, optimizer state, step) to the next ps "
+                             "every N seconds, so a ps that dies and is restarted is rebuilt from it, losing at most "
+                             "about N seconds of updates instead of everything since the last checkpoint (default "
+                             "0: off; see docs/checkpoints.md)")
+    parser.add_argument("--replicate_every_steps", type=int, default=0,
+                        help="ps tasks: also replicate every N steps of the ps (default 0: off)")
+    parser.add_argument("--heartbeat_timeout", type=_heartbeat_timeout, default=DEFAULT_HEARTBEAT_TIMEOUT_S,
                         help="seconds without a heartbeat after which the ps drop this replica from the job's "
                              "membership: a sync step then completes without it (default: "
                              f"{DEFAULT_HEARTBEAT_TIMEOUT_S:g})")
@@ -49,6 +59,17 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                              "encrypted, for a network you trust; curve = always")
 
 
+def _heartbeat_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from {MIN_TIMEOUT_S:g} to "
+                                         f"{MAX_TIMEOUT_S:g}")
+    return value
+
+
 def session_options(args: argparse.Namespace) -> dict[str, Any]:
     """TrainingSession keyword arguments from the flags `add_training_flags` added."""
     return dict(sync=SyncOptions(args.replicas_to_aggregate) if args.sync else False,
@@ -58,6 +79,12 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                                               keep=args.keep_checkpoints),
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
                 push_part_bytes=args.push_part_bytes or None, heartbeat_timeout_s=args.heartbeat_timeout)
+
+
+def replication_options(args: argparse.Namespace) -> ReplicationOptions:
+    """The shard replication `--replicate_every_secs` / `--replicate_every_steps` chose (0 is
+    off): pass it to `serve_unless_training` (or `Server`)."""
+    return ReplicationOptions(every_s=args.replicate_every_secs or None, every_steps=args.replicate_every_steps or None)
 
 
 def wire_security(args: argparse.Namespace) -> Security:

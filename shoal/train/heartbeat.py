@@ -52,15 +52,22 @@ class Heartbeats:
         self._security = security
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._started = False
         self._versions: list[int | None] = [None] * len(self.addresses)
         self.live_members: int | None = None  # how many replicas ps 0 counts as training, last we heard
 
     def start(self) -> "Heartbeats":
-        """Start sending (again, after `stop`). Returns self."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name=f"shoal-heartbeat-{self.task}", daemon=True)
-            self._thread.start()
+        """Start sending; after `stop`, again, as a new incarnation (the ps may have been told
+        the old one failed). Returns self."""
+        if self._thread is not None and not self._stop.is_set():
+            return self  # already sending
+        if self._started:
+            self.incarnation = secrets.token_hex(8)
+        self._started = True
+        self._stop = threading.Event()  # each thread its own: one still ending after stop() keeps its own
+        self._thread = threading.Thread(target=self._run, args=(self._stop, self.incarnation),
+                                        name=f"shoal-heartbeat-{self.task}", daemon=True)
+        self._thread.start()
         return self
 
     def stop(self) -> None:
@@ -70,15 +77,15 @@ class Heartbeats:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(1.0)
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event, incarnation: str) -> None:
         clients = [RpcClient(address, self._secret, f"ps:{i}", self.interval_s, security=self._security)
                    for i, address in enumerate(self.addresses)]
-        fields = HeartbeatRequest(self.task, self.incarnation, max(1, round(self.timeout_s * 1000))).fields()
+        fields = HeartbeatRequest(self.task, incarnation, max(1, round(self.timeout_s * 1000))).fields()
         try:
-            while not self._stop.is_set():
+            while not stop.is_set():
                 started = time.monotonic()
                 self._beat(clients, fields, started + self.interval_s)
-                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+                stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
         finally:
             for client in clients:
                 client.close()

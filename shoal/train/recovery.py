@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 from shoal.ps.client import PsClient
-from shoal.ps.protocol import StatusReply
+from shoal.ps.protocol import Mode, StatusReply
 from shoal.train.errors import TrainError
 from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
 from shoal.wire import WireError
@@ -74,6 +74,7 @@ class PsRecovery:
     def recover(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         """The PsClient's `on_lost`: block until ps `ps` is ready again."""
         address = client.addresses[ps]
+        before = client.answered_step(ps)
         log.warning("%s lost ps:%d at %s (%s); waiting up to %.0fs for it to come back", self._task, ps, address,
                     cause, max(0.0, deadline - time.monotonic()))
         last: list[StatusReply | None] = [None]
@@ -105,4 +106,8 @@ class PsRecovery:
         status = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
                             waiting=log_waiting(log, waiting_for, self._timeout_s))
         client.set_incarnation(ps, status.incarnation)
-        log.info("%s: ps:%d is back at step %d", self._task, ps, status.step)
+        rolled_back = ""
+        if before is not None and status.training is not None and status.training.mode is Mode.ASYNC:
+            rolled_back = (f" (it had answered step {before} before it was lost: "
+                           f"{max(0, before - status.step)} of its updates rolled back)")
+        log.info("%s: ps:%d is back at step %d%s", self._task, ps, status.step, rolled_back)

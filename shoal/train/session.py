@@ -25,6 +25,7 @@ from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, S
 from shoal.train.checkpointer import Checkpointer, SaveReason
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
+from shoal.ps.membership import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
 from shoal.train.leased_data import LeasedBatch, LeasedBatches
 from shoal.train.local_state import LocalState
@@ -127,6 +128,9 @@ class TrainingSession:
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
                            on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security)
         stalls.client = self.ps
+        if not MIN_TIMEOUT_S <= heartbeat_timeout_s <= MAX_TIMEOUT_S:
+            raise TrainError(f"heartbeat_timeout_s={heartbeat_timeout_s!r} is out of range: give {MIN_TIMEOUT_S:g} to "
+                             f"{MAX_TIMEOUT_S:g} seconds (--heartbeat_timeout; default {DEFAULT_HEARTBEAT_TIMEOUT_S:g})")
         self._heartbeats = Heartbeats(self.task, config.ps_addresses, secret, timeout_s=heartbeat_timeout_s,
                                       security=security)
         self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
@@ -183,6 +187,7 @@ class TrainingSession:
         except BaseException:
             self._state = SessionState.NEW
             self._heartbeats.stop()
+            self._leave_after_failed_start()
             self.ps.close()
             if self.checkpointer is not None:
                 self.checkpointer.close()
@@ -229,6 +234,14 @@ class TrainingSession:
         self.ps.close()
         if self.checkpointer is not None:
             self.checkpointer.close()
+
+    def _leave_after_failed_start(self) -> None:
+        """start() failed after the heartbeats began: tell the ps this replica is not training,
+        so no sync step waits for it until its heartbeat times out. Best effort, bounded."""
+        try:
+            self.ps.failed_all(self.task, 2.0, self._heartbeats.incarnation)
+        except WireError as e:
+            log.debug("%s: could not tell the ps that start() failed: %s", self.task, e)
 
     def _require(self, state: SessionState, call: str) -> None:
         if self._state is state:
@@ -286,6 +299,10 @@ class TrainingSession:
         answers = self.ps.push_all(self.task, self._step, parts, self._targets,
                                    self._shard_hyper(hyper) if hyper is not None else None, used)
         self._assign(answers)
+        rolled_back = sorted({ps for (ps, _), a in zip(parts, answers) if a.body.outcome is PushOutcome.ROLLED_BACK})
+        if rolled_back:
+            log.info("%s: %s dropped this step's gradient, computed on values its failover rolled back; this worker "
+                     "has its restored values now", self.task, ", ".join(f"ps:{ps}" for ps in rolled_back))
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign

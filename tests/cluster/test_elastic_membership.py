@@ -125,3 +125,43 @@ def test_a_worker_started_late_outside_the_cluster_spec_joins_trains_and_is_coun
     assert int(late_result["applied"]) > 0, cluster.dump()
     assert re.search(r"membership v\d+: 3 training \[worker:0, worker:1, worker:2\]", cluster.tasks[0].output())
     assert "live_replicas=3" in cluster.tasks[-1].output()  # what its session saw: lr/batch scaling reads it
+
+
+def test_a_replica_whose_start_fails_tells_the_ps_it_is_not_training():
+    """Its heartbeats began; without a word the ps would count it (a sync step would wait for it)
+    until its heartbeat timed out."""
+    import shoal
+    from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+    from shoal.ps.membership import MemberState
+    from shoal.train.errors import TrainError
+
+    ps_port, *worker_ports = free_ports(3)
+    spec = ClusterSpec.from_dict({"ps": [f"127.0.0.1:{ps_port}"], "worker": [f"127.0.0.1:{p}" for p in worker_ports]})
+    secret = JobSecret(b"s" * 32, "test")
+    server = shoal.Server(spec, "ps", 0, secret=secret).start()
+    try:
+        variables = {"w": np.zeros(3, np.float32)}
+        chief = shoal.TrainingSession(ClusterConfig(spec, TaskId("worker", 0)), variables, shoal.SGD(0.1),
+                                      secret=secret).start()
+        worker = shoal.TrainingSession(ClusterConfig(spec, TaskId("worker", 1)), variables, shoal.SGD(0.1),
+                                       secret=secret, sync=True, heartbeat_timeout_s=60)
+        with pytest.raises(TrainError, match="runs async"):
+            worker.start()  # started for sync, the ps runs async
+        assert server.service.membership.state("worker:1") is MemberState.FAILED
+        chief.close()
+    finally:
+        server.stop()
+
+
+def test_heartbeats_stopped_while_a_ps_does_not_answer_start_again_as_a_new_incarnation():
+    from shoal.train.heartbeat import Heartbeats
+
+    silent = f"127.0.0.1:{free_ports(1)[0]}"  # nobody listens: every heartbeat waits its whole interval
+    beats = Heartbeats("worker:0", [silent], JobSecret(b"s" * 32, "test"), timeout_s=8.0)  # 2 s interval
+    first = beats.start().incarnation
+    time.sleep(0.2)
+    beats.stop()  # waits 1 s; the thread still waits for its unanswered heartbeat
+    beats.start()
+    time.sleep(beats.interval_s + 0.5)  # the old thread has ended by now
+    assert beats._thread.is_alive() and beats.incarnation != first
+    beats.stop()

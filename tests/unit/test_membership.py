@@ -175,3 +175,41 @@ def test_status_reports_the_membership_version_and_members():
     service = sync_service(clock)
     s = status(service)
     assert s.members == EXPECTED and s.membership_version == 4  # v1 + three joins
+
+
+def test_a_rebuilt_ps_follows_the_other_ps_membership_not_its_cluster():
+    """worker:1 left while this ps was down: the rebuilt ps must not wait 120 s for it."""
+    clock = Clock()
+    service = PsService("ps:1", 3, lambda reason: None, replica_names=EXPECTED, clock=clock)
+    service.handle(request(InitRequest(SGD(1.0).to_config(), TrainingMode(Mode.SYNC, 3), step=7,
+                                       members=("chief:0", "worker:0")), {"w": np.zeros(3, np.float32)}))
+    service.handle(request(ReadyRequest()))
+    assert service.membership.training == ("chief:0", "worker:0")
+    assert push(service, "chief:0", 7) == []
+    assert len(push(service, "worker:0", 7)) == 2  # the step completes with the 2 that train
+
+
+def test_init_without_members_keeps_expecting_the_cluster():
+    service = PsService("ps:0", 3, lambda reason: None, replica_names=EXPECTED, clock=Clock())
+    service.handle(request(InitRequest(SGD(1.0).to_config(), TrainingMode(Mode.SYNC, 3)),
+                           {"w": np.zeros(3, np.float32)}))
+    assert service.membership.training == EXPECTED
+
+
+@pytest.mark.parametrize("task", ["worker", "worker:x", "w\nps:0 membership v9: 0 training []", ":1", "a b:1"])
+def test_a_task_name_that_is_not_job_colon_index_is_refused_naming_it(task):
+    from shoal.ps.errors import PsError
+    service = PsService("ps:0", 1, lambda reason: None)
+    with pytest.raises(PsError, match=r"<job>:<index>"):
+        service.handle(request(HeartbeatRequest(task, "a", 2000)))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "4000", "soon"])
+def test_heartbeat_timeout_flag_out_of_range_is_refused_naming_the_value_and_the_range(value, capsys):
+    import argparse
+    from shoal.train.flags import add_training_flags
+    parser = argparse.ArgumentParser()
+    add_training_flags(parser, {})
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--heartbeat_timeout", value])
+    assert f"'{value}' is not a number of seconds from 0.5 to 3600" in capsys.readouterr().err

@@ -1,0 +1,75 @@
+"""Where the chief rebuilds a restarted ps from: the replica its successor in the ring holds
+(shard replication, issue 14), checked to fit the ps's place in this job.
+
+`fetch_replica` asks ps (ps + 1) % n for its replica of ps `ps` and returns it with the reason
+it cannot be used, if it cannot. Blocks on one request (bounded by `timeout_s`); not
+thread-safe (it uses the caller's PsClient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from shoal.ps.client import PsClient
+from shoal.ps.optimizers import UpdateRule
+from shoal.ps.protocol import ReplicaReply, TrainingMode, split_slots
+from shoal.train.placement import Placement
+from shoal.wire import WireError
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A ps's shards as its successor holds them: tensors ready for `init` (values and
+    "<shard>@<slot>"), the step they are of, and who holds them."""
+
+    holder: int
+    reply: ReplicaReply
+    tensors: Mapping[str, np.ndarray]
+
+    @property
+    def step(self) -> int:
+        return self.reply.step
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+
+def successor(ps: int, num_ps: int) -> int | None:
+    """The ps that holds ps `ps`'s replica; None in a job with one ps."""
+    return (ps + 1) % num_ps if num_ps > 1 else None
+
+
+def fetch_replica(client: PsClient, placement: Placement, params: Mapping[str, np.ndarray], ps: int,
+                  optimizer: UpdateRule, training: TrainingMode, timeout_s: float) -> tuple[Replica | None, str]:
+    """ps `ps`'s replica from its successor, or None and why there is none to use (the
+    successor is down, holds none, or one that does not fit this job's model, placement,
+    optimizer or mode)."""
+    holder = successor(ps, client.num_ps)
+    if holder is None:
+        return None, "the job has one ps, so no other ps holds a replica"
+    try:
+        answer = client.replica(holder, ps, timeout_s)
+    except WireError as e:
+        return None, f"ps:{holder}, which holds its replica, did not give it ({e})"
+    reply: ReplicaReply = answer.body
+    if not reply.present:
+        return None, (f"ps:{holder} holds no replica of it (replication is off, ps:{holder} restarted too, "
+                      "or none was sent yet)")
+    values, _ = split_slots(answer.tensors)
+    want = {s.name: s for s in placement.on_ps(ps)}
+    if values.keys() != want.keys():
+        return None, (f"ps:{holder}'s replica holds shards {sorted(values)[:5]}, this job places "
+                      f"{sorted(want)[:5]} on it")
+    for name, s in want.items():
+        model = s.rows(params[s.variable])
+        if values[name].shape != model.shape or values[name].dtype != model.dtype:
+            return None, (f"ps:{holder}'s replica of shard {name!r} is {values[name].dtype}{list(values[name].shape)}, "
+                          f"this job's is {model.dtype}{list(model.shape)}")
+    if reply.rule != optimizer.to_config() or reply.training != training:
+        return None, (f"ps:{holder}'s replica was trained with {reply.rule} in {reply.training} mode, this job "
+                      f"uses {optimizer.to_config()} in {training} mode")
+    return Replica(holder, reply, answer.tensors), ""
