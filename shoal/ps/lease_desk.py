@@ -1,6 +1,7 @@
 """`LeaseDesk`: the lease service of a ps: ps 0 keeps the job's `LeaseBook` and serves `lease`;
-pushes that carry `used` positions are checked before they are applied and counted by their
-outcome after. The part of PsService that knows about leases (docs/dynamic-sharding.md).
+pushes that carry `used` positions are checked for malformed positions before they are applied
+and counted by their outcome after: a recoverable situation (a resent push, a member dropped
+for a missed heartbeat and back, a ps 0 rebuilt without a book) never refuses a push. The part of PsService that knows about leases (docs/dynamic-sharding.md).
 
 Runs on the ps's serving thread only; not thread-safe. No I/O but logging.
 """
@@ -30,6 +31,7 @@ class LeaseDesk:
         self.serves = task_name == LEASE_SERVER
         self.book_id = book_id
         self.book: LeaseBook | None = None
+        self._lost_before_book = 0  # positions applied pushes used while there was no book yet
 
     def lease(self, message: LeaseRequest) -> LeaseReply:
         """Answer a lease request. Raises PsError on a ps other than ps 0, for a data set other
@@ -48,6 +50,9 @@ class LeaseDesk:
                              "every worker must pass the same num_examples and seed (a job restored from a "
                              "checkpoint keeps its data set: use a fresh model dir for another)")
         grant = book.lease(message.task, message.holder, message.count, message.until_epoch)
+        if self._lost_before_book:  # on the epoch the first lease opened
+            book.count_lost(self._lost_before_book)
+            self._lost_before_book = 0
         if grant.released:
             log.info("%s: %s restarted; %d positions it held went back to the queue", self.task_name,
                      message.task, grant.released)
@@ -59,34 +64,42 @@ class LeaseDesk:
                           released=grant.released)
 
     def check_push(self, message: PushRequest) -> None:
-        """Before a push is applied: refuse `used` positions this book cannot take (LeaseError)."""
-        if message.used is None or not self.serves:
-            return
-        if self.book is None:
-            raise LeaseError(f"{message.task}'s push names leased positions, but {self.task_name} has leased none; "
-                             "lease them first (session.leased_batches)")
-        self.book.check(message.task, message.used.book, message.used.ranges)
+        """Before a push is applied: refuse malformed `used` positions (LeaseError: outside the
+        data set, of a lease never issued or another task's, outside their lease, named twice).
+        What is merely no longer leased is decided by `account`, once the outcome is known."""
+        if message.used is not None and self.serves and self.book is not None:
+            self.book.sort(message.task, message.used.book, message.used.ranges)
 
     def account(self, message: PushRequest, outcome: PushOutcome, sync_step: int | None) -> None:
-        """After a push's outcome is known (checked by `check_push` before): APPLIED in async
-        mode -> consumed; APPLIED or ACCUMULATED in sync mode -> pending in `sync_step`; STALE,
-        DUPLICATE or ROLLED_BACK -> back to the queue. Positions of another book's leases are lost if applied."""
+        """After a push's outcome is known (checked by `check_push` before). Fresh positions
+        (leased, not reported yet): APPLIED in async mode -> consumed; APPLIED or ACCUMULATED in
+        sync mode -> pending in `sync_step`; STALE, DUPLICATE or ROLLED_BACK -> back to the queue.
+        Positions reported before by the same task (a resent push) are left as they are; those the book
+        cannot place (another book's or no book's, or leases given back since) are lost if applied."""
         book, used = self.book, message.used
-        if used is None or book is None or not self.serves:
+        if used is None or not self.serves:
             return
         dropped = outcome in (PushOutcome.STALE, PushOutcome.DUPLICATE, PushOutcome.ROLLED_BACK)
-        if used.book != book.book_id:
+        if book is None:
             if not dropped:
-                lost = book.lose(used.ranges)
-                log.warning("%s: %s used %d positions leased before this ps started; counted lost (they may be "
-                            "used again this epoch)", self.task_name, message.task, lost)
+                lost = sum(end - start for _, start, end in used.ranges)
+                self._lost_before_book += lost
+                log.warning("%s: %s used %d positions leased before this ps started, which has no lease book; "
+                            "counted lost (they may be used again this epoch)", self.task_name, message.task, lost)
             return
+        sorted_ = book.sort(message.task, used.book, used.ranges)
         if dropped:
-            book.requeue(message.task, used.ranges)
-        elif sync_step is None:
-            self._log_completed(book.consume(message.task, used.ranges))
+            book.requeue(message.task, sorted_.fresh)
+            return
+        if sync_step is None:
+            self._log_completed(book.consume(message.task, sorted_.fresh))
         else:
-            book.hold(message.task, used.ranges, sync_step)
+            book.hold(message.task, sorted_.fresh, sync_step)
+        if sorted_.lost:
+            lost = book.lose(sorted_.lost)
+            why = "leased before this ps started" if sorted_.foreign else "given back when it left or restarted"
+            log.warning("%s: %s used %d positions %s; counted lost (they may be used again this epoch)",
+                        self.task_name, message.task, lost, why)
 
     def step_reached(self, step: int) -> None:
         if self.book is not None:
@@ -106,12 +119,19 @@ class LeaseDesk:
     def export(self) -> dict[str, Any] | None:
         return self.book.export() if self.book is not None else None
 
-    def restore(self, state: Mapping[str, Any] | None) -> None:
-        """Take the book's state from a checkpoint (`init`); None keeps no book. Raises LeaseError."""
+    def load(self, state: Mapping[str, Any] | None) -> LeaseBook | None:
+        """The book a checkpoint's state (`init`) makes, not installed yet: validate it before
+        the ps changes anything. None for no state or a ps other than ps 0. Raises LeaseError."""
         if state is None or not self.serves:
+            return None
+        return LeaseBook.restore(self.book_id, state)
+
+    def install(self, book: LeaseBook | None) -> None:
+        """Keep `book` (from `load`); None keeps no book."""
+        if book is None:
             return
-        self.book = LeaseBook.restore(self.book_id, state)
-        c = self.book.counts()
+        self.book = book
+        c = book.counts()
         log.info("%s: restored the lease book: epoch %d, %d of %d positions consumed", self.task_name, c.epoch,
                  c.consumed, c.num_examples)
 

@@ -11,22 +11,32 @@ first, to a task. Each position of an epoch moves
                     LEASED --requeue / release--> FREE                            (requeued)
 
 and an epoch is complete when all N are CONSUMED; a position is consumed at most once per
-epoch (RangeSet refuses a second time: that would be a bug). The next epoch opens when the
-current one has no FREE position left, so workers are never idle in the tail of an epoch (and a
-sync step never waits on a worker that has no data); at most `max_open_epochs` are open.
+epoch (RangeSet refuses a second time: that would be a bug). The next epoch opens whenever no
+open epoch has a FREE position left (every remaining one is leased or pending), so a request
+never waits on positions merely held by others: workers are never idle in the tail of an epoch,
+and a sync step never waits on a worker that has no data (its peers may hold whole leases they
+have not used yet, and their pending positions wait for this very step). A lease is at most
+ceil(N / sharers) positions (sharers: the tasks that leased and did not leave), so the positions
+held out stay about one epoch in all and few epochs are open at once (a new one opens only when
+every open one has positions held out). `max_open_epochs` (32) is a safety cap on memory, not a
+schedule: a request waits only once that many are open (a task sitting on leases while the
+others run through epochs) or at its `until_epoch`.
 
-`lose` counts positions a push used that this book cannot place: their lease came from another
-book (ps 0 restarted since) — their use was applied but is not recorded as consumed, so the
-example may be used again this epoch. `export` / `restore` carry the open epochs' consumed
+`sort` tells a push's positions apart: fresh (leased, not reported), reported before by the
+same task (a resent push: nothing to count), and lost. `lose` counts positions a push used that
+this book cannot place: their lease came from another book (ps 0 restarted since) or was given
+back (the task was dropped for a missed heartbeat, or restarted) — their use was applied but is
+not recorded as consumed, so the example may be used again this epoch. `export` / `restore` carry the open epochs' consumed
 positions and the counters through a checkpoint; on restore every other position is FREE.
 
 Pure logic: no I/O, no clock. Not thread-safe (the ps's serving thread owns it). Memory is
-bounded by the number of outstanding ranges (at most `max_leases_per_task` open leases per task),
-never by a request's numbers.
+bounded by the number of outstanding ranges (at most `max_leases_per_task` open leases per task,
+and as many used-up ones remembered), never by a request's numbers.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -35,6 +45,8 @@ from shoal.ps.protocol import MAX_EXAMPLES, LeaseCounts, LeaseState
 from shoal.ps.ranges import RangeSet
 
 STATE_VERSION = 1
+MAX_OPEN_EPOCHS = 32
+"""How many epochs may be open at once (see the module docstring: a safety cap, not a schedule)."""
 MAX_STATE_RANGES = 100_000
 """The most consumed ranges an exported state may hold (a checkpoint, a snapshot header)."""
 
@@ -75,6 +87,20 @@ class EpochSummary:
     lost: int
 
 
+@dataclass(frozen=True)
+class Sorted:
+    """A push's `used` positions as this book can count them (`LeaseBook.sort`): `fresh` ones
+    are leased and not yet reported (consume, hold or requeue them); `reported` positions were
+    reported by the same task before (a resent push: nothing to do); `lost` ones cannot be
+    placed: leases of this book given back (the task left or restarted since) or of another
+    book (ps 0 restarted since)."""
+
+    fresh: tuple[tuple[int, int, int], ...]
+    reported: int
+    lost: tuple[tuple[int, int, int], ...]
+    foreign: bool
+
+
 @dataclass
 class _Epoch:
     index: int
@@ -110,7 +136,7 @@ class LeaseBook:
     `book_id` (ps 0's incarnation, so a lease from an earlier ps 0 process is told apart).
     See the module docstring for the states; not thread-safe."""
 
-    def __init__(self, book_id: str, num_examples: int, seed: int, *, max_open_epochs: int = 2,
+    def __init__(self, book_id: str, num_examples: int, seed: int, *, max_open_epochs: int = MAX_OPEN_EPOCHS,
                  max_leases_per_task: int = 64):
         if not (isinstance(num_examples, int) and not isinstance(num_examples, bool) and 1 <= num_examples <= MAX_EXAMPLES):
             raise LeaseError(f"num_examples must be an int from 1 to {MAX_EXAMPLES}, got {num_examples!r}")
@@ -128,7 +154,10 @@ class LeaseBook:
         self._next_epoch = 0
         self._leases: dict[int, _OpenLease] = {}
         self._tasks: dict[str, _TaskLeases] = {}
+        self._sharers: set[str] = set()  # tasks that leased and did not leave: a lease is at most N / len
         self._pending: list[_Pending] = []
+        self._closed: dict[int, Lease] = {}  # leases all reported, the latest per task: a resent push names them
+        self._closed_of: dict[str, deque[int]] = {}
         self._next_lease = 1
         self._completed = 0
         self._requeued_total = 0
@@ -161,8 +190,9 @@ class LeaseBook:
     # --- transitions -----------------------------------------------------------------------
 
     def lease(self, task: str, holder: str, count: int, until_epoch: int | None = None) -> Grant:
-        """Lease up to `count` free positions to `task` (the lowest free ones of the oldest open
-        epoch before `until_epoch`, opening the next epoch when none is free). A `holder` other
+        """Lease up to `count` free positions to `task`, at most ceil(N / sharers) (the lowest free
+        ones of the oldest open epoch before `until_epoch`, opening the next epoch when none is
+        free and fewer than `max_open_epochs` are open). A `holder` other
         than the one of the task's open leases means the task was restarted: those are released
         first. Raises LeaseError for a bad count or a task over its lease limit."""
         if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
@@ -185,7 +215,8 @@ class LeaseBook:
             if any(i < limit for i in self._open):
                 return Grant(LeaseState.WAIT, held_by=self._holders_before(limit), released=released)
             return Grant(LeaseState.EXHAUSTED, released=released)
-        start, end = epoch.free.take_first(count)
+        self._sharers.add(task)
+        start, end = epoch.free.take_first(min(count, -(-self.num_examples // len(self._sharers))))
         lease = Lease(self._next_lease, task, epoch.index, start, end)
         self._next_lease += 1
         self._leases[lease.id] = _OpenLease(lease, holder, RangeSet([(start, end)]))
@@ -221,6 +252,48 @@ class LeaseBook:
             mine.add(start, end)
         return True
 
+    def sort(self, task: str, book: str, ranges: Iterable[tuple[int, int, int]]) -> Sorted:
+        """Sort the `used` positions of `task`'s push (see `Sorted`); changes nothing. Raises
+        LeaseError for malformed ones only: outside the data set, of a lease this book never
+        issued, of another task's lease, outside their lease, or named twice in one push."""
+        ranges = [tuple(r) for r in ranges]
+        for lease_id, start, end in ranges:
+            if not 0 <= start < end <= self.num_examples:
+                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id}; positions must "
+                                 f"satisfy 0 <= start < end <= {self.num_examples} (the data set's size)")
+        if book != self.book_id:
+            return Sorted((), 0, tuple(ranges), True)
+        fresh: list[tuple[int, int, int]] = []
+        lost: list[tuple[int, int, int]] = []
+        reported = 0
+        seen: dict[int, RangeSet] = {}
+        for lease_id, start, end in ranges:
+            if not 1 <= lease_id < self._next_lease:
+                raise LeaseError(f"{task} reported positions of lease {lease_id}, which was never issued by this "
+                                 "ps (the leases of ps 0 are numbered from 1 in the order it issued them)")
+            open_lease = self._leases.get(lease_id)
+            lease = open_lease.lease if open_lease is not None else self._closed.get(lease_id)
+            if lease is not None and lease.task != task:
+                raise LeaseError(f"{task} reported positions of lease {lease_id}, which is leased to {lease.task}")
+            if lease is not None and not lease.start <= start < end <= lease.end:
+                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} (epoch "
+                                 f"{lease.epoch}, [{lease.start}, {lease.end})), but they are outside it")
+            mine = seen.setdefault(lease_id, RangeSet())
+            if mine.overlaps(start, end):
+                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} twice in one push")
+            mine.add(start, end)
+            if lease is None:
+                lost.append((lease_id, start, end))  # given back when the task left or restarted
+                continue
+            got = 0
+            for s, t in (open_lease.outstanding if open_lease is not None else ()):
+                s, t = max(s, start), min(t, end)
+                if s < t:
+                    fresh.append((lease_id, s, t))
+                    got += t - s
+            reported += end - start - got
+        return Sorted(tuple(fresh), reported, tuple(lost), False)
+
     def consume(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[EpochSummary]:
         """LEASED -> CONSUMED (an applied gradient used them). Returns the epochs this completed."""
         for open_lease, start, end in self._take(task, ranges):
@@ -238,13 +311,18 @@ class LeaseBook:
             self._free(open_lease.lease.epoch, start, end)
 
     def lose(self, ranges: Iterable[tuple[int, int, int]]) -> int:
-        """Count positions of another book's leases as lost (on the oldest open epoch). Returns how many."""
+        """Count positions a push used that this book cannot place (another book's, or leases
+        given back since) as lost (on the oldest open epoch). Returns how many."""
         lost = sum(end - start for _, start, end in ranges)
+        self.count_lost(lost)
+        return lost
+
+    def count_lost(self, lost: int) -> None:
+        """Count `lost` positions as lost (on the oldest open epoch)."""
         epoch = self._open.get(self.epoch)
         if epoch is not None:
             epoch.lost += lost
         self._lost_total += lost
-        return lost
 
     def step_reached(self, step: int) -> list[EpochSummary]:
         """The ps reached sync step `step`: PENDING of earlier steps -> CONSUMED. Returns the
@@ -272,6 +350,9 @@ class LeaseBook:
         """`task` left (done, failed, expired, restarted): the positions of its leases it did not
         report go back to the queue (PENDING ones stay with their step). Returns how many. Idempotent."""
         held = self._tasks.pop(task, None)
+        self._sharers.discard(task)
+        for lease_id in self._closed_of.pop(task, ()):
+            del self._closed[lease_id]
         back = 0
         for lease_id in held.ids if held else ():
             open_lease = self._leases.pop(lease_id)
@@ -359,11 +440,20 @@ class LeaseBook:
             taken.append((open_lease, start, end))
             if not len(open_lease.outstanding):
                 del self._leases[lease_id]
+                self._remember_closed(open_lease.lease)
                 held = self._tasks[task]
                 held.ids.remove(lease_id)
                 if not held.ids:
                     del self._tasks[task]
         return taken
+
+    def _remember_closed(self, lease: Lease) -> None:
+        """Keep the latest `max_leases_per_task` used-up leases of a task: a resent push names them."""
+        ids = self._closed_of.setdefault(lease.task, deque())
+        ids.append(lease.id)
+        self._closed[lease.id] = lease
+        if len(ids) > self.max_leases_per_task:
+            del self._closed[ids.popleft()]
 
     def _free(self, epoch: int, start: int, end: int) -> None:
         e = self._open[epoch]

@@ -227,6 +227,7 @@ class PsService:
                           f"{message.training}; start every worker with the same --sync setting")
         values, slots = split_slots(request.tensors)
         first = self._phase is Phase.EMPTY
+        book = self._leases.load(message.leases) if first else None  # a damaged one refuses init before any change
         self._created += self.store.create(values, rule, slots)
         if first and message.members is not None:  # a rebuild: follow the other ps's membership
             self._membership_changed(self.membership.adopt(message.members, self._clock()))
@@ -238,7 +239,7 @@ class PsService:
             else:
                 self._async_step = message.step
             self._phase = Phase.CREATED
-            self._leases.restore(message.leases)
+            self._leases.install(book)
         for task in message.done:
             self._membership_changed([self.membership.finished(task)])
         log.info("%s holds %d shards (%.1f MB), %s, %s", self.task_name, len(self.store),

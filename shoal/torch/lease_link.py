@@ -32,6 +32,11 @@ class LeaseLink:
         """The sampler handed `batch`'s examples to the DataLoader."""
         self._handed.append(batch)
 
+    @property
+    def handed(self) -> int:
+        """How many positions were handed out since the last step (not pushed yet)."""
+        return sum(len(b) for b in self._handed)
+
     def take_used(self) -> "UsedPositions | None":
         """The positions handed out since the last call (None if none): those this step used."""
         handed, self._handed = self._handed, []

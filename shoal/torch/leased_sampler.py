@@ -23,7 +23,8 @@ class LeasedSampler(torch.utils.data.Sampler[int]):
     previous step as the ones its gradient used (exact when the DataLoader does not read ahead:
     `num_workers=0`, the default). Every worker must pass the same data set and `seed`. One pass
     runs `epochs` epochs of the job (None: no end; stop by steps), continuing the epoch a
-    checkpoint saved. `lease_size` positions per request to ps 0. Not thread-safe.
+    checkpoint saved; with `epochs`, a pass may end with a short batch at the very end, when no
+    position is free and some are handed out for this step (waiting could hold up their push). `lease_size` positions per request to ps 0. Not thread-safe.
     """
 
     def __init__(self, dataset: Sized, job: Job, *, seed: int = 0, lease_size: int = 1024,
@@ -42,6 +43,13 @@ class LeasedSampler(torch.utils.data.Sampler[int]):
                                   "create shoal.torch.DistributedOptimizer(..., job) before iterating the DataLoader")
         stream = link.session.leased_batches(self.num_examples, 1, seed=self.seed, lease_size=self.lease_size,
                                              epochs=self.epochs, shuffle=self.shuffle)
-        for batch in stream:
+        while True:
+            # positions handed out for this step are in hand: with none free, a short batch (the
+            # pass ends) rather than a wait that this very step's push may be holding up
+            batch = stream.take(1, in_hand=link.handed)
+            if batch is None and self.epochs is None:
+                batch = stream.take(1)  # no end: wait for a position (LeaseWaitError in time), never end early
+            if batch is None:
+                return
             link.record(batch)
             yield int(batch.indices[0])

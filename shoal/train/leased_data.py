@@ -90,11 +90,14 @@ class LeasedBatches:
     request (default 8 batches). The data set (`num_examples`, `seed`) must be the same on every
     worker. With `epochs`, iteration ends once epochs 0..epochs-1 are consumed by the job (a
     batch may be smaller at the very end); a job restored in epoch k continues it. A batch is
-    smaller than `batch_size` only at that end or while every other position is held
-    elsewhere. Iteration also ends when no position is free and every one still out is this
-    task's own (batches taken but not pushed: nothing can come back to wait for). With no free
-    position, it waits (asking again every `poll_s`) up to
-    `wait_timeout_s`, then raises LeaseWaitError naming the holders. `shuffle=False` gives the
+    smaller than `batch_size` only at that end or when no position is free (ps 0 opens the next
+    epoch while others hold the rest, so that is the end of the epochs asked for, or the book's
+    cap of open epochs): a wait with positions in hand could hold up the very push the others
+    wait for. With `epochs`, iteration also ends when no position is free and every one still
+    out is this task's own (batches taken but not pushed: nothing can come back to wait for);
+    without, that raises LeaseWaitError at once. With no free position and none in hand, it
+    waits (asking again every `poll_s`) up to `wait_timeout_s`, then raises LeaseWaitError
+    naming the holders. `shuffle=False` gives the
     positions themselves as indices. Blocks on ps 0; not thread-safe.
     """
 
@@ -133,12 +136,15 @@ class LeasedBatches:
             raise StopIteration
         return batch
 
-    def take(self, count: int) -> LeasedBatch | None:
-        """Up to `count` positions as a batch; None once the epochs asked for are consumed. Blocks."""
+    def take(self, count: int, in_hand: int = 0) -> LeasedBatch | None:
+        """Up to `count` positions as a batch; None once the epochs asked for are consumed. Blocks.
+        `in_hand`: positions taken before for the same push and not pushed yet (a sampler that
+        takes one at a time): with those or with part of this batch in hand, no position free
+        means a short batch (or None) rather than a wait that the push may be holding up."""
         parts: list[_Held] = []
         have = 0
         while have < count and len(parts) < MAX_USED_RANGES:
-            if not self._held and not self._lease(waiting_with=have):
+            if not self._held and not self._lease(waiting_with=have + in_hand):
                 break
             head = self._held[0]
             if parts and head.book != parts[0].book:
@@ -171,8 +177,15 @@ class LeasedBatches:
             if reply.state is LeaseState.EXHAUSTED:
                 self._exhausted = True
                 return False
-            if waiting_with or reply.held_by == (self._request.task,):
-                return False  # none free, and what is out is in this worker's hands (batches not yet pushed)
+            if waiting_with:
+                return False  # a short batch now: waiting might hold up the push of what is in hand
+            if reply.held_by == (self._request.task,):
+                if self._request.until_epoch is not None:
+                    return False  # the end: what is still out is in this worker's hands (not yet pushed)
+                raise LeaseWaitError(f"{self._request.task} found no free position in the open epochs (from epoch "
+                                     f"{reply.epoch}): every one still out is held by {self._request.task} itself "
+                                     "(batches taken but not pushed with used=); push each batch before taking "
+                                     "many more")
             now = self._clock()
             holders = ", ".join(reply.held_by) or "nobody"
             if now >= deadline:

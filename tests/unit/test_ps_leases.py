@@ -138,3 +138,16 @@ def test_positions_of_a_lease_from_before_a_restart_are_counted_lost():
 def test_lease_reply_decode_checks_a_granted_range():
     with pytest.raises(ProtocolFieldError, match="lease reply: field 'end' must be greater than start"):
         LeaseReply.decode(LeaseReply(LeaseState.GRANTED, "b", 1, 0, 5, 5).fields())
+
+
+def test_init_with_a_damaged_lease_state_changes_nothing_and_a_retry_restores_the_book():
+    service = PsService("ps:0", 2, lambda reason: None)
+    good = {"version": 1, "num_examples": 100, "seed": 0, "next_epoch": 1, "completed": 0, "requeued": 0,
+            "lost": 0, "epochs": [{"epoch": 0, "consumed": [[0, 25]], "requeued": 0, "lost": 0}]}
+    damaged = dict(good, epochs=[{"epoch": 0, "consumed": [[5, 3]], "requeued": 0, "lost": 0}])
+    with pytest.raises(LeaseError, match=r"bad consumed range \[5, 3\]"):
+        service.handle(request(InitRequest(SGD(1.0).to_config(), ASYNC, leases=damaged), {"w": np.zeros(3, np.float32)}))
+    assert service.phase.value == "empty" and len(service.store) == 0  # not half-initialized
+    service.handle(request(InitRequest(SGD(1.0).to_config(), ASYNC, leases=good), {"w": np.zeros(3, np.float32)}))
+    service.handle(request(ReadyRequest()))
+    assert counts(service).consumed == 25  # the retried init restored the book
