@@ -24,8 +24,10 @@ class PlacingExecutor(FakeExecutor):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.plans: dict = {}
+        self.placed_among: dict = {}  # index of each added task -> the tasks running then
 
-    def place_task(self, job, task: TaskId, running=()) -> TaskAllocation:
+    def place_task(self, job, task: TaskId, running) -> TaskAllocation:
+        self.placed_among[task.index] = [t.name for t in running]
         return TaskAllocation(task, "127.0.0.1", 5000 + task.index)
 
     def start(self, job, task):
@@ -161,6 +163,18 @@ def test_indices_of_scaled_down_workers_are_never_reused(tmp_path):
         "worker=2 (was 1): started worker:2"]
 
 
+def test_the_executor_places_an_added_task_among_the_tasks_that_still_hold_a_place(tmp_path):
+    """The slots of scaled-down tasks are free again: place_task is told who runs now."""
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"ps": {}, "worker": {"count": "1..2"}}, {})
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 1)
+    recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = lambda: end_all(executor)
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert executor.placed_among == {1: ["ps.0", "worker.0"], 2: ["ps.0", "worker.0"]}
+
+
 def test_a_request_outside_the_range_changes_nothing_and_says_the_range(tmp_path):
     supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {})
     outcomes: list = []
@@ -226,7 +240,7 @@ def test_scale_up_from_zero_workers_starts_worker_0_with_the_worker_role_setting
 
 def test_an_unexpected_error_in_a_scale_request_is_answered_and_the_job_goes_on(tmp_path):
     class BrokenPlacer(PlacingExecutor):
-        def place_task(self, job, task, running=()):
+        def place_task(self, job, task, running):
             raise RuntimeError("the placer broke")
 
     supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {},
