@@ -70,6 +70,14 @@ def test_a_bad_range_names_the_value_and_the_fix(written, words):
         assert word in str(e.value)
 
 
+def test_a_range_from_0_needs_a_chief_and_says_so():
+    assert spec("0..4", chief={}).scale_ranges() == (("worker", 0, 4),)
+    with pytest.raises(SpecError) as e:
+        spec("0..4")
+    for word in ("0..4", "no chief", "1..4", "--chief"):
+        assert word in str(e.value)
+
+
 def test_a_bad_range_in_yaml_names_its_line(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text("name: s\nrun: python t.py\nroles:\n  worker:\n    count: 8..2\n")
