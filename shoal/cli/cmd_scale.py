@@ -22,7 +22,7 @@ from shoal.launch.control import launcher_alive, reconcile
 from shoal.launch.errors import ScaleError
 from shoal.launch.job_refs import find_job
 from shoal.launch.records import JobRecord, JobStore
-from shoal.launch.scale_requests import submit, wait_answer, withdraw
+from shoal.launch.scale_requests import abandon, submit, wait_answer, withdraw
 from shoal.launch.scaling import ScaleOutcome, ScaleRequest
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -97,10 +97,19 @@ def _ask(store: JobStore, job: JobRecord, request: ScaleRequest, timeout: float)
     if answer is not None:
         return answer
     withdrawn = withdraw(job.job_dir, token)
+    if not withdrawn:  # the launcher claimed it: its answer may be there now, or come later
+        answer = abandon(job.job_dir, token)
+        if answer is not None:
+            return answer
     now = store.find(job.id)
     if now.state.is_terminal or not launcher_alive(job):
-        raise ScaleError(f"job {job.handle} ended ({now.state.value}) before its launcher took the"
-                         f" request {request.describe()}; nothing was changed")
+        if withdrawn:
+            raise ScaleError(f"job {job.handle} ended ({now.state.value}) before its launcher took the"
+                             f" request {request.describe()}; nothing was changed")
+        raise ScaleError(
+            f"job {job.handle} ended ({now.state.value}) after its launcher had taken the request"
+            f" {request.describe()} but before it answered; the request may have been applied before"
+            f" the end: shoal status {job.number or job.id} shows every task, added and stopped")
     if withdrawn:
         raise ScaleError(
             f"the launcher of job {job.handle} (pid {job.launcher_pid}) did not take the request"

@@ -211,9 +211,12 @@ class TaskPlacer(Protocol):
     """An executor that can add a task to a job that runs (`shoal scale`): it places the new
     task — a host of the job and a fresh port there — and then `start` starts it as any other."""
 
-    def place_task(self, job: "JobPlan", task: "TaskId") -> "TaskAllocation":
+    def place_task(self, job: "JobPlan", task: "TaskId",
+                   running: Sequence["TaskPlan"]) -> "TaskAllocation":
         """Where `task` (a new index, never one that ran) runs; PlanError if it cannot be
-        placed. Called from the thread that starts tasks; blocks briefly."""
+        placed. `running` are the job's tasks that hold their place now (running, starting or
+        waiting to restart; those scaled down or ended are not), so slots they left are free
+        again. Called from the thread that starts tasks; blocks briefly."""
         ...
 
 

@@ -133,7 +133,7 @@ class LocalExecutor:
             master_host=self._host, master_port=ports[-1], python=self._python,
         )
 
-    def place_task(self, job: JobPlan, task: TaskId) -> TaskAllocation:
+    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan]) -> TaskAllocation:
         """A task added to the running job (`shoal scale`): a free port of this host (see
         executor.TaskPlacer). GPUs are not given to added tasks."""
         port = free_ports(1, self._host)[0]

@@ -15,7 +15,8 @@ Running a job:
   the heartbeat timeout is given up: its tasks end LOST (255) and the job's policy applies; a
   task restarted there reconnects first (StartError while the host stays unreachable).
 * `place_task` (`shoal scale`: a worker added to the running job) picks the connected host of
-  the job with a free slot and the fewest tasks, and has its agent bind and hold one more port
+  the job with a free slot and the fewest tasks — counting the tasks that hold their place now,
+  as the supervisor says, so the slots of scaled-down or ended tasks are free again — and has its agent bind and hold one more port
   (the agent's `bind` message, again); `start` then starts it as any task. A role's `hosts:`
   pin is not known here, so an added task may land on any host of the job.
 * `close` stops every agent (each stops its tasks: TERM, grace, KILL), then checks every host
@@ -99,7 +100,6 @@ class SshExecutor:
         self._closed = False
         self._alive_cache: dict[tuple[str, str], tuple[float, HostScan]] = {}
         self._marker = ""
-        self._added: list[tuple[str, str]] = []  # (node, job) of each task place_task placed
 
     # --- running a job --------------------------------------------------------------
 
@@ -149,12 +149,13 @@ class SshExecutor:
         return Allocation(tasks=tuple(places[t] for t in ids), master_host=master[0], master_port=master[1],
                           python=self._python, env=tuple(self._forward.items()))
 
-    def place_task(self, job: JobPlan, task: TaskId) -> TaskAllocation:
+    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan]) -> TaskAllocation:
         """Where a task added to the running job runs (see the module docstring): PlanError if
-        no connected host of the job has a free slot or its agent cannot bind a port."""
+        no connected host of the job has a free slot or its agent cannot bind a port. `running`
+        are the tasks that hold their place now (executor.TaskPlacer)."""
         with self._lock:
             conns = {name: c for name, c in self._conns.items() if c.alive and c.hello is not None}
-            placed = [(t.node, t.task.job) for t in job.tasks] + list(self._added)
+        placed = [(t.node, t.task.job) for t in running]
         load = {h.name: sum(node == h.name for node, _ in placed) for h in self._hosts}
         training = {h.name: sum(node == h.name and role != "ps" for node, role in placed)
                     for h in self._hosts}
@@ -170,8 +171,6 @@ class SshExecutor:
             bound = conn.bind(1, conn.hello.host, _REQUEST_TIMEOUT)
         except AgentError as e:
             raise PlanError(f"{host.name} cannot hold a port for {task}: {e}") from e
-        with self._lock:
-            self._added.append((host.name, task.job))
         return TaskAllocation(task, conn.hello.host, bound.ports[0], node=host.name)
 
     def start(self, job: JobPlan, task: TaskPlan) -> AgentTask:

@@ -19,6 +19,7 @@ from typing import Optional
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.launch.allocation import ROLE_ORDER, Allocation, TaskAllocation
+from shoal.launch.errors import PlanError
 from shoal.launch.spec import JobSpec, RestartSpec, WatchdogSpec
 from shoal.launch.watchdog import effective_stall
 
@@ -57,6 +58,19 @@ class TaskPlan:
 
 
 @dataclass(frozen=True)
+class RoleTemplate:
+    """What a task added to a scalable role (`shoal scale`) runs: the role's argv, the variables
+    every task of the role gets before its own identity (TF_CONFIG, SHOAL_TASK, RANK,
+    WORLD_SIZE) and GPUs are set (`added_task` sets them), and how many GPUs a task of the role
+    asks for. Rendered from the spec, so a role that starts with no task (count: 0..N) has one."""
+
+    role: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
 class JobPlan:
     """A whole job ready to start: its tasks in start order (ps first) and its policy."""
 
@@ -73,6 +87,12 @@ class JobPlan:
     watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
     scale: tuple[tuple[str, int, int], ...] = ()
     """(role, min, max) of each role whose count `shoal scale` may change (spec: count: MIN..MAX)."""
+    templates: tuple[RoleTemplate, ...] = ()
+    """The template of each role in `scale`: what a task added to it runs."""
+
+    def template(self, role: str) -> Optional[RoleTemplate]:
+        """The RoleTemplate of `role`, or None if it does not scale."""
+        return next((t for t in self.templates if t.role == role), None)
 
     def scale_range(self, role: str) -> Optional[tuple[int, int]]:
         """(min, max) of `role`'s count, or None if it is fixed."""
@@ -143,44 +163,69 @@ def make_plan(
     tasks = []
     for place in places:
         task, role = place.task, spec.role(place.task.job)
-        env = {**dict(allocation.env), "TF_CONFIG": ClusterConfig(cluster, task).to_tf_config(),
-               **common, "SHOAL_TASK": str(task)}
+        identity = {"TF_CONFIG": ClusterConfig(cluster, task).to_tf_config(), "SHOAL_TASK": str(task)}
         if task in replicas:
-            env["RANK"] = str(replicas.index(task))
-        if place.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, place.gpus))
-        elif place.gpu_host:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # keep CPU-only tasks (ps) off the GPUs
-        if role.cpus:
-            env["OMP_NUM_THREADS"] = str(max(1, int(role.cpus)))
-        env.update(spec.env)
-        env.update(role.env)
+            identity["RANK"] = str(replicas.index(task))
         tasks.append(TaskPlan(
             task=task,
             label=f"{spec.name}.{task.job}.{task.index}",
             address=place.address,
             argv=_argv(role.run or spec.run, allocation.python),
-            env=tuple(env.items()),
+            env=tuple(_task_env(spec, task.job, dict(allocation.env), common, identity, place).items()),
             log_path=str(job_dir / "logs" / f"{task.job}.{task.index}.log"),
             gpus=place.gpus,
             node=place.node,
         ))
+    templates = tuple(
+        RoleTemplate(job, _argv(spec.role(job).run or spec.run, allocation.python),
+                     tuple(_task_env(spec, job, dict(allocation.env), common, {}, None).items()),
+                     spec.role(job).gpus)
+        for job, _, _ in spec.scale_ranges())
     return JobPlan(
         job_id=job_id, name=spec.name, job_dir=str(job_dir), model_dir=str(model_dir),
         workdir=str(workdir), tasks=tuple(tasks), primary=replicas[0], restart=spec.restart,
         deadline=spec.deadline, grace_period=spec.grace_period, watchdog=spec.watchdog,
-        scale=spec.scale_ranges(),
+        scale=spec.scale_ranges(), templates=templates,
     )
+
+
+def _task_env(spec: JobSpec, job: str, base: dict[str, str], common: dict[str, str],
+              identity: dict[str, str], place: Optional[TaskAllocation]) -> dict[str, str]:
+    """The variables the launcher sets for a task of role `job`: the allocation's, the task's
+    identity (TF_CONFIG first, as users read it), the job's, its GPUs (none for a template:
+    `place` None), its threads, then the spec's and the role's own, which win."""
+    role = spec.role(job)
+    env = {**base, **{k: v for k, v in identity.items() if k == "TF_CONFIG"}, **common,
+           **{k: v for k, v in identity.items() if k != "TF_CONFIG"}}
+    if place is not None:
+        env.update(_gpu_env(place))
+    if role.cpus:
+        env["OMP_NUM_THREADS"] = str(max(1, int(role.cpus)))
+    env.update(spec.env)
+    env.update(role.env)
+    return env
+
+
+def _gpu_env(place: TaskAllocation) -> dict[str, str]:
+    if place.gpus:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, place.gpus))}
+    if place.gpu_host:
+        return {"CUDA_VISIBLE_DEVICES": ""}  # keep CPU-only tasks (ps) off the GPUs
+    return {}
 
 
 def added_task(plan: JobPlan, place: TaskAllocation, peers: Sequence[TaskPlan]) -> TaskPlan:
     """The TaskPlan of a task added to running job `plan` (`shoal scale`) at `place`: the
-    argv and environment of the first planned task of its role, with its own identity —
+    argv and environment of its role's template (`plan.template`; PlanError if the role does
+    not scale), with its own identity —
     TF_CONFIG whose cluster is `peers` (the tasks as they are now) plus itself, SHOAL_TASK,
     RANK and WORLD_SIZE counted in that cluster — its address and its log file. Tasks
     already running keep theirs. Pure."""
     task = place.task
-    template = next(t for t in plan.tasks if t.task.job == task.job)
+    template = plan.template(task.job)
+    if template is None:
+        raise PlanError(f"{task} cannot be added: roles.{task.job}.count is not a range MIN..MAX,"
+                        " so the plan has no template for it")
     members = sorted([*((p.task, p.address) for p in peers if p.task != task), (task, place.address)],
                      key=lambda m: (ROLE_ORDER.index(m[0].job), m[0].index))
     cluster = ClusterSpec.from_dict({
@@ -193,6 +238,8 @@ def added_task(plan: JobPlan, place: TaskAllocation, peers: Sequence[TaskPlan]) 
                 "WORLD_SIZE": str(len(replicas))})
     if task in replicas:
         env["RANK"] = str(replicas.index(task))
+    for key, value in _gpu_env(place).items():
+        env.setdefault(key, value)  # a CUDA_VISIBLE_DEVICES the spec sets wins, as in make_plan
     job_dir = Path(plan.job_dir)
     return TaskPlan(
         task=task, label=f"{plan.name}.{task.job}.{task.index}", address=place.address,

@@ -4,12 +4,16 @@ job's folder. No socket, so it works the same for a launcher in a terminal and a
 
     <job dir>/control/scale-<token>.request     {"role": "worker", "count": 4}   (shoal scale)
     <job dir>/control/scale-<token>.answer      ScaleOutcome.as_json()            (the launcher)
+    <job dir>/control/scale-<token>.abandoned   empty                             (shoal scale)
 
 Each file is written whole under a temporary name and renamed into place (atomic on POSIX),
 so a reader never sees half of one. The launcher's `ScaleInbox` polls the folder, *claims* a
 request by deleting it — only a request it deleted is served, so `withdraw` (the CLI giving
 up after its timeout) and the launcher never both act on one — hands it to the supervisor and
-writes the answer. Requests and answers are small JSON, validated field by field; nothing is
+writes the answer. A CLI that stops waiting after the launcher claimed its request leaves an
+`.abandoned` mark (`abandon`); whichever side comes second — the CLI finding the answer there,
+or the launcher finding the mark after it wrote the answer — removes both, so no answer is
+left behind whatever the order. Requests and answers are small JSON, validated field by field; nothing is
 unpickled. The job folder is private (0700), so only its owner can ask.
 """
 
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 CONTROL_DIR = "control"
 _REQUEST = ".request"
 _ANSWER = ".answer"
+_ABANDONED = ".abandoned"
 _MAX_BYTES = 64 * 1024
 _MAX_COUNT = 100_000
 POLL_S = 0.2
@@ -66,6 +71,25 @@ def withdraw(job_dir: str | Path, token: str) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+def abandon(job_dir: str | Path, token: str) -> Optional[ScaleOutcome]:
+    """Stop waiting for the answer to a request the launcher claimed (`withdraw` was False):
+    the answer if it is there already, else None, and the launcher removes the answer it
+    writes later (see the module docstring). Blocks on file I/O only; idempotent."""
+    mark = control_dir(job_dir) / f"scale-{token}{_ABANDONED}"
+    try:
+        mark.touch(mode=0o600)
+    except OSError as e:
+        log.warning("cannot mark scale request %s as abandoned: %s", token, e)
+    try:
+        answer = read_answer(job_dir, token)
+    except ScaleError:
+        answer = None  # damaged: read_answer left it, so remove it here
+        _remove(control_dir(job_dir) / f"scale-{token}{_ANSWER}")
+    if answer is not None:
+        _remove(mark)
+    return answer
 
 
 def read_answer(job_dir: str | Path, token: str) -> Optional[ScaleOutcome]:
@@ -167,10 +191,16 @@ class ScaleInbox:
                 log.warning("cannot read scale requests in %s: %s", self._folder, e)
 
     def _answer(self, token: str, outcome: ScaleOutcome) -> None:
+        path = self._folder / f"scale-{token}{_ANSWER}"
         try:
-            _write_atomic(self._folder / f"scale-{token}{_ANSWER}", outcome.as_json())
+            _write_atomic(path, outcome.as_json())
         except (OSError, ScaleError) as e:
             log.warning("cannot answer scale request %s: %s", token, e)
+            return
+        mark = self._folder / f"scale-{token}{_ABANDONED}"
+        if mark.exists():  # the CLI stopped waiting: nobody will read it (after the write: no race)
+            _remove(path)
+            _remove(mark)
 
 
 def _parse_request(data: Any) -> ScaleRequest:

@@ -338,6 +338,13 @@ class JobSpec(_Frozen):
     def _cluster_shape(self) -> "JobSpec":
         if self.count("chief") > 1:
             raise ValueError("roles.chief.count must be 0 or 1: a cluster has one chief")
+        worker = self.role("worker")
+        if self.count("chief") == 0 and worker.count == 0 and worker.max_count is not None:
+            raise ValueError(
+                f"roles.worker.count {worker.count}..{worker.max_count} starts with no worker and the"
+                " job has no chief, so it would start with no task; start the range at 1"
+                f" (1..{worker.max_count}), or add a chief (roles: {{chief: {{}}}}, shoal run --chief)"
+            )
         if self.count("chief") + self.count("worker") == 0:
             raise ValueError(
                 "the job has no chief and no worker; add e.g. roles: {worker: {count: 1}}"

@@ -3,7 +3,7 @@
 Task:  PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | KILLED
        RUNNING -> RESTARTING -> STARTING   (restart policy, same identity)
        STARTING -> FAILED (could not exec);  PENDING | RESTARTING -> KILLED (job stopped)
-       RUNNING | RESTARTING -> SCALED_DOWN   (`shoal scale` stopped it; an expected end)
+       PENDING | RUNNING | RESTARTING -> SCALED_DOWN   (`shoal scale` stopped it; an expected end)
 Job:   PENDING -> RUNNING -> SUCCEEDED | FAILED | KILLED;  PENDING -> FAILED | KILLED
 """
 
@@ -45,7 +45,7 @@ class JobState(str, Enum):
 
 
 TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.PENDING: frozenset({TaskState.STARTING, TaskState.KILLED}),
+    TaskState.PENDING: frozenset({TaskState.STARTING, TaskState.KILLED, TaskState.SCALED_DOWN}),
     TaskState.STARTING: frozenset({TaskState.RUNNING, TaskState.FAILED, TaskState.KILLED}),
     TaskState.RUNNING: frozenset(
         {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING,

@@ -189,9 +189,9 @@ class Supervisor:
         try:
             self._set_job(JobState.RUNNING, "")
             deadline = self._clock() + self._plan.deadline if self._plan.deadline else None
-            for slot in self._slots.values():
-                if self._result is None and self._stop_reason is None:
-                    self._start(slot)
+            for slot in list(self._slots.values()):
+                if self._result is None and self._stop_reason is None and slot.state is TaskState.PENDING:
+                    self._start(slot)  # not one scaled down before it started
             while self._result is None:
                 self._step(deadline)
             return self._result
@@ -332,6 +332,13 @@ class Supervisor:
                 outcome = self._scale(request)
             except ScaleError as e:
                 outcome = ScaleOutcome(request.role, request.count, error=str(e))
+            except Exception as e:  # a bug must not take the running job down with it
+                log.exception("scale request %s failed", request.describe())
+                self._mux.note(f"shoal | scale request {request.describe()} failed:"
+                               f" {type(e).__name__}: {e} (a bug; the job goes on)")
+                outcome = ScaleOutcome(request.role, request.count, error=(
+                    f"{request.describe()} failed in the launcher ({type(e).__name__}: {e}); the job"
+                    " goes on: shoal status shows what changed, the launcher's log the traceback"))
             reply(outcome)
             if self._result is not None:
                 return
@@ -356,7 +363,8 @@ class Supervisor:
                       isinstance(self._executor, TaskPlacer))
         was = len(live)
         if request.count > was:
-            if any(s.plan.gpus for s in of_role):
+            template = self._plan.template(role)
+            if (template is not None and template.gpus) or any(s.plan.gpus for s in of_role):
                 raise ScaleError(f"{request.describe()}: the {role} tasks use GPUs, and shoal scale"
                                  " does not give GPUs to added tasks yet; scale a role without gpus:")
             started = []
@@ -381,9 +389,10 @@ class Supervisor:
                     slot.stopping, slot.kill_at = True, kill_at
                     slot.handle.signal(signal.SIGTERM)
                 elif slot.state in (TaskState.RESTARTING, TaskState.PENDING):
-                    self._move(slot, TaskState.SCALED_DOWN, "scaled down before it ran again")
+                    self._move(slot, TaskState.SCALED_DOWN, "scaled down before it ran (again)")
             self._mux.note(f"shoal | scaling {role} to {request.count} (was {was}): stopping"
                            f" {', '.join(stopping)}")
+            self._check_success()  # as when a running one ends: those left may all be done
         return ScaleOutcome(role, request.count, was, stopping=tuple(stopping))
 
     def _add(self, task: TaskId) -> _Slot:
@@ -391,7 +400,8 @@ class Supervisor:
         for any task)."""
         assert isinstance(self._executor, TaskPlacer)
         try:
-            place = self._executor.place_task(self._plan, task)
+            place = self._executor.place_task(
+                self._plan, task, [s.plan for s in self._slots.values() if not s.state.is_terminal])
         except PlanError as e:
             raise ScaleError(f"{task_word(task)} cannot be placed: {e}") from e
         peers = [s.plan for s in self._slots.values() if not s.state.is_terminal and not s.scaled_down]

@@ -122,7 +122,7 @@ def test_ssh_executor_places_an_added_task_on_a_free_slot_with_a_held_port(conne
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
     from shoal.launch.hosts import Host
-    from shoal.launch.plan import make_plan
+    from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict
 
     spec = spec_from_dict({"name": "s", "run": "true", "roles": {"worker": {"count": "2..4"}}})
@@ -135,9 +135,44 @@ def test_ssh_executor_places_an_added_task_on_a_free_slot_with_a_held_port(conne
         conn = connections(AGENT)
         conn.open(timeout=20)
         executor._conns[name] = conn  # the agents allocate() would have started over ssh
-    place = executor.place_task(plan, TaskId("worker", 2))
+    place = executor.place_task(plan, TaskId("worker", 2), plan.tasks)
     assert place.node == "a" and place.port > 0 and place.task == TaskId("worker", 2)
     with socket.socket() as probe, pytest.raises(OSError):
         probe.bind((place.host, place.port))  # the agent holds it
     with pytest.raises(PlanError, match="used its slots"):
-        executor.place_task(plan, TaskId("worker", 3))
+        executor.place_task(plan, TaskId("worker", 3), [*plan.tasks, added_task(plan, place, plan.tasks)])
+
+
+def test_ssh_executor_gives_back_the_slots_of_scaled_down_tasks(connections, tmp_path):
+    """Up to 4, down to 2, up to 4 again on one host with 4 slots: the slots of the tasks
+    scaled down are free again (place_task counts the tasks that hold their place now)."""
+    from shoal.cluster import TaskId
+    from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
+    from shoal.launch.errors import PlanError
+    from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.hosts import Host
+    from shoal.launch.plan import added_task, make_plan
+    from shoal.launch.spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "s", "run": "true", "roles": {"worker": {"count": "2..4"}}})
+    places = tuple(TaskAllocation(t, "127.0.0.1", 7000 + i, node="a") for i, t in enumerate(task_ids(spec)))
+    plan = make_plan(spec, Allocation(places, "127.0.0.1", 6999, "/py"), job_id="s-1",
+                     shoal_home=tmp_path, workdir=tmp_path, secret="k")
+    executor = SshExecutor([Host("a", slots=4)], python=sys.executable, cwd=tmp_path)
+    conn = connections(AGENT)
+    conn.open(timeout=20)
+    executor._conns["a"] = conn  # the agent allocate() would have started over ssh
+
+    def grow(running, *indices):
+        for index in indices:
+            running = [*running, added_task(plan, executor.place_task(plan, TaskId("worker", index),
+                                                                      running), running)]
+        return running
+
+    running = grow(list(plan.tasks), 2, 3)  # worker=4
+    with pytest.raises(PlanError, match="used its slots"):
+        executor.place_task(plan, TaskId("worker", 4), running)
+    running = running[:2]  # worker=2: worker.2 and worker.3 were scaled down
+    running = grow(running, 4, 5)  # worker=4 again
+    assert [t.name for t in running] == ["worker.0", "worker.1", "worker.4", "worker.5"]
+    assert all(t.node == "a" for t in running)

@@ -21,7 +21,7 @@ from shoal.launch.membership_line import parse_membership
 from shoal.launch.plan import added_task, format_plan, make_plan
 from shoal.launch.records import JobStore
 from shoal.launch.records_schema import SCHEMA_VERSION
-from shoal.launch.scale_requests import (ScaleInbox, control_dir, read_answer, submit, wait_answer,
+from shoal.launch.scale_requests import (ScaleInbox, abandon, control_dir, read_answer, submit, wait_answer,
                                          withdraw)
 from shoal.launch.scaling import ScaleOutcome, ScaleRequest, check_request, new_indices, to_stop
 from shoal.launch.spec import load_spec, spec_from_dict
@@ -67,6 +67,14 @@ def test_a_bad_range_names_the_value_and_the_fix(written, words):
         spec(written)
     assert e.value.field == "roles.worker.count"
     for word in words:
+        assert word in str(e.value)
+
+
+def test_a_range_from_0_needs_a_chief_and_says_so():
+    assert spec("0..4", chief={}).scale_ranges() == (("worker", 0, 4),)
+    with pytest.raises(SpecError) as e:
+        spec("0..4")
+    for word in ("0..4", "no chief", "1..4", "--chief"):
         assert word in str(e.value)
 
 
@@ -155,6 +163,48 @@ def test_scale_times_out_naming_the_launcher_when_nobody_answers(tmp_path):
     err = shoal.err.getvalue()
     assert "did not take the request worker=2 within 0.3s" in err and "nothing changed" in err
     assert not list(control_dir(plan.job_dir).glob("*.request"))  # withdrawn
+
+
+def test_scale_says_the_launcher_took_the_request_when_the_job_ends_before_its_answer(tmp_path):
+    shoal = Captured(tmp_path)
+    job_id = "m-20260101-000000-abcd"
+    plan = record_job(shoal, job_id, running=True)
+    replies: list = []
+
+    def serve(request, reply) -> None:  # the launcher claims it, then the job ends before it answers
+        replies.append(reply)
+        with shoal.env.store() as store:
+            store.set_job_state(job_id, JobState.SUCCEEDED, "done", exit_code=0, ended=True)
+
+    inbox = ScaleInbox(plan.job_dir, serve, poll=0.02)
+    inbox.start()
+    try:
+        assert shoal("scale", "m", "worker=2", "--timeout", "10") == 6
+        err = shoal.err.getvalue()
+        assert "had taken the request worker=2" in err and "nothing was changed" not in err
+        replies[0](ScaleOutcome("worker", 2, 1, started=("worker:1",)))  # the answer comes late
+    finally:
+        inbox.close()
+    assert list(control_dir(plan.job_dir).iterdir()) == []  # no answer is left behind
+
+
+def test_an_answer_the_client_gave_up_on_is_removed(tmp_path):
+    token = submit(tmp_path, ScaleRequest("worker", 3))
+    replies: list = []
+    inbox = ScaleInbox(tmp_path, lambda request, reply: replies.append(reply))
+    assert inbox.poll_once() == 1 and withdraw(tmp_path, token) is False  # claimed
+    assert abandon(tmp_path, token) is None
+    replies[0](ScaleOutcome("worker", 3, 2, started=("worker:2",)))
+    assert list(control_dir(tmp_path).iterdir()) == []
+
+
+def test_abandoning_a_request_already_answered_returns_the_answer(tmp_path):
+    token = submit(tmp_path, ScaleRequest("worker", 3))
+    inbox = ScaleInbox(tmp_path, lambda request, reply: reply(ScaleOutcome("worker", 3, 2,
+                                                                            started=("worker:2",))))
+    assert inbox.poll_once() == 1
+    assert abandon(tmp_path, token).started == ("worker:2",)
+    assert list(control_dir(tmp_path).iterdir()) == []
 
 
 # --- the rules ---------------------------------------------------------------------

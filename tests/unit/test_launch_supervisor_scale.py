@@ -11,7 +11,7 @@ from shoal.cluster import TaskId, parse_tf_config
 from shoal.launch.allocation import TaskAllocation
 from shoal.launch.logmux import LogMux
 from shoal.launch.scaling import ScaleRequest
-from shoal.launch.states import JobState, TaskState
+from shoal.launch.states import TASK_TRANSITIONS, JobState, TaskState
 from shoal.launch.supervisor import Supervisor
 from tests.unit.test_launch_supervisor import RUN, FakeClock, FakeExecutor, Recorder, plan_of
 
@@ -24,8 +24,10 @@ class PlacingExecutor(FakeExecutor):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.plans: dict = {}
+        self.placed_among: dict = {}  # index of each added task -> the tasks running then
 
-    def place_task(self, job, task: TaskId) -> TaskAllocation:
+    def place_task(self, job, task: TaskId, running) -> TaskAllocation:
+        self.placed_among[task.index] = [t.name for t in running]
         return TaskAllocation(task, "127.0.0.1", 5000 + task.index)
 
     def start(self, job, task):
@@ -161,6 +163,18 @@ def test_indices_of_scaled_down_workers_are_never_reused(tmp_path):
         "worker=2 (was 1): started worker:2"]
 
 
+def test_the_executor_places_an_added_task_among_the_tasks_that_still_hold_a_place(tmp_path):
+    """The slots of scaled-down tasks are free again: place_task is told who runs now."""
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"ps": {}, "worker": {"count": "1..2"}}, {})
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 1)
+    recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = lambda: end_all(executor)
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert executor.placed_among == {1: ["ps.0", "worker.0"], 2: ["ps.0", "worker.0"]}
+
+
 def test_a_request_outside_the_range_changes_nothing_and_says_the_range(tmp_path):
     supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {})
     outcomes: list = []
@@ -200,3 +214,82 @@ def test_a_request_left_when_the_job_ends_is_answered_with_an_error(tmp_path):
     recorder.hooks[("worker.0", TaskState.SUCCEEDED)] = lambda: ask(supervisor, outcomes, "worker", 2)
     assert supervisor.run().state is JobState.SUCCEEDED
     assert len(outcomes) == 1 and "the job ended before the request was served" in outcomes[0].error
+
+
+# --- regressions -------------------------------------------------------------------
+
+def test_scale_up_from_zero_workers_starts_worker_0_with_the_worker_role_settings(tmp_path):
+    supervisor, executor, recorder, _ = scaled(
+        tmp_path, {"ps": {}, "chief": {"run": "chief_prog", "env": {"WHO": "chief"}},
+                   "worker": {"count": "0..2", "env": {"WHO": "worker"}}}, {})
+    outcomes: list = []
+    recorder.hooks[("chief.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 1)
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: executor.handle("chief.0").exit(0)
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED
+    assert [o.describe() for o in outcomes] == ["worker=1 (was 0): started worker:0"]
+    worker = executor.plans["worker.0"]
+    assert worker.argv == ("prog",)  # the worker role's program, not the chief's
+    env = worker.env_dict
+    assert env["WHO"] == "worker" and (env["SHOAL_TASK"], env["RANK"], env["WORLD_SIZE"]) == (
+        "worker:0", "1", "2")
+    config = parse_tf_config(env["TF_CONFIG"])
+    assert config.task == TaskId("worker", 0) and config.cluster.task_indices("worker") == (0,)
+    assert config.cluster.task_indices("chief") == (0,) and config.cluster.task_indices("ps") == (0,)
+
+
+def test_an_unexpected_error_in_a_scale_request_is_answered_and_the_job_goes_on(tmp_path):
+    class BrokenPlacer(PlacingExecutor):
+        def place_task(self, job, task, running):
+            raise RuntimeError("the placer broke")
+
+    supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {},
+                                               executor_class=BrokenPlacer)
+    outcomes: list = []
+
+    def ask_then_end() -> None:
+        ask(supervisor, outcomes, "worker", 2)
+        supervisor._serve_scales()
+        executor.handle("worker.0").exit(0)
+
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert len(outcomes) == 1 and "worker=2" in outcomes[0].error
+    assert "RuntimeError: the placer broke" in outcomes[0].error
+    assert executor.handle("worker.0").signals == []  # nothing was killed
+
+
+def test_scale_down_of_a_worker_waiting_for_its_restart_ends_it_without_restarting_it(tmp_path):
+    supervisor, executor, recorder, _ = scaled(
+        tmp_path, {"worker": {"count": "1..3"}}, {"worker.2": [1, RUN]}, tick=1.0, deadline="100s",
+        restart={"policy": "on-failure", "max_restarts": 3, "backoff": "30s"})
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "worker", 3)
+    recorder.hooks[("worker.2", TaskState.RESTARTING)] = lambda: ask(supervisor, outcomes, "worker", 2)
+    recorder.hooks[("worker.2", TaskState.SCALED_DOWN)] = lambda: end_all(executor)
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED, result.detail  # not the deadline: nothing waits on worker.2
+    assert outcomes[1].describe() == "worker=2 (was 3): stopping worker:2"
+    assert recorder.final()["worker.2"] is TaskState.SCALED_DOWN
+    assert [name for name, _ in executor.starts].count("worker.2") == 1  # not restarted
+
+
+def test_a_task_not_started_yet_may_be_scaled_down():
+    """_scale moves a PENDING task straight to SCALED_DOWN; the transition must be legal."""
+    assert TaskState.SCALED_DOWN in TASK_TRANSITIONS[TaskState.PENDING]
+
+
+def test_scale_up_from_zero_workers_of_a_gpu_role_is_refused_saying_why(tmp_path):
+    supervisor, executor, recorder, _ = scaled(
+        tmp_path, {"chief": {}, "worker": {"count": "0..2", "gpus": 1}}, {})
+    outcomes: list = []
+
+    def ask_then_end() -> None:
+        ask(supervisor, outcomes, "worker", 1)
+        supervisor._serve_scales()
+        executor.handle("chief.0").exit(0)
+
+    recorder.hooks[("chief.0", TaskState.RUNNING)] = ask_then_end
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert "the worker tasks use GPUs" in outcomes[0].error
+    assert [name for name, _ in executor.starts] == ["chief.0"]
