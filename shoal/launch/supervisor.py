@@ -484,8 +484,9 @@ class Supervisor:
             if slot.state in (TaskState.PENDING, TaskState.RESTARTING):
                 self._move(slot, TaskState.KILLED, "job stopped before it ran")
             elif slot.state is TaskState.RUNNING and slot.handle is not None:
+                if not slot.stopping:  # one being stopped already (scaled down) got its SIGTERM
+                    live.append(slot)
                 slot.stopping = True
-                live.append(slot)
         if live:
             self._mux.note(f"shoal | {self._plan.name}: {detail}; stopping"
                            f" {', '.join(s.plan.name for s in live)}")
