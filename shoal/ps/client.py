@@ -203,10 +203,12 @@ class PsClient:
         fields = DoneRequest(task).fields()
         wait_all([(rpc, rpc.send(Op.DONE.value, fields)) for rpc in self._rpc], timeout_s)
 
-    def failed_all(self, task: str, timeout_s: float, incarnation: str = "", terminated: bool = False) -> None:
+    def failed_all(self, task: str, timeout_s: float, incarnation: str = "", terminated: bool = False,
+                   started: bool = True) -> None:
         """Tell every ps that `task` (its heartbeats' `incarnation`) left training by an error,
-        or, `terminated`, was stopped by SIGTERM (no recovery; raises WireError)."""
-        fields = FailedRequest(task, incarnation, terminated).fields()
+        or, `terminated`, was stopped by SIGTERM, or, not `started`, that its start failed (no
+        recovery; raises WireError)."""
+        fields = FailedRequest(task, incarnation, terminated, started).fields()
         wait_all([(rpc, rpc.send(Op.FAILED.value, fields)) for rpc in self._rpc], timeout_s)
 
     def shutdown_all(self, task: str, timeout_s: float) -> None:

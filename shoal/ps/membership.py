@@ -105,7 +105,8 @@ class Membership:
         timeout_s = min(MAX_TIMEOUT_S, max(MIN_TIMEOUT_S, timeout_s))
         member = self._members.get(task)
         if member is not None and (member.state is MemberState.DONE or
-                                   (member.state is MemberState.FAILED and incarnation == member.failed_incarnation)):
+                                   (member.state in (MemberState.FAILED, MemberState.LOST)
+                                    and member.failed_incarnation and incarnation == member.failed_incarnation)):
             return None
         if member is not None and member.state is MemberState.TRAINING:
             member.deadline, member.timeout_s = now + timeout_s, timeout_s
@@ -153,12 +154,17 @@ class Membership:
         """`task` said done. Final: the ps no longer waits for it, nor takes it back."""
         return self._leave(task, MemberState.DONE)
 
-    def failed(self, task: str, incarnation: str = "", terminated: bool = False) -> Change | None:
+    def failed(self, task: str, incarnation: str = "", terminated: bool = False, started: bool = True) -> Change | None:
         """`task` said failed (its `incarnation`, if it sent one, is not taken back);
-        `terminated`: it was stopped by SIGTERM, not by an error."""
+        `terminated`: it was stopped by SIGTERM, not by an error; not `started`: its start
+        failed before it trained — it leaves (LOST) but is no failed replica."""
         member = self._members.get(task)
         if member is not None and member.state is MemberState.DONE:
             return None
+        if not started:
+            change = self._leave(task, MemberState.LOST, why="its start failed")
+            self._members[task].failed_incarnation = incarnation
+            return change
         change = self._leave(task, MemberState.FAILED, terminated)
         self._members[task].failed_incarnation = incarnation
         return change
@@ -213,13 +219,14 @@ class Membership:
 
     # --- internals -------------------------------------------------------------------------
 
-    def _leave(self, task: str, state: MemberState, terminated: bool = False) -> Change | None:
+    def _leave(self, task: str, state: MemberState, terminated: bool = False, why: str = "") -> Change | None:
         member = self._members.get(task)
         before = member.state if member is not None else None
         if before is state:
             return None
         self._members[task] = _Member(state, 0.0)
-        return self._changed(Change(task, before, state, applied=self._applied.get(task, 0), terminated=terminated))
+        return self._changed(Change(task, before, state, why, applied=self._applied.get(task, 0),
+                                    terminated=terminated))
 
     def _changed(self, change: Change) -> Change:
         self.version += 1

@@ -593,21 +593,26 @@ class FailedRequest:
     Only if every replica failed and none finished does the job end without them.
     `incarnation` is the sending process's (its heartbeats', so a heartbeat of the failed
     process still on its way does not count it again); "" if unknown. `terminated`: it was
-    stopped by SIGTERM at a step boundary rather than by an error (logged as such)."""
+    stopped by SIGTERM at a step boundary rather than by an error (logged as such). `started`
+    False: its session's start failed before it trained; it leaves the membership (no sync step
+    waits for it) but does not count as a failed replica (the job does not end because of it)."""
 
     op = Op.FAILED
     task: str
     incarnation: str = ""
     terminated: bool = False  # stopped by SIGTERM (shoal kill, shoal scale, preemption), not an error
+    started: bool = True  # False: its start failed; it never trained (it leaves, but is not a failed replica)
 
     def fields(self) -> dict[str, Any]:
-        return {"task": self.task, "incarnation": self.incarnation, "terminated": self.terminated}
+        return {"task": self.task, "incarnation": self.incarnation, "terminated": self.terminated,
+                "started": self.started}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "FailedRequest":
         where = "failed request"
         incarnation = _str(fields, where, "incarnation", 64, allow_empty=True) if "incarnation" in fields else ""
-        return cls(_task(fields, where), incarnation, _bool(fields, where, "terminated", False))
+        return cls(_task(fields, where), incarnation, _bool(fields, where, "terminated", False),
+                   _bool(fields, where, "started", True))
 
 
 @dataclass(frozen=True)

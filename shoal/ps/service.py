@@ -330,8 +330,8 @@ class PsService:
         return Reply(request, DoneReply(len(self.membership.tasks_in(MemberState.DONE))))
 
     def _failed_op(self, request: Request, message: FailedRequest) -> Reply:
-        change = self.membership.failed(message.task, message.incarnation, message.terminated)
-        if change is not None and not message.terminated:
+        change = self.membership.failed(message.task, message.incarnation, message.terminated, message.started)
+        if change is not None and not message.terminated and message.started:
             log.warning("%s: %s left training by an error", self.task_name, message.task)
         self._membership_changed([change])
         self._give_up_stuck_step()

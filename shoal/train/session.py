@@ -241,7 +241,7 @@ class TrainingSession:
         """start() failed after the heartbeats began: tell the ps this replica is not training,
         so no sync step waits for it until its heartbeat times out. Best effort, bounded."""
         try:
-            self.ps.failed_all(self.task, 2.0, self._heartbeats.incarnation)
+            self.ps.failed_all(self.task, 2.0, self._heartbeats.incarnation, started=False)
         except WireError as e:
             log.debug("%s: could not tell the ps that start() failed: %s", self.task, e)
 

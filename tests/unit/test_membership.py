@@ -213,3 +213,13 @@ def test_heartbeat_timeout_flag_out_of_range_is_refused_naming_the_value_and_the
     with pytest.raises(SystemExit):
         parser.parse_args(["--heartbeat_timeout", value])
     assert f"'{value}' is not a number of seconds from 0.5 to 3600" in capsys.readouterr().err
+
+
+def test_a_replica_whose_start_failed_leaves_without_ending_the_job_and_may_start_again():
+    ended = []
+    service = PsService("ps:0", 1, ended.append, clock=Clock())
+    service.handle(request(HeartbeatRequest("worker:0", "p1", 2000)))
+    service.handle(request(FailedRequest("worker:0", "p1", started=False)))  # e.g. its model dir was locked
+    assert ended == [] and service.membership.state("worker:0") is MemberState.LOST
+    assert service.handle(request(HeartbeatRequest("worker:0", "p1", 2000)))[0].body.joined is False  # late beat
+    assert service.handle(request(HeartbeatRequest("worker:0", "p2", 2000)))[0].body.joined is True  # retried
