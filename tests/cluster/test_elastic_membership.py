@@ -1,8 +1,6 @@
 """Membership with real processes: a sync step follows the live workers (a worker that leaves or
 dies no longer holds the others up), and a worker can join a running job (issue 13)."""
 
-import json
-import math
 import os
 import re
 import signal
@@ -14,7 +12,7 @@ import pytest
 from shoal.launch.ports import free_ports
 from shoal.ps.client import PsClient
 from shoal.wire import JobSecret, WireError
-from tests.cluster.programs import digits
+from tests.cluster.test_sync_oracle import oracle as joined_batch_oracle
 
 PROGRAM = ["tests/cluster/programs/digits.py"]
 
@@ -22,24 +20,7 @@ PROGRAM = ["tests/cluster/programs/digits.py"]
 def membership_oracle(optimizer: str, steps: int, leave_at: int) -> dict[str, np.ndarray]:
     """Single-process training that averages the batches of replicas 0, 1, 2 until step
     `leave_at` and of replicas 0, 1 after (written independently of shoal.ps)."""
-    x, y = digits.load_digits_data()
-    params = digits.initial_variables()
-    m = {k: np.zeros_like(v) for k, v in params.items()}
-    v = {k: np.zeros_like(p) for k, p in params.items()}
-    for t in range(steps):
-        replicas = 3 if t < leave_at else 2
-        idx = np.concatenate([digits.batch_for(r, t, len(y)) for r in range(replicas)])
-        _, grads = digits.loss_and_grad(params, x[idx], y[idx])
-        for k in params:
-            if optimizer == "sgd":
-                params[k] = params[k] - 0.5 * grads[k]
-            else:
-                lr, b1, b2, eps = 0.05, 0.9, 0.999, 1e-8
-                m[k] = b1 * m[k] + (1 - b1) * grads[k]
-                v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
-                lr_t = lr * math.sqrt(1 - b2 ** (t + 1)) / (1 - b1 ** (t + 1))
-                params[k] = params[k] - lr_t * m[k] / (np.sqrt(v[k]) + eps)
-    return params
+    return joined_batch_oracle(optimizer, 3, steps, replicas_at=lambda t: 3 if t < leave_at else 2)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

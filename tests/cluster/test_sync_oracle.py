@@ -11,14 +11,17 @@ PROGRAM = ["tests/cluster/programs/digits.py"]
 STEPS = 12
 
 
-def oracle(optimizer: str, num_workers: int) -> dict[str, np.ndarray]:
-    """Plain single-process training on the concatenated batches, written independently of shoal.ps."""
+def oracle(optimizer: str, num_workers: int, steps: int = STEPS, replicas_at=None) -> dict[str, np.ndarray]:
+    """Plain single-process training on the concatenated batches, written independently of shoal.ps.
+    `replicas_at(t)`, if given, is how many replicas' batches step t averages (a membership that
+    changes); else `num_workers` every step."""
     x, y = digits.load_digits_data()
     params = digits.initial_variables()
     m = {k: np.zeros_like(v) for k, v in params.items()}
     v = {k: np.zeros_like(p) for k, p in params.items()}
-    for t in range(STEPS):
-        idx = np.concatenate([digits.batch_for(r, t, len(y)) for r in range(num_workers)])
+    for t in range(steps):
+        replicas = replicas_at(t) if replicas_at is not None else num_workers
+        idx = np.concatenate([digits.batch_for(r, t, len(y)) for r in range(replicas)])
         _, grads = digits.loss_and_grad(params, x[idx], y[idx])
         for k in params:
             if optimizer == "sgd":
