@@ -170,6 +170,7 @@ def _coord(system, model, steps, ctx, workers, log_every):
     """Shoal in-graph: the chief coordinates (no training of its own), as TF2's chief does."""
     cluster = _cluster(chief=1, worker=workers, ps=2)
     secret = {"SHOAL_JOB_SECRET": secrets.token_hex(16)}
+    # --log_every 1: the chief prints one line per finished dispatch, which build() counts as K batches
     argv = (COORD_EXAMPLES[model], "--steps", str(steps), "--log_every", "1",
             "--steps_per_dispatch", str(system.steps_per_dispatch))
     python = ctx.shoal_python or sys.executable
