@@ -49,13 +49,12 @@ QUICK = Plan(rounds=1, examples={"softmax": 60_000, "mlp": 80_000}, max_seconds=
              scaling_rounds=1, scaling_examples=60_000, ladder_stride=10_000)
 
 
-def pair_sequence(selected: list[str], round_: int) -> list[tuple[str, str | None]]:
-    """This round's (Shoal system, peer) pairs: every selected peer next to the Shoal system it
-    is compared with, rotated by the round; Shoal systems with no peer run alone."""
-    peers = [s for s in systems.SYSTEMS.values() if s.peer and s.name in selected]
-    pairs = [(p.compare_with if p.compare_with in selected else None, p.name) for p in peers]
-    if not pairs:
-        pairs = [(s, None) for s in selected if s in SHOAL]
+def pair_sequence(selected: list[str], round_: int, model: str | None = None) -> list[tuple[str | None, str | None]]:
+    """This round's (Shoal system, reference) pairs among the selected systems that train `model`
+    (None: any): every selected peer next to the Shoal system it is compared with, every Shoal
+    system next to its own references (systems.pairs), rotated by the round; a system in no
+    pair runs alone."""
+    pairs = systems.pairs(selected, model)
     shift = round_ % len(pairs) if pairs else 0
     return pairs[shift:] + pairs[:shift]
 
@@ -94,7 +93,7 @@ def main(argv=None) -> int:
     ctx = systems.Context(sys.executable, peers_python, str(default_cache_dir(os.environ)), plan.max_seconds)
     if args.dry_run:
         for pairs_model in models:
-            for pair in pair_sequence(selected, 0):
+            for pair in pair_sequence(selected, 0, pairs_model):
                 for name in filter(None, pair):
                     spec = systems.build(systems.SYSTEMS[name], pairs_model, examples[pairs_model], ctx)
                     print(f"# {name} {pairs_model}: {spec.steps} global steps\n{spec.describe()}")
@@ -140,7 +139,7 @@ def main(argv=None) -> int:
 
     for round_ in range(rounds):
         for model in models:
-            for i, (shoal, peer) in enumerate(pair_sequence(selected, round_)):
+            for i, (shoal, peer) in enumerate(pair_sequence(selected, round_, model)):
                 order = [shoal, peer] if (round_ + i) % 2 == 0 else [peer, shoal]
                 index = {name: run_one(name, model, "compare", round_, examples[model]) for name in order if name}
                 if shoal and peer:

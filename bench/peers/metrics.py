@@ -2,7 +2,8 @@
 The same rules for every system; pure functions of a JobRecord.
 
     examples/s     Progress lines (`step=N examples=E`, or Shoal's `step=N loss=X examples/s=R`
-                   standing for one batch of 100) counted while every printing task trains
+                   standing for one batch of 100; for Shoal's coordinator, whose chief prints
+                   one per finished dispatch, for K batches) counted while every printing task trains
                    steadily: from the latest of their lines at WARMUP of their count to the
                    earliest of their last lines; sum of E in that window / its length.
     first step     Launch of the first process to the arrival of the slowest printer's first
@@ -28,7 +29,7 @@ import os
 import re
 
 from bench.peers.runner import JobRecord
-from bench.peers.systems import BATCH, End
+from bench.peers.systems import End
 from bench.usage import SAMPLE_PERIOD_S, interpolate
 
 WARMUP = 0.1  # share of each printer's progress lines left out at the start
@@ -47,7 +48,7 @@ def progress(record: JobRecord) -> dict[str, list[tuple[float, int, int]]]:
         for t, line in task.lines:
             m = PROGRESS.search(line)
             if m:
-                rows.append((t, int(m.group(1)), int(m.group(2) or BATCH)))
+                rows.append((t, int(m.group(1)), int(m.group(2) or record.spec.line_examples)))
         if rows:
             out[task.name] = rows
     return out

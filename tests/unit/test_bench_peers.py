@@ -3,6 +3,8 @@ runner's task environment and the sampled series."""
 
 import subprocess
 
+import pytest
+
 from bench.jobrun import Task, clean_env
 from bench.peers import metrics, report, systems
 from bench.peers.__main__ import pair_sequence
@@ -14,7 +16,38 @@ def test_pair_sequence_puts_every_peer_next_to_its_shoal_mode_and_rotates():
     first, second = pair_sequence(list(systems.SYSTEMS), 0), pair_sequence(list(systems.SYSTEMS), 1)
     assert ("shoal-async", "tf1-async") in first and ("shoal-sync", "torch-ddp") in first
     assert ("shoal-sync", "nocomm") in first
-    assert len(first) == 7 and second == first[1:] + first[:1]
+    assert len(first) == 10 and second == first[1:] + first[:1]  # 7 peers + the coordinator's 3 pairs
+
+
+def test_pair_sequence_puts_the_coordinator_next_to_tf2_at_its_dispatch_size_and_to_shoal_async():
+    pairs = pair_sequence(list(systems.SYSTEMS), 0, "softmax")
+    assert ("shoal-coord-k1", "tf2-ps-k1") in pairs and ("shoal-coord-k10", "tf2-ps-k10") in pairs
+    assert ("shoal-coord-k10", "shoal-async") in pairs and ("shoal-async", "tf2-ps-k10") in pairs
+
+
+def test_pair_sequence_leaves_out_a_system_that_cannot_train_the_model():
+    pairs = pair_sequence(["shoal-async", "tf2-ps-k1", "shoal-coord-k1"], 0, "mlp")
+    assert pairs == [("shoal-async", "tf2-ps-k1")]
+
+
+def test_pair_sequence_runs_a_coordinator_alone_when_none_of_its_references_is_selected():
+    assert pair_sequence(["shoal-coord-k10"], 0, "softmax") == [("shoal-coord-k10", None)]
+
+
+def test_build_refuses_a_model_the_coordinator_example_does_not_train():
+    ctx = systems.Context("python", None, "/nowhere", 10)
+    with pytest.raises(ValueError, match="shoal-coord-k10 cannot train model 'mlp'"):
+        systems.build(systems.SYSTEMS["shoal-coord-k10"], "mlp", 1000, ctx)
+
+
+def test_build_runs_the_coordinator_as_chief_with_ps_and_workers_that_all_exit():
+    ctx = systems.Context("python", None, "/nowhere", 10)
+    spec = systems.build(systems.SYSTEMS["shoal-coord-k10"], "softmax", 60_000, ctx)
+    assert [t.name for t in spec.tasks] == ["ps:0", "ps:1", "worker:0", "worker:1", "chief:0"]
+    assert all(t.end is systems.End.EXITS for t in spec.tasks)
+    assert spec.steps == 600 and spec.line_examples == 1000
+    assert spec.tasks[-1].argv[:1] == ("examples/mnist_coordinator.py",)
+    assert spec.tasks[-1].argv[spec.tasks[-1].argv.index("--steps_per_dispatch") + 1] == "10"
 
 
 def test_pair_sequence_runs_shoal_alone_when_no_peer_is_selected():
@@ -51,6 +84,24 @@ def test_measure_counts_examples_while_every_worker_trains_and_finds_the_step_to
     assert run["cpu_s_per_1k_examples"] > 0
 
 
+def test_measure_counts_a_coordinator_line_as_its_dispatch_of_k_batches():
+    ctx = systems.Context("python", None, "/nowhere", 10)
+    spec = systems.build(systems.SYSTEMS["shoal-coord-k10"], "softmax", 20_000, ctx)
+    lines = {"chief:0": [(10.0 + i * 0.1, f"chief:0 step={10 * (i + 1)} loss=0.5 examples/s=9000") for i in range(20)]
+             + [(13.0, "accuracy: 0.9100")]}
+    tasks = []
+    for ts in spec.tasks:
+        proc = subprocess.Popen.__new__(subprocess.Popen)  # never started: only a name holder here
+        task = Task(ts.name, proc, lines=lines.get(ts.name, []))
+        task.usage.cpu = [(0.0, 0.0), (100.0, 50.0)]
+        tasks.append(task)
+    record = JobRecord(spec, tasks, {t.name: 0 for t in tasks}, launched=0.0, ended=20.0,
+                       machine_cpu=[(0.0, 0.0), (100.0, 100.0)])
+    run = metrics.measure(record)
+    assert run["ok"] and run["window_examples"] % 1000 == 0
+    assert abs(run["examples_per_s"] - 1000 / 0.1) / 10_000 < 0.05  # 10 batches of 100 every 0.1 s
+
+
 def test_measure_fails_a_run_whose_worker_exited_nonzero():
     record = _record({"worker:0": [(1.0, "step=1 examples=100")]})
     record.codes["worker:1"] = 1
@@ -63,6 +114,15 @@ def test_ratios_take_the_median_over_pairs_and_judge_the_goal_on_the_softmax():
     pairs = [{"shoal": i, "peer": i + 3} for i in range(3)]
     (row,) = report.ratios(runs, pairs)
     assert (row["ratio"], row["goal"], row["goal_met"]) == (2.0, 3.0, False)
+
+
+def test_markdown_lists_the_coordinator_s_ratios_with_their_goals():
+    runs = [{"system": s, "model": "softmax", "ok": True, "examples_per_s": e}
+            for s, e in (("shoal-coord-k10", 90), ("tf2-ps-k10", 20), ("shoal-async", 100))]
+    ratio_rows = report.ratios(runs, [{"shoal": 0, "peer": 1}, {"shoal": 0, "peer": 2}])
+    table = report.markdown([], ratio_rows, [], [], {}, {})
+    assert "| shoal-coord-k10 | tf2-ps-k10 | softmax | 4.50x (4.50) | >= 3: met |" in table
+    assert "| shoal-coord-k10 | shoal-async | softmax | 0.90x (0.90) | >= 0.8: met |" in table
 
 
 def test_clean_env_drops_another_job_s_settings_and_adds_the_task_s():
