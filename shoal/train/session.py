@@ -237,15 +237,6 @@ class TrainingSession:
         if self.checkpointer is not None:
             self.checkpointer.close()
 
-    def _adopt_incarnations(self, pss: list[int]) -> None:
-        """These ps restarted while this worker had no request on them (so no recovery ran here):
-        from now on its pushes are computed on their new process's values, and say so."""
-        for ps in pss:
-            try:
-                self.ps.set_incarnation(ps, self.ps.probe_status(ps, self.request_timeout_s).incarnation)
-            except WireError as e:
-                log.debug("%s: could not ask ps:%d which process it is now: %s", self.task, ps, e)
-
     def _leave_after_failed_start(self) -> None:
         """start() failed after the heartbeats began: tell the ps this replica is not training,
         so no sync step waits for it until its heartbeat times out. Best effort, bounded."""
@@ -315,7 +306,6 @@ class TrainingSession:
         if rolled_back:
             log.info("%s: %s dropped this step's gradient, computed on values its failover rolled back; this worker "
                      "has its restored values now", self.task, ", ".join(f"ps:{ps}" for ps in rolled_back))
-            self._adopt_incarnations(rolled_back)
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
             self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
