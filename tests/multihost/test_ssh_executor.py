@@ -369,16 +369,19 @@ def test_a_worker_whose_host_vanishes_moves_to_another_host_and_the_job_finishes
 
 
 def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, hosts, tmp_path):
+    """No other host has a free slot (one each), so the worker cannot move: it waits for its own."""
     stop = tmp_path / "stop"
     (tmp_path / "job.yaml").write_text(
         f"name: comeback\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
         "restart: {policy: on-failure, max_restarts: 3, backoff: 2s}\nssh: {heartbeat_timeout: 2s}\n")
-    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hosts", "host1,host2", "--ssh-config",
-                           shoal.ssh_config)
+    (tmp_path / "hostfile").write_text("host1 slots=1\nhost2 slots=1\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hostfile", str(tmp_path / "hostfile"),
+                           "--ssh-config", shoal.ssh_config)
     wait_running(shoal, 2)
     hosts[1].link_down()
     procs.wait_until(lambda: "lost the agent on host2" in shoal.output(launcher), timeout=30,
                      what="the launcher noticing host2 is gone")
+    assert "comeback.worker.1: host2 was lost and no other host can take it" in shoal.output(launcher)
     hosts[1].link_up()
     procs.wait_until(lambda: "shoal | host2: reconnected to restart worker.1" in shoal.output(launcher),
                      timeout=60, what="worker.1 restarted on host2", detail=lambda: shoal.output(launcher)[-2000:])
