@@ -490,6 +490,10 @@ class Supervisor:
             if slot.state is TaskState.RUNNING:
                 slot.handle.signal(signal.SIGKILL)  # type: ignore[union-attr]
         self._drain(_KILL_WAIT, force_ok=False)
+        stuck = [s.plan.label for s in live if s.state is TaskState.RUNNING]
+        if stuck:
+            self._mux.note(f"shoal | watchdog: {', '.join(stuck)} did not exit within {_KILL_WAIT:g}s of SIGKILL"
+                           " (a process in uninterruptible I/O?); each restarts when it does")
         self._watchdog.reset(forget_step=True)
 
     def _failed(self, slot: _Slot, code: Optional[int], detail: str) -> None:
