@@ -2,10 +2,12 @@
 re-run (its worker died, docs/coordinator.md) has each of its pushes applied at most once.
 
 A push tagged with a `ClosureTag` (closure id, push index) names the shards it carries; the
-ledger remembers, per tag, the shards applied. A later push with the same tag and shards is a
-duplicate: the ps answers it DUPLICATE with the current values and applies nothing. Parts of
-one push reach a ps as separate requests, so the unit is (tag, shards): a worker that died
-between two parts gets the missing part applied when the closure is re-run.
+ledger remembers, per tag, the shards applied and the step they were applied in. A later push
+with the same tag and shards is a duplicate: the ps answers it DUPLICATE and applies nothing,
+when the original would have been answered (in sync mode once that step is applied) and with
+the values of then. Parts of one push reach a ps as separate requests, so the unit is (tag,
+shards): a worker that died between two parts gets the missing part applied when the closure is
+re-run.
 
 Memory is bounded: the ledger holds the `window` most recently recorded tags (default
 DEFAULT_WINDOW) and forgets older ones, first in, first out. A re-run is recognized as long as
@@ -37,6 +39,7 @@ class ClosureLedger:
         self.applied = 0
         self.duplicates = 0
         self._tags: OrderedDict[tuple[str, int], set[str]] = OrderedDict()
+        self._steps: dict[tuple[str, int], int] = {}  # the step each tag's shards were (last) applied in
 
     def __len__(self) -> int:
         return len(self._tags)
@@ -58,13 +61,19 @@ class ClosureLedger:
         self.duplicates += 1
         return True
 
-    def record(self, tag: ClosureTag, shards: Collection[str]) -> None:
-        """Remember that `shards` of `tag` were applied (or counted in a sync step)."""
+    def step_of(self, tag: ClosureTag) -> int:
+        """The step `tag` was recorded in (its latest part); 0 for a tag it does not hold."""
+        return self._steps.get((tag.closure, tag.push), 0)
+
+    def record(self, tag: ClosureTag, shards: Collection[str], step: int = 0) -> None:
+        """Remember that `shards` of `tag` were applied (or counted in sync step `step`)."""
         key = (tag.closure, tag.push)
         applied = self._tags.get(key)
         if applied is None:
             self._tags[key] = applied = set()
             while len(self._tags) > self.window:
-                self._tags.popitem(last=False)
+                forgotten, _ = self._tags.popitem(last=False)
+                self._steps.pop(forgotten, None)
         applied.update(shards)
+        self._steps[key] = step
         self.applied += 1
