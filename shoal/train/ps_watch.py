@@ -52,7 +52,7 @@ class PsWatch:
     `client` is used by the watch's thread only (give it a PsClient of its own, without
     `on_lost`); the watch closes it. `recover` runs on that thread, with `recovery_timeout_s`
     to its deadline; it must be safe against the session's own recovery (the session serializes
-    the two). A recovery that fails is logged and the watch goes on. The constructor does no
+    the two), and may close the watch instead of recovering (the job is ending). A recovery that fails is logged and the watch goes on. The constructor does no
     I/O; `start` returns at once; `close` is idempotent and blocks up to `close_timeout_s` for
     the thread (a recovery still running then finishes on its own, a daemon). `start` and
     `close` are thread-safe.
@@ -128,7 +128,8 @@ class PsWatch:
         self._known[ps] = None  # the rebuilt process is adopted once it answers ready
         try:
             self._recover(self._client, ps, time.monotonic() + self._recovery_timeout_s, cause)
-            self.recoveries += 1
+            if not self._stopping.is_set():  # `recover` may close the watch instead (the job is ending)
+                self.recoveries += 1
         except Exception as e:  # noqa: BLE001 — the thread must go on; the workers fail with their own error
             log.error("%s could not recover ps:%d at %s: %s", self.task, ps, self._client.addresses[ps], e)
 

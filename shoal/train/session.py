@@ -440,7 +440,10 @@ class TrainingSession:
 
     def _watched_ps_lost(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         if self._stop.requested:  # the job is ending (SIGTERM): its ps go away, none is rebuilt
-            log.info("%s: ps:%d went away after SIGTERM; not rebuilding it (%s)", self.task, ps, cause)
+            log.info("%s: ps:%d went away after SIGTERM; the job is ending, so it stops watching the ps (%s)",
+                     self.task, ps, cause)
+            if self._watch is not None:
+                self._watch.close()
             return
         with self._recovering:
             self._recovery.recover(client, ps, deadline, cause)
