@@ -13,10 +13,10 @@ Memory is bounded: the ledger holds the `window` most recently recorded tags (de
 DEFAULT_WINDOW) and forgets older ones, first in, first out. A re-run is recognized as long as
 fewer than `window` other tagged pushes reached this ps between the original and the re-run;
 a ps that restarts starts with an empty ledger (its shards come back from a replica or a
-checkpoint, and a push resent to it is dropped as rolled back or stale). Each tag costs a few hundred bytes however many shards its push
-carries, so the whole ledger stays within about `window` x 500 bytes plus one entry per shard
-of the ps; only authenticated pushes reach it. Not thread-safe (the ps's serving thread only);
-no I/O.
+checkpoint, and a push resent to it is dropped as rolled back or stale). Each tag costs a few
+hundred bytes however many shards its push carries, so the whole ledger stays within about
+`window` x 500 bytes plus one entry per shard of the ps; only authenticated pushes reach it.
+Not thread-safe (the ps's serving thread only); no I/O.
 """
 
 from __future__ import annotations

@@ -52,10 +52,11 @@ class PsWatch:
     `client` is used by the watch's thread only (give it a PsClient of its own, without
     `on_lost`); the watch closes it. `recover` runs on that thread, with `recovery_timeout_s`
     to its deadline; it must be safe against the session's own recovery (the session serializes
-    the two), and may close the watch instead of recovering (the job is ending). A recovery that fails is logged and the watch goes on. The constructor does no
-    I/O; `start` returns at once; `close` is idempotent and blocks up to `close_timeout_s` for
-    the thread (a recovery still running then finishes on its own, a daemon). `start` and
-    `close` are thread-safe.
+    the two), and may close the watch instead of recovering (the job is ending). A recovery
+    that fails is logged and the watch goes on. The constructor does no I/O; `start` returns
+    at once; `close` is idempotent and blocks up to `close_timeout_s` for the thread (a
+    recovery still running then finishes on its own, a daemon). `start` and `close` are
+    thread-safe.
     """
 
     def __init__(self, task: str, client: PsClient, recover: Recover, *, recovery_timeout_s: float,
