@@ -91,7 +91,9 @@ def coordinate(args, config, secret, session) -> None:
     first = session.global_step  # > 0 when the chief's session resumed from a checkpoint in --model_dir
     if first:
         print(f"{session.task} resumed at step {first}; scheduling the {args.steps - first} steps left", flush=True)
-    with shoal.Coordinator(config, steps, secret=secret, security=shoal.wire_security(args)) as coordinator:
+    # session=: the chief never pushes, so the coordinator watches the ps for it and rebuilds one that dies
+    with shoal.Coordinator(config, steps, secret=secret, security=shoal.wire_security(args),
+                           session=session) as coordinator:
         batches = coordinator.create_per_worker_dataset(mnist_batches, args.batch_size)
         k = args.steps_per_dispatch
         if args.sync:  # every worker runs every step; the ps averages their gradients once per step
@@ -117,7 +119,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     config = shoal.resolve_cluster_config(args, os.environ)
     secret = shoal.resolve_job_secret(os.environ)
-    if shoal.serve_unless_training(config, secret=secret, security=shoal.wire_security(args)):
+    if shoal.serve_unless_training(config, secret=secret, security=shoal.wire_security(args),
+                                   replication=shoal.replication_options(args)):
         return 0
 
     variables = {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}

@@ -287,7 +287,13 @@ class PsService:
             log.info("%s: %s pushed %s again (a re-run closure); already applied, answered duplicate",
                      self.task_name, message.task, message.closure)
             self._leases.account(message, PushOutcome.DUPLICATE, None if self._sync is None else message.step)
-            return self._reply_values(_Waiting(request, names, 0, PushOutcome.DUPLICATE))
+            if self._sync is None:
+                return self._reply_values(_Waiting(request, names, 0, PushOutcome.DUPLICATE))
+            # answered as the original is: once its step is applied to these shards, with those
+            # values, so the re-run's next push belongs to the next step (sent for this one, it
+            # would be a second gradient of its task in this step, dropped)
+            step = self.closures.step_of(message.closure)
+            return self._answer_when_applied(_Waiting(request, names, step + 1, PushOutcome.DUPLICATE, tuple(grads)))
         if self._sync is None:
             self._record_closure(message, grads)
             self.store.apply(grads, message.hyper)
@@ -322,7 +328,7 @@ class PsService:
 
     def _record_closure(self, message: PushRequest, grads: Mapping[str, Any]) -> None:
         if message.closure is not None:
-            self.closures.record(message.closure, grads.keys())
+            self.closures.record(message.closure, grads.keys(), message.step if self._sync is not None else 0)
 
     def _done_op(self, request: Request, message: DoneRequest) -> Reply:
         self._membership_changed([self.membership.finished(message.task)])
@@ -402,6 +408,13 @@ class PsService:
         self._waiting.append(waiting)
         return DEFERRED
 
+    def _answer_when_applied(self, waiting: _Waiting) -> Reply | Deferred:
+        """A sync push's reply: now if step `min_step - 1` is applied to its shards, else once it is."""
+        if self.step >= waiting.min_step or self._sync.applied(waiting.pushed, waiting.min_step - 1):
+            return self._reply_values(waiting)
+        self._waiting.append(waiting)
+        return DEFERRED
+
     def _give_up_stuck_step(self) -> None:
         """While draining: if the replicas still training cannot bring the current sync step its
         gradients any more, drop it and queue its waiting pushes' replies as stale."""
@@ -419,7 +432,7 @@ class PsService:
         self._leases.step_abandoned(sync.step)
         still = []
         for w in self._waiting:
-            if w.outcome in (PushOutcome.APPLIED, PushOutcome.STALE) and w.min_step > sync.step:
+            if w.outcome in (PushOutcome.APPLIED, PushOutcome.STALE, PushOutcome.DUPLICATE) and w.min_step > sync.step:
                 self._released.append(self._reply_values(_Waiting(w.request, w.names, 0, PushOutcome.STALE)))
             else:
                 still.append(w)

@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from enum import Enum
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from shoal.cluster import ClusterConfig
 from shoal.logs_default import show_shoal_logs
@@ -33,6 +33,10 @@ from shoal.train.coordinator_values import DatasetRef, encode_values
 from shoal.train.remote_value import RemoteValue
 from shoal.train.worker_link import FINISH_TIMEOUT_S, WorkerLink
 from shoal.wire import JobSecret, Security
+
+if TYPE_CHECKING:
+    from shoal.train.ps_watch import PsWatch
+    from shoal.train.session import TrainingSession
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +76,16 @@ class Coordinator:
     queued closures fail, and so do the closures pinned to one worker that does not answer for
     that long. Thread-safe: schedule from any thread. `close` is idempotent: it
     fails closures that never ran and tells every worker that training is over.
+
+    `session`, the chief's own started TrainingSession, if given, watches the ps tasks while
+    the coordinator runs (`session.watch_ps()`, from `start` to `close`): the chief never
+    pushes, so this is how a ps that dies is noticed and rebuilt (from its successor's replica,
+    else the newest checkpoint) while the workers wait for it, without restarting anything.
     """
 
     def __init__(self, config: ClusterConfig, registry: StepRegistry, *, secret: JobSecret,
                  security: Security = Security.AUTO, request_timeout_s: float = 600.0,
-                 worker_timeout_s: float = 300.0):
+                 worker_timeout_s: float = 300.0, session: "TrainingSession | None" = None):
         if not config.is_chief:
             raise CoordinatorError(f"{config.task} is not the chief ({config.chief_task}); only the chief runs the "
                                    "Coordinator, the other tasks serve steps (shoal.serve_steps)")
@@ -93,6 +102,8 @@ class Coordinator:
         self._lock = threading.Lock()
         self._datasets: list[tuple[DatasetRequest, dict]] = []
         self._state = CoordinatorState.NEW
+        self._session = session
+        self._ps_watch: PsWatch | None = None
         self.origin = secrets.token_hex(6)  # closure ids are "<origin>.<n>" on the ps: unique per coordinator
         self.links = [WorkerLink(str(task), config.cluster.task_address(task.job, task.index), secret, self._queue,
                                  datasets=self._dataset_list, step_names=registry.step_names(),
@@ -114,6 +125,8 @@ class Coordinator:
         """Start dispatching to the workers. Does not block. Returns self."""
         self._require("start", CoordinatorState.NEW)
         show_shoal_logs()
+        if self._session is not None:
+            self._ps_watch = self._session.watch_ps()
         for link in self.links:
             link.start()
         self._state = CoordinatorState.STARTED
@@ -212,6 +225,8 @@ class Coordinator:
         deadline = time.monotonic() + FINISH_TIMEOUT_S + 5
         for link in self.links:  # a link still waiting for a long run is left behind (a daemon thread)
             link.close(max(0.0, deadline - time.monotonic()))
+        if self._ps_watch is not None:  # after the workers' last steps, which a lost ps would hold up
+            self._ps_watch.close(max(0.5, deadline - time.monotonic()))
 
     # -- internals ---------------------------------------------------------------------------
 

