@@ -102,14 +102,15 @@ def coordinate(args, config, secret, session) -> None:
         else:
             results = [coordinator.schedule(train, batches, steps=min(k, args.steps - i))
                        for i in range(first, args.steps, k)]
-        done = first
+        done = top = first
         for result in results:
             value = result.fetch(timeout=600)
+            top = max(top, value["global_step"])  # closures end out of order: the highest step seen is the job's
             before, done = done, min(args.steps, done + k)
             session.checkpoint_if_due()  # the chief never pushes: its periodic checkpoints are taken here
             if done // args.log_every > before // args.log_every or done == args.steps:
                 rate = (done - first) * args.batch_size / max(1e-9, time.monotonic() - started)
-                print(f"{session.task} step={value['global_step']} loss={value['loss']:.4f} examples/s={rate:.0f}",
+                print(f"{session.task} step={top} loss={value['loss']:.4f} examples/s={rate:.0f}",
                       flush=True)
         coordinator.join(timeout=600)
 
