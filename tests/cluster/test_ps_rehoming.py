@@ -1,0 +1,46 @@
+"""Re-homing (issue 14) with real processes: a ps killed with SIGKILL that never comes back has its
+shards moved to the surviving ps, and training finishes with one ps fewer. In sync mode, with
+replication every step, the final model equals one trained without losing a ps (the joined-batch
+oracle); in async mode the MNIST example still reaches its accuracy."""
+
+import re
+
+import numpy as np
+import pytest
+
+from tests.cluster.programs import digits
+from tests.cluster.test_sync_oracle import oracle
+
+STEPS = 12
+KILL_AT = 5
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_sync_ps_that_never_returns_is_rehomed_and_the_model_equals_the_uninterrupted_oracle(make_cluster, tmp_path,
+                                                                                            optimizer):
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["tests/cluster/programs/digits.py", "--sync", "--optimizer", optimizer, "--steps", str(STEPS),
+            "--out", str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "3",
+            "--kill_ps1_at", str(KILL_AT)]
+    cluster.start("ps", 0, argv)
+    ps1 = cluster.start("ps", 1, argv)
+    (tmp_path / "ps1.pid").write_text(str(ps1.proc.pid))
+    for i in range(2):
+        cluster.start("worker", i, argv)
+    codes = cluster.wait_all(timeout=120)
+    assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief, other = cluster.tasks[2].output(), cluster.tasks[3].output()
+    assert f"killed ps:1 at step {KILL_AT}" in chief
+    moved = re.search(r"ps:1 did not come back within 3s: its (\d+) shards moved to ps:0 "
+                      r"\(from ps:0's replica at step (\d+);", chief)
+    assert moved, chief[-3000:]
+    assert int(moved.group(1)) >= 1 and int(moved.group(2)) == KILL_AT
+    assert "trains on without ps:1" in other, other[-3000:]
+    assert "took over" in cluster.tasks[0].output()
+    expected = oracle(optimizer, 2, STEPS)
+    untrained = digits.initial_variables()
+    for i in range(2):
+        got = np.load(tmp_path / f"worker{i}.npz")
+        for k, want in expected.items():
+            assert not np.allclose(want, untrained[k]), "the oracle must move the parameters"
+            np.testing.assert_allclose(got[k], want, rtol=1e-6, atol=1e-12)
