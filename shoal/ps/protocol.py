@@ -204,12 +204,12 @@ MAX_PS = 1 << 16
 
 
 def _indices(fields: Mapping[str, Any], where: str, key: str) -> tuple[int, ...]:
-    """A list of distinct ps indices (absent: empty), sorted."""
+    """A list of distinct ps indices (absent: empty), in its order."""
     value = fields.get(key, [])
     if not (isinstance(value, list) and len(value) <= MAX_PS and all(_is_count(v, MAX_PS - 1) for v in value)
             and len(set(value)) == len(value)):
         raise _fail(where, key, f"a list of distinct ps indices (ints 0..{MAX_PS - 1})", value)
-    return tuple(sorted(value))
+    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -339,7 +339,7 @@ class StatusReply:
     membership_version: int = 0
     members: tuple[str, ...] = ()
     leases: LeaseCounts | None = None  # ps 0, once a worker leased positions or a checkpoint restored some
-    retired: tuple[int, ...] = ()  # the ps tasks whose shards were re-homed (this ps learned by `adopt`)
+    retired: tuple[int, ...] = ()  # the ps tasks whose shards were re-homed, in that order (learned by `adopt`)
 
     @property
     def ready(self) -> bool:
@@ -842,8 +842,8 @@ class AdoptRequest:
     """Re-homing (shoal/ps/adoption.py): ps `source` did not come back, and this ps takes over
     the shards of it that travel with this request (values and "<shard>@<slot>" state, all of
     `step`: the step of the replica or checkpoint they come from; possibly none). `retired` are
-    all the ps tasks re-homed so far, `source` among them: the placement every worker must use
-    from now on (docs/checkpoints.md, "Re-homing")."""
+    all the ps tasks re-homed so far, in the order they were, `source` last: the placement every
+    worker must use from now on (shoal/train/rehome_placement.py, docs/checkpoints.md)."""
 
     op = Op.ADOPT
     source: int
@@ -858,8 +858,8 @@ class AdoptRequest:
         where = "adopt request"
         source = _int(fields, where, "source", maximum=MAX_PS - 1)
         retired = _indices(fields, where, "retired")
-        if source not in retired:
-            raise _fail(where, "retired", f"a list of ps indices that names the source, ps:{source}", list(retired))
+        if not retired or retired[-1] != source:
+            raise _fail(where, "retired", f"a list of ps indices that ends with the source, {source}", list(retired))
         return cls(source, _int(fields, where, "step", maximum=_MAX_ID), retired)
 
 

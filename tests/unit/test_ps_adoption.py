@@ -43,11 +43,11 @@ def status(service) -> StatusReply:
     return StatusReply.decode(service.handle(request(StatusRequest()))[0].body.fields())
 
 
-def test_adopt_request_round_trips_and_must_name_its_source_among_the_retired():
-    message = AdoptRequest(1, 7, (1, 3))
+def test_adopt_request_round_trips_and_must_name_its_source_last_among_the_retired():
+    message = AdoptRequest(1, 7, (3, 1))
     assert AdoptRequest.decode(message.fields()) == message
     with pytest.raises(ProtocolFieldError, match="retired"):
-        AdoptRequest.decode({"source": 1, "step": 7, "retired": [3]})
+        AdoptRequest.decode({"source": 1, "step": 7, "retired": [1, 3]})
     with pytest.raises(ProtocolFieldError, match="retired"):
         AdoptRequest.decode({"source": 1, "step": 7, "retired": [1, 1]})
 
