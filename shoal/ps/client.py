@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import (REPLY_TYPES, AdoptReply, AdoptRequest, ClosureTag, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest,
+from shoal.ps.protocol import AdoptReply, AdoptRequest
+from shoal.ps.protocol import (REPLY_TYPES, ClosureTag, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest,
                                LeaseReply, LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ReplicaRequest,
                                ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
 from shoal.wire import (JobSecret, Message, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, WireError,

@@ -24,7 +24,8 @@ from shoal.ps.errors import PsError
 from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
 from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, LIVE, Change, MemberState, Membership, quorum
-from shoal.ps.protocol import (REQUEST_TYPES, AdoptReply, AdoptRequest, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
+from shoal.ps.protocol import AdoptReply, AdoptRequest
+from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
                                HeartbeatRequest, InitReply, InitRequest, LeaseRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ReplicaRequest,
                                ReplicateReply, ReplicateRequest, ShutdownRequest, SnapshotReply, StatusReply,

@@ -31,7 +31,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from shoal.ps.client import PsClient
-from shoal.ps.protocol import SLOT_SEPARATOR, AdoptRequest, Hyper
+from shoal.ps.protocol import SLOT_SEPARATOR, AdoptRequest, Hyper, StatusReply
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.placement import Placement
@@ -96,6 +96,32 @@ class Rehoming:
                 raise  # the job's only ps, or it came back and could not be restored
             self._move(client, ps)
 
+    def learn(self, client: PsClient, deadline: float) -> Placement | None:
+        """At start: the ps tasks re-homed before this worker started, as the first ps tasks to
+        answer `status` list them (polling until one does, up to `deadline`). Each is dropped from
+        the client, in the order they were re-homed, and the placement computed without it.
+        Returns the new placement, or None if no ps was re-homed. Blocks."""
+        def probe() -> list[StatusReply] | None:
+            return [s for s in client.status_each(0.5) if isinstance(s, StatusReply)] or None
+
+        try:
+            statuses = poll_until(probe, deadline=deadline, interval_s=0.1,
+                                  timed_out=lambda: TrainError("no ps answered"))
+        except TrainError:
+            return None  # waiting for the ps at start says who is missing
+        retired = [i for i in max((s.retired for s in statuses), key=len) if i not in self.retired]
+        for cluster_id in retired:
+            ps = [client.ps_id(k) for k in range(client.num_ps)].index(cluster_id)
+            self.placement = rehome(self.placement, ps)
+            self.retired.append(cluster_id)
+            client.drop(ps)
+        if not retired:
+            return None
+        log.info("%s starts without %s (re-homed before it started): their shards are on %s", self._task,
+                 ", ".join(f"ps:{i}" for i in retired),
+                 ", ".join(f"ps:{client.ps_id(k)}" for k in range(client.num_ps)))
+        return self.placement
+
     # --- the chief ---------------------------------------------------------------------------
 
     def _move(self, client: PsClient, ps: int) -> None:
@@ -120,8 +146,9 @@ class Rehoming:
                 homes.append((f"ps:{client.ps_id(k)}", len(names), reply.step))
         where = (homes[0][0] if len(homes) == 1 else
                  ", ".join(f"{home} ({count})" for home, count, _ in homes) or "no ps (it held none)")
-        log.warning("%s: %s did not come back within %gs: its %d shards moved to %s (from %s; %s)", self._task,
-                    name, self._timeout_s, len(self.placement.on_ps(ps)), where, source.source,
+        count = len(self.placement.on_ps(ps))
+        log.warning("%s: %s did not come back within %gs: its %d shard%s moved to %s (from %s; %s)", self._task,
+                    name, self._timeout_s, count, "" if count == 1 else "s", where, source.source,
                     ", ".join(f"{home} at step {step}" for home, _, step in homes) or "nothing to move")
         if source.why_not_replica:
             log.warning("%s: no usable replica of %s: %s; every update to its shards since %s is lost", self._task,

@@ -58,7 +58,9 @@ class TrainingSession:
     With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
     writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the
     chief rebuilds its shards from the newest checkpoint and every worker resends what it lost;
-    workers wait up to `ps_recovery_timeout_s` for that, then fail with a clear error.
+    workers wait up to `ps_recovery_timeout_s` for that. A ps (other than ps 0) that does not
+    come back by then is re-homed: its shards move to the other ps tasks and training goes on
+    without it (shoal/train/rehoming.py); `placement` is then the new one.
 
     `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
     (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
@@ -173,6 +175,9 @@ class TrainingSession:
             if self.checkpointer is not None:
                 self.checkpointer.open()
             deadline = time.monotonic() + self.init_timeout_s
+            rehomed = self._rehoming.learn(self.ps, deadline)  # ps tasks re-homed before this replica started
+            if rehomed is not None:
+                self._use_placement(rehomed)
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
             if not all(s.ready for s in statuses):
                 if self._chief is not None:
