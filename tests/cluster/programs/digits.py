@@ -79,6 +79,7 @@ def main() -> int:
     parser.add_argument("--ps_recovery_timeout", type=float, default=120)
     parser.add_argument("--heartbeat_timeout", type=float, default=20)
     parser.add_argument("--leave_at", type=int, help="stop training (leave the job, done) at this global step")
+    parser.add_argument("--rehome_lost_ps", action="store_true", help="re-home a lost ps that does not come back")
     parser.add_argument("--replicate_every_steps", type=int, help="ps: replicate shards to the next ps every N steps")
     parser.add_argument("--kill_ps1_at", type=int,
                         help="chief: at this global step, once ps:0 holds ps:1's replica of it, SIGKILL ps:1 "
@@ -99,7 +100,8 @@ def main() -> int:
                                request_timeout_s=30, model_dir=args.model_dir,
                                checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps),
                                ps_recovery_timeout_s=args.ps_recovery_timeout,
-                               heartbeat_timeout_s=args.heartbeat_timeout) as session:
+                               heartbeat_timeout_s=args.heartbeat_timeout,
+                               rehome_lost_ps=args.rehome_lost_ps) as session:
         while not session.should_stop() and not (args.leave_at is not None and session.global_step >= args.leave_at):
             if args.kill_ps1_at is not None and config.is_chief and session.global_step == args.kill_ps1_at:
                 kill_ps1_once_replicated(session, args.kill_ps1_at, args.out / "ps1.pid")
