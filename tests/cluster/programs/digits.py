@@ -52,13 +52,14 @@ OPTIMIZERS = {"sgd": lambda: shoal.SGD(0.5), "adam": lambda: shoal.Adam(0.05),
 
 
 def kill_ps1_once_replicated(session, step: int, pid_file: Path) -> None:
-    """SIGKILL ps:1 once ps:0 holds its replica of `step` (at most 30 s), and only once."""
+    """SIGKILL ps:1 once its successor holds its replica of `step` (at most 30 s), and only once."""
     if not pid_file.exists():
         return
+    holder = 2 % session.ps.num_ps
     deadline = time.monotonic() + 30
-    while session.ps.replica(0, 1, 5.0).body.step < step:
+    while session.ps.replica(holder, 1, 5.0).body.step < step:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"ps:0 did not get ps:1's replica of step {step} within 30s")
+            raise RuntimeError(f"ps:{holder} did not get ps:1's replica of step {step} within 30s")
         time.sleep(0.02)
     os.kill(int(pid_file.read_text()), signal.SIGKILL)
     pid_file.unlink()
