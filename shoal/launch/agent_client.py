@@ -261,7 +261,8 @@ class AgentConnection:
         why = self.lost or self._why().lstrip(": ") or \
             f"its command ended{'' if code is None else f' with exit code {code}'}"
         for task in tasks:  # no-op for those that already ended
-            task._exited(LOST, f"shoal: lost the agent on {self.name} ({why}); the task counts as failed\n")
+            task._exited(LOST, f"shoal: lost the agent on {self.name} ({why}); the task counts as failed\n",
+                         lost_host=self.name)
 
     def _read_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
@@ -301,12 +302,15 @@ class AgentTask:
         self._started = False  # set by the reader thread when the agent said "started"
         self._lock = threading.Lock()
         self.ref: Optional[TaskRef] = None
+        self.lost_host: Optional[str] = None
+        """The host whose loss (no heartbeat) ended this task (executor.HostLossAware)."""
 
-    def _exited(self, code: int, last_words: str = "") -> None:
+    def _exited(self, code: int, last_words: str = "", lost_host: Optional[str] = None) -> None:
         with self._lock:
             if self._done.is_set():
                 return
             self._code = code
+            self.lost_host = lost_host
             if last_words and self._started:
                 self._chunks.put(last_words.encode())
             self._chunks.put(_END)

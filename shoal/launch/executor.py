@@ -221,6 +221,17 @@ class TaskPlacer(Protocol):
 
 
 @runtime_checkable
+class HostLossAware(Protocol):
+    """A task handle that knows whether its host was lost (an SSH host that stopped answering)."""
+
+    @property
+    def lost_host(self) -> Optional[str]:
+        """The host whose loss ended this task; None while it runs, or when it ended otherwise.
+        Does not block."""
+        ...
+
+
+@runtime_checkable
 class LaunchNotes(Protocol):
     """An executor that does more than start tasks (submits a Slurm job, say) and says what,
     for a dry run to print before the plan."""

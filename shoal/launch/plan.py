@@ -20,6 +20,7 @@ from typing import Optional
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.launch.allocation import ROLE_ORDER, Allocation, TaskAllocation
 from shoal.launch.errors import PlanError
+from shoal.launch.relocation import MOVABLE_ROLES
 from shoal.launch.spec import JobSpec, RestartSpec, WatchdogSpec
 from shoal.launch.watchdog import effective_stall
 
@@ -59,7 +60,8 @@ class TaskPlan:
 
 @dataclass(frozen=True)
 class RoleTemplate:
-    """What a task added to a scalable role (`shoal scale`) runs: the role's argv, the variables
+    """What a task added to a scalable role (`shoal scale`), or moved off a lost host
+    (relocation.py), runs: the role's argv, the variables
     every task of the role gets before its own identity (TF_CONFIG, SHOAL_TASK, RANK,
     WORLD_SIZE) and GPUs are set (`added_task` sets them), and how many GPUs a task of the role
     asks for. Rendered from the spec, so a role that starts with no task (count: 0..N) has one."""
@@ -88,7 +90,8 @@ class JobPlan:
     scale: tuple[tuple[str, int, int], ...] = ()
     """(role, min, max) of each role whose count `shoal scale` may change (spec: count: MIN..MAX)."""
     templates: tuple[RoleTemplate, ...] = ()
-    """The template of each role in `scale`: what a task added to it runs."""
+    """The template of each role in `scale`, and of each role whose tasks may move to another
+    host (relocation.MOVABLE_ROLES): what a task added to it runs."""
 
     def template(self, role: str) -> Optional[RoleTemplate]:
         """The RoleTemplate of `role`, or None if it does not scale."""
@@ -176,11 +179,13 @@ def make_plan(
             gpus=place.gpus,
             node=place.node,
         ))
+    templated = [job for job, _, _ in spec.scale_ranges()]
+    templated += [job for job in sorted(MOVABLE_ROLES) if job not in templated and any(p.task.job == job for p in places)]
     templates = tuple(
         RoleTemplate(job, _argv(spec.role(job).run or spec.run, allocation.python),
                      tuple(_task_env(spec, job, dict(allocation.env), common, {}, None).items()),
                      spec.role(job).gpus)
-        for job, _, _ in spec.scale_ranges())
+        for job in templated)
     return JobPlan(
         job_id=job_id, name=spec.name, job_dir=str(job_dir), model_dir=str(model_dir),
         workdir=str(workdir), tasks=tuple(tasks), primary=replicas[0], restart=spec.restart,
@@ -216,8 +221,8 @@ def _gpu_env(place: TaskAllocation) -> dict[str, str]:
 
 def added_task(plan: JobPlan, place: TaskAllocation, peers: Sequence[TaskPlan]) -> TaskPlan:
     """The TaskPlan of a task added to running job `plan` (`shoal scale`) at `place`: the
-    argv and environment of its role's template (`plan.template`; PlanError if the role does
-    not scale), with its own identity —
+    argv and environment of its role's template (`plan.template`; PlanError if the role has
+    none), with its own identity —
     TF_CONFIG whose cluster is `peers` (the tasks as they are now) plus itself, SHOAL_TASK,
     RANK and WORLD_SIZE counted in that cluster — its address and its log file. Tasks
     already running keep theirs. Pure."""

@@ -4,6 +4,7 @@ Task:  PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | KILLED
        RUNNING -> RESTARTING -> STARTING   (restart policy, same identity)
        STARTING -> FAILED (could not exec);  PENDING | RESTARTING -> KILLED (job stopped)
        PENDING | RUNNING | RESTARTING -> SCALED_DOWN   (`shoal scale` stopped it; an expected end)
+       RUNNING -> MOVED   (its host was lost; a replacement runs on another host: relocation.py)
 Job:   PENDING -> RUNNING -> SUCCEEDED | FAILED | KILLED;  PENDING -> FAILED | KILLED
 """
 
@@ -23,11 +24,12 @@ class TaskState(str, Enum):
     FAILED = "FAILED"
     KILLED = "KILLED"
     SCALED_DOWN = "SCALED_DOWN"
+    MOVED = "MOVED"
 
     @property
     def is_terminal(self) -> bool:
         return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED,
-                        TaskState.SCALED_DOWN)
+                        TaskState.SCALED_DOWN, TaskState.MOVED)
 
 
 class JobState(str, Enum):
@@ -49,13 +51,14 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.STARTING: frozenset({TaskState.RUNNING, TaskState.FAILED, TaskState.KILLED}),
     TaskState.RUNNING: frozenset(
         {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING,
-         TaskState.SCALED_DOWN}
+         TaskState.SCALED_DOWN, TaskState.MOVED}
     ),
     TaskState.RESTARTING: frozenset({TaskState.STARTING, TaskState.KILLED, TaskState.SCALED_DOWN}),
     TaskState.SUCCEEDED: frozenset(),
     TaskState.FAILED: frozenset(),
     TaskState.KILLED: frozenset(),
     TaskState.SCALED_DOWN: frozenset(),
+    TaskState.MOVED: frozenset(),
 }
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {

@@ -22,6 +22,9 @@ TF_CONFIG listing the tasks as they are then plus itself (running tasks keep the
 stops the highest-index tasks (TERM, grace, KILL), whose end is SCALED_DOWN: expected, not
 restarted, not a failure. The teardown policy counts the workers that exist now (added
 ones count, scaled-down ones do not); the restart policy applies to added tasks as to any.
+Relocation (shoal/launch/relocation.py): a worker whose host was lost (its handle says so) is
+restarted elsewhere when the restart policy allows: a replacement with a fresh index, placed
+and started as a scaled-up task, while the lost one ends MOVED.
 
 Policy only: processes, hosts and pipes are the executor's (executor.py), so the policies
 are tested with a fake executor and an injected clock. The job ends with an `EndReason`;
@@ -44,11 +47,13 @@ from enum import Enum
 from typing import Callable, Optional, Protocol
 
 from shoal.cluster import TaskId
+from shoal.launch.allocation import TaskAllocation
 from shoal.launch.errors import PlanError, ScaleError, StartError
-from shoal.launch.executor import Executor, TaskHandle, TaskPlacer, TaskRef
+from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlacer, TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan, added_task
+from shoal.launch.relocation import movable, moved_detail, unplaced_note
 from shoal.launch.scaling import (ScaleOutcome, ScaleRequest, check_request, new_indices, task_word,
                                   to_stop)
 from shoal.launch.root_cause import TaskFailure
@@ -299,6 +304,9 @@ class Supervisor:
             self._check_success()
             return
         restart = self._plan.restart
+        if (restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
+                and self._move_elsewhere(slot, detail)):
+            return
         if code == USAGE_EXIT and ended_at - slot.started_at < USAGE_WINDOW_S:
             if restart.policy is RestartPolicy.ON_FAILURE:
                 detail += f" within {USAGE_WINDOW_S:g}s of its start, a usage error: not restarted"
@@ -404,12 +412,41 @@ class Supervisor:
                 self._plan, task, [s.plan for s in self._slots.values() if not s.state.is_terminal])
         except PlanError as e:
             raise ScaleError(f"{task_word(task)} cannot be placed: {e}") from e
+        return self._start_added(place)
+
+    def _start_added(self, place: TaskAllocation, restarts: int = 0) -> _Slot:
+        """Plan, record and start a task the executor placed while the job runs; its slot."""
         peers = [s.plan for s in self._slots.values() if not s.state.is_terminal and not s.scaled_down]
-        slot = _Slot(added_task(self._plan, place, peers))
+        slot = _Slot(added_task(self._plan, place, peers), restarts=restarts)
         self._slots[slot.plan.name] = slot
         self._observer.task_added(slot.plan)
         self._start(slot)
         return slot
+
+    def _move_elsewhere(self, slot: _Slot, detail: str) -> bool:
+        """If `slot` ended because its host was lost and it may move (relocation.py), start its
+        replacement on another host and end it MOVED; False (nothing done) otherwise."""
+        lost = slot.handle.lost_host if isinstance(slot.handle, HostLossAware) else None
+        if lost is None or not movable(slot.plan.task, self._plan.primary) or \
+                not isinstance(self._executor, TaskPlacer):
+            return False
+        if slot.plan.gpus:
+            self._mux.note(unplaced_note(slot.plan.label, lost, "a moved task gets no GPUs yet"))
+            return False
+        role = slot.plan.task.job
+        index = new_indices((s.plan.task.index for s in self._slots.values() if s.plan.task.job == role), 1)[0]
+        task = TaskId(role, index)
+        running = [s.plan for s in self._slots.values() if not s.state.is_terminal and s is not slot]
+        try:
+            place = self._executor.place_task(self._plan, task, running)
+        except PlanError as e:
+            self._mux.note(unplaced_note(slot.plan.label, lost, str(e)))
+            return False
+        self._move(slot, TaskState.MOVED, moved_detail(detail, lost, place.node, task_word(task)))
+        self._mux.note(f"shoal | {lost} was lost: {task_word(slot.plan.task)} moves to {place.node or 'another host'}"
+                       f" as {task_word(task)} (restart {slot.restarts + 1}/{self._plan.restart.max_restarts})")
+        self._start_added(place, restarts=slot.restarts + 1)
+        return True
 
     # --- the watchdog -----------------------------------------------------------------
 
@@ -453,6 +490,10 @@ class Supervisor:
             if slot.state is TaskState.RUNNING:
                 slot.handle.signal(signal.SIGKILL)  # type: ignore[union-attr]
         self._drain(_KILL_WAIT, force_ok=False)
+        stuck = [s.plan.label for s in live if s.state is TaskState.RUNNING]
+        if stuck:
+            self._mux.note(f"shoal | watchdog: {', '.join(stuck)} did not exit within {_KILL_WAIT:g}s of SIGKILL"
+                           " (a process in uninterruptible I/O?); each restarts when it does")
         self._watchdog.reset(forget_step=True)
 
     def _failed(self, slot: _Slot, code: Optional[int], detail: str) -> None:
@@ -467,7 +508,7 @@ class Supervisor:
             done = chief.state is TaskState.SUCCEEDED
         else:
             workers = [s for s in self._slots.values()
-                       if s.plan.task.job == "worker" and not s.scaled_down]
+                       if s.plan.task.job == "worker" and not s.scaled_down and s.state is not TaskState.MOVED]
             done = bool(workers) and all(s.state is TaskState.SUCCEEDED for s in workers)
         if done:
             self._finish(EndReason.SUCCEEDED, "all training tasks succeeded")

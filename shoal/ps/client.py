@@ -268,6 +268,7 @@ class PsClient:
                 for s, a in zip(sent, answers):
                     if s[1].op in (Op.PUSH, Op.PULL):
                         self._answered_step[s[0]] = a.body.step
+                        self._adopt_incarnation(s[0], a.body.incarnation)
                 return answers
             except PeerTimeoutError as e:
                 if self._timeout_error is None:
@@ -283,6 +284,14 @@ class PsClient:
                 for k, (ps, request, fields, tensors) in enumerate(sent):
                     if ps == lost:
                         rids[k] = self._rpc[ps].send(request.op.value, fields, tensors, into)
+
+    def _adopt_incarnation(self, ps: int, incarnation: str) -> None:
+        """A push or pull reply carried values of ps process `incarnation`: this worker's next
+        gradients for that ps are computed on them. A worker that never saw the ps restart (its
+        connection dropped while it had no request there, and zmq reconnected) learns of the new
+        process here; its one push computed on the old values was answered ROLLED_BACK."""
+        if incarnation and self._incarnations[ps] is not None:
+            self._incarnations[ps] = incarnation
 
     def _progress(self, op: Op) -> Callable[[float, Sequence[str]], None]:
         def progress(waited: float, peers: Sequence[str]) -> None:

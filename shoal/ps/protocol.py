@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
@@ -500,16 +500,19 @@ class PullRequest:
 
 @dataclass(frozen=True)
 class PullReply:
-    """Travels with the values asked for."""
+    """Travels with the values asked for. `incarnation` names the ps process whose values they
+    are ("": not said); it is left out of equality (it names the process, not the answer)."""
 
     step: int
+    incarnation: str = field(default="", compare=False)
 
     def fields(self) -> dict[str, Any]:
-        return {"step": self.step}
+        return _with_incarnation({"step": self.step}, self.incarnation)
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PullReply":
-        return cls(_int(fields, "pull reply", "step"))
+        where = "pull reply"
+        return cls(_int(fields, where, "step"), _incarnation(fields, where))
 
 
 @dataclass(frozen=True)
@@ -563,16 +566,33 @@ class PushRequest:
 
 @dataclass(frozen=True)
 class PushReply:
+    """What became of a push part, with its shards' new values when it asked for them.
+    `incarnation` names the ps process whose values they are, as in PullReply: a worker that
+    missed a ps restart learns from it that its next gradients are computed on the new
+    process's values (their `basis`)."""
+
     step: int
     outcome: PushOutcome
+    incarnation: str = field(default="", compare=False)
 
     def fields(self) -> dict[str, Any]:
-        return {"step": self.step, "outcome": self.outcome.value}
+        return _with_incarnation({"step": self.step, "outcome": self.outcome.value}, self.incarnation)
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PushReply":
         where = "push reply"
-        return cls(_int(fields, where, "step"), _enum(PushOutcome, fields, where, "outcome"))
+        return cls(_int(fields, where, "step"), _enum(PushOutcome, fields, where, "outcome"),
+                   _incarnation(fields, where))
+
+
+def _with_incarnation(fields: dict[str, Any], incarnation: str) -> dict[str, Any]:
+    if incarnation:
+        fields["incarnation"] = incarnation
+    return fields
+
+
+def _incarnation(fields: Mapping[str, Any], where: str) -> str:
+    return _str(fields, where, "incarnation", 64, allow_empty=True) if "incarnation" in fields else ""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,15 @@ import numpy as np
 
 from shoal.ps.errors import PsError
 from shoal.ps.protocol import Op, ReplicateReply, ReplicateRequest
-from shoal.wire import JobSecret, RpcClient, Security, WireError
+from shoal.wire import JobSecret, RpcClient, Security, WireError, wait_all
 
 log = logging.getLogger(__name__)
+
+CLOSE_CHECK_EVERY_S = 0.1  # how often a send in flight looks whether the ps is closing
+
+
+class _Closing(Exception):
+    """The ps closes while a replica is in flight: the send is abandoned, not waited out."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ class Replicator:
 
     `due` and `offer` are called from the serving thread; the send runs on the replicator's
     thread. `start()` starts that thread (no I/O in the constructor); `close()` stops it and
-    closes its connection, waiting up to the send timeout; idempotent. `clock` is
+    closes its connection, abandoning a send in flight; idempotent. An unexpected error in a
+    send is logged with its traceback and the next interval tries again. `clock` is
     time.monotonic unless a test injects one.
     """
 
@@ -122,12 +129,14 @@ class Replicator:
             self._wake.notify()
 
     def close(self) -> None:
-        """Stop sending (a send in flight ends within its timeout). Idempotent."""
+        """Stop sending; a send in flight is abandoned within CLOSE_CHECK_EVERY_S, so a ps that
+        stops is not held by a successor that no longer answers. Blocks about that long at most.
+        Idempotent."""
         with self._wake:
             self._closed = True
             self._wake.notify()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(self.options.timeout_s + 1)
+            self._thread.join(CLOSE_CHECK_EVERY_S * 10)
 
     def _run(self) -> None:
         rpc = RpcClient(self._address, self._secret, f"ps:{self.successor}", self.options.timeout_s,
@@ -142,18 +151,30 @@ class Replicator:
                     job, self._pending = self._pending, None
                 try:
                     self._send(rpc, *job)
+                except _Closing:
+                    return
+                except Exception:  # a bug here must not end replication unseen; training goes on
+                    log.exception("ps:%d could not replicate step %d to ps:%d; trying again at the next interval",
+                                  self.source, job[0].step, self.successor)
+                    rpc.reset()
                 finally:
                     with self._lock:
                         self._busy = False
         finally:
             rpc.close()
 
+    def _abandon_if_closing(self, waited_s: float, peers) -> None:
+        if self._closed:
+            raise _Closing()
+
     def _send(self, rpc: RpcClient, request: ReplicateRequest, tensors: Mapping[str, np.ndarray],
               copy_ms: float) -> None:
         started = time.monotonic()
         nbytes = sum(t.nbytes for t in tensors.values())
         try:
-            reply = ReplicateReply.decode(rpc.call(Op.REPLICATE.value, request.fields(), tensors).header)
+            rid = rpc.send(Op.REPLICATE.value, request.fields(), tensors)
+            reply = ReplicateReply.decode(wait_all([(rpc, rid)], self.options.timeout_s, progress=self._abandon_if_closing,
+                                                   progress_every_s=CLOSE_CHECK_EVERY_S)[0].header)
         except (WireError, PsError) as e:
             if not self._failing:
                 log.warning("ps:%d could not replicate step %d to ps:%d at %s (%s); its shards since its last "

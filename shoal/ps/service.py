@@ -494,5 +494,6 @@ class PsService:
 
     def _reply_values(self, w: _Waiting) -> Reply:
         # a sync push part may be answered before the step ends: its shards are already at min_step
-        body = PullReply(self.step) if w.outcome is None else PushReply(max(self.step, w.min_step), w.outcome)
+        body = (PullReply(self.step, self.incarnation) if w.outcome is None
+                else PushReply(max(self.step, w.min_step), w.outcome, self.incarnation if w.names else ""))
         return Reply(w.request, body, self.store.values(w.names), w.names)

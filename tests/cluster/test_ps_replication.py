@@ -93,3 +93,51 @@ def test_ps_and_its_replica_holder_both_killed_fall_back_to_the_checkpoint_with_
     assert "dropped this step's gradient, computed on values its failover rolled back" in chief + other
     for log in (chief, other):
         assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
+
+
+def _drain_disconnect_while_idle(rpc, timeout_s: float = 10.0) -> None:
+    """Let `rpc` read the monitor's disconnect event while no request of it waits, as a worker
+    does when the ps dies while it awaits another ps's reply: the connection then never counts
+    as lost, zmq reconnects silently, and the worker learns of the restart only from a reply."""
+    deadline = time.monotonic() + timeout_s
+    while rpc._watch._up:
+        assert time.monotonic() < deadline, "the client never saw its connection drop"
+        rpc._drain()
+        time.sleep(0.01)
+
+
+def test_an_async_worker_that_missed_a_ps_restart_has_one_push_rolled_back_then_trains_on():
+    """Worker B had no request on ps:0 while it restarted (the chief rebuilt it) and never saw
+    the connection drop: its next push, computed on the old process's values, is dropped; the
+    ones after must be applied (the reply names the new process, whose values it carries)."""
+    import numpy as np
+
+    import shoal
+    from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
+    from shoal.launch.ports import free_ports
+    from shoal.wire import JobSecret
+
+    ps_port, *worker_ports = free_ports(3)
+    spec = ClusterSpec.from_dict({"ps": [f"127.0.0.1:{ps_port}"], "worker": [f"127.0.0.1:{p}" for p in worker_ports]})
+    secret = JobSecret(b"s" * 32, "test")
+    servers = [shoal.Server(spec, "ps", 0, secret=secret).start()]
+    grads = {"w": np.ones(3, np.float32)}
+    try:
+        sessions = [shoal.TrainingSession(ClusterConfig(spec, TaskId("worker", i)), {"w": np.zeros(3, np.float32)},
+                                          shoal.SGD(0.1), secret=secret, request_timeout_s=10,
+                                          ps_recovery_timeout_s=30).start() for i in range(2)]
+        chief, other = sessions
+        other.push(grads)
+        servers[0].stop()  # ps:0 dies ...
+        _drain_disconnect_while_idle(other.ps._rpc[0])
+        servers.append(shoal.Server(spec, "ps", 0, secret=secret).start())  # ... and is started again
+        chief.push(grads)  # finds it new: the chief rebuilds it (this push itself is rolled back)
+        assert chief.push(grads).applied
+        first = other.push(grads)
+        assert not first.applied  # computed on the old process's values: rolled back
+        assert other.push(grads).applied and other.push(grads).applied  # then trained on
+        for session in sessions:
+            session.close()
+    finally:
+        for server in servers:
+            server.stop()

@@ -340,17 +340,48 @@ def test_a_worker_host_that_vanishes_is_detected_and_fails_the_job_and_its_agent
     wait_nothing_left(hosts[:2])
 
 
+def test_a_worker_whose_host_vanishes_moves_to_another_host_and_the_job_finishes(shoal, hosts, tmp_path):
+    (tmp_path / "job.yaml").write_text(
+        "name: moves\nrun: python examples/mnist_softmax.py --steps 15000\n"
+        "roles: {ps: {count: 1}, worker: {count: 2}}\n"
+        "restart: {policy: on-failure, max_restarts: 2, backoff: 1s}\nssh: {heartbeat_timeout: 3s}\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hosts", HOSTS, "--ssh-config", shoal.ssh_config)
+    wait_running(shoal, 3)
+    hosts[2].link_down()  # worker.1's host: gone without a FIN, and it stays gone
+    assert launcher.wait(150) == 0, shoal.output(launcher)[-3000:]
+    text = shoal.output(launcher)
+    moved = re.search(r"^shoal \| host3 was lost: worker:1 moves to (host[12]) as worker:2 \(restart 1/2\)$", text, re.M)
+    assert moved, text[-3000:]
+    job = shoal.job()
+    assert job["state"] == "SUCCEEDED"
+    tasks = {t["name"]: t for t in job["tasks"]}
+    assert tasks["worker.1"]["state"] == "MOVED"
+    assert tasks["worker.2"]["state"] == "SUCCEEDED"
+    assert tasks["worker.2"]["address"].rsplit(":", 1)[0] == {h.name: h.address for h in hosts}[moved.group(1)]
+    found = accuracies(text)
+    assert found.keys() >= {"worker.0", "worker.2"} and min(found[w] for w in ("worker.0", "worker.2")) >= 0.90, found
+    assert re.search(r"membership v\d+: .*worker:2 joined", (Path(job["job_dir"]) / "logs" / "ps.0.log").read_text())
+    assert f"shoal | checked host1, host2: no process of job {job['id']} is left" in text
+    hosts[2].link_up()
+    procs.wait_until(lambda: not job_processes(hosts, job["id"])["host3"] and not agents(hosts[2:])["host3"],
+                     timeout=20, what="nothing of the job on host3 once it is back")
+    wait_nothing_left(hosts)
+
+
 def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, hosts, tmp_path):
+    """No other host has a free slot (one each), so the worker cannot move: it waits for its own."""
     stop = tmp_path / "stop"
     (tmp_path / "job.yaml").write_text(
         f"name: comeback\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
         "restart: {policy: on-failure, max_restarts: 3, backoff: 2s}\nssh: {heartbeat_timeout: 2s}\n")
-    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hosts", "host1,host2", "--ssh-config",
-                           shoal.ssh_config)
+    (tmp_path / "hostfile").write_text("host1 slots=1\nhost2 slots=1\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hostfile", str(tmp_path / "hostfile"),
+                           "--ssh-config", shoal.ssh_config)
     wait_running(shoal, 2)
     hosts[1].link_down()
     procs.wait_until(lambda: "lost the agent on host2" in shoal.output(launcher), timeout=30,
                      what="the launcher noticing host2 is gone")
+    assert "comeback.worker.1: host2 was lost and no other host can take it" in shoal.output(launcher)
     hosts[1].link_up()
     procs.wait_until(lambda: "shoal | host2: reconnected to restart worker.1" in shoal.output(launcher),
                      timeout=60, what="worker.1 restarted on host2", detail=lambda: shoal.output(launcher)[-2000:])

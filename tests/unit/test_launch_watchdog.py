@@ -252,6 +252,23 @@ def test_restart_job_stops_and_starts_every_task_then_waits_for_progress_again(t
     assert job.stop().reason is EndReason.STOPPED
 
 
+def test_restart_job_names_a_task_that_survives_sigkill_and_restarts_it_once_it_exits(tmp_path):
+    job = Job(tmp_path, "restart-job")
+    job.start()
+    unkillable = job.executor.handle("worker.1")
+    unkillable.signal = unkillable.signals.append  # as a process in uninterruptible I/O: no signal ends it
+    job.stall_worker_1()
+    wait_until(lambda: unkillable.signals == [signal.SIGTERM], "the job's restart to begin")
+    job.clock.now = 18.5  # past the 2 s grace period: SIGKILL
+    wait_until(lambda: unkillable.signals == [signal.SIGTERM, signal.SIGKILL], "SIGKILL")
+    job.clock.now = 24  # past the 5 s SIGKILL wait
+    wait_until(lambda: b"t.worker.1 did not exit within 5s of SIGKILL" in job.out.getvalue(), "the line naming it")
+    assert job.starts("worker.1") == 1
+    unkillable.exit(-signal.SIGKILL)
+    wait_until(lambda: job.starts("worker.1") == 2, "worker.1 to start again once it exited")
+    job.stop()
+
+
 def test_a_stall_after_max_restarts_fails_the_job(tmp_path):
     job = Job(tmp_path, "restart-stuck", max_restarts=0)
     job.start()

@@ -29,6 +29,22 @@ def test_every_message_roundtrips_through_its_fields(message):
     assert type(message).decode(message.fields()) == message
 
 
+@pytest.mark.parametrize("reply", [PullReply(3, "ab12cd34"), PushReply(5, PushOutcome.ROLLED_BACK, "ab12cd34")],
+                         ids=lambda r: type(r).__name__)
+def test_a_reply_names_the_ps_process_whose_values_it_carries(reply):
+    decoded = type(reply).decode(reply.fields())
+    assert decoded.incarnation == "ab12cd34"
+    assert "incarnation" not in type(reply)(*[getattr(reply, f) for f in ("step", "outcome")
+                                              if hasattr(reply, f)]).fields()  # absent when not said
+
+
+@pytest.mark.parametrize("kind, fields", [(PullReply, {"step": 1, "incarnation": "x" * 65}),
+                                          (PushReply, {"step": 1, "outcome": "applied", "incarnation": 7})])
+def test_a_reply_with_a_bad_incarnation_is_refused_naming_the_field(kind, fields):
+    with pytest.raises(ProtocolFieldError, match="incarnation"):
+        kind.decode(fields)
+
+
 def test_push_header_is_unchanged_when_no_closure_is_given():
     fields = PushRequest("worker:0", 3, hyper={"w": Hyper(0.1)}).fields()
     assert "closure" not in fields

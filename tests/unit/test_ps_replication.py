@@ -169,6 +169,7 @@ def test_async_push_computed_on_an_earlier_process_is_dropped_as_rolled_back():
     replies = service.handle(request(PushRequest("worker:0", 0, basis="an-older-process"), tensors(1.0)))
     assert replies[0].body == PushReply(0, PushOutcome.ROLLED_BACK)
     np.testing.assert_array_equal(replies[0].tensors["w"], np.zeros(3))  # not applied; the values come back
+    assert replies[0].body.incarnation == service.incarnation  # ... of this process: base the next push on them
     assert service.step == 0
     replies = service.handle(request(PushRequest("worker:0", 0, basis=service.incarnation), tensors(1.0)))
     assert replies[0].body == PushReply(1, PushOutcome.APPLIED)

@@ -1,0 +1,42 @@
+"""Moving a task whose host was lost to another host: the restart policy's "restart elsewhere".
+
+When an SSH host vanishes (its agent missed `ssh.heartbeat_timeout` of heartbeats), each of its
+tasks ends as failed with exit 255. With `restart: on-failure` and restarts left, a *worker*
+among them is not held until its dead host answers again: it is replaced by a worker with a
+fresh index on a connected host with a free slot, placed and started as `shoal scale` adds one
+(its own TF_CONFIG; it joins the running job by its heartbeats, docs/elastic.md). The lost task
+ends MOVED, an expected end; the replacement inherits its restart count plus one, so hosts that
+keep vanishing still exhaust `max_restarts`.
+
+Only non-primary workers move. Every task's TF_CONFIG names the ps tasks' addresses, so a ps
+restarts where it was; the primary (chief:0, else worker:0) owns the checkpoints and the job's
+end. When no connected host has a free slot, the task is restarted on its own host once that
+answers again, as before.
+
+Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+from shoal.cluster import TaskId
+
+MOVABLE_ROLES = frozenset({"worker"})
+
+
+def movable(task: TaskId, primary: TaskId) -> bool:
+    """Whether `task` may move to another host when its own is lost."""
+    return task.job in MOVABLE_ROLES and task != primary
+
+
+def moved_detail(exit_detail: str, lost_host: str, new_node: str, new_task: str) -> str:
+    """The lost task's last state detail: "exit 255; host3 was lost: moved to host1 as worker:3"."""
+    return f"{exit_detail}; {lost_host} was lost: moved to {new_node or 'another host'} as {new_task}"
+
+
+def unplaced_note(label: str, lost_host: str, why: str) -> str:
+    """The launcher's line when a lost task cannot move: it will restart on its own host."""
+    return (f"shoal | {label}: {lost_host} was lost and no other host can take it ({why}); it restarts on"
+            f" {lost_host} once that answers again")
+
+
+__all__ = ["MOVABLE_ROLES", "movable", "moved_detail", "unplaced_note"]

@@ -1,0 +1,141 @@
+"""The supervisor's relocation policy (shoal/launch/relocation.py) with the fake executor: a
+worker whose host was lost moves to another host as a new worker; anything else restarts where
+it was, as before."""
+
+import io
+
+import pytest
+
+from shoal.cluster import TaskId, parse_tf_config
+from shoal.launch.allocation import TaskAllocation
+from shoal.launch.errors import PlanError
+from shoal.launch.executor import HostLossAware
+from shoal.launch.logmux import LogMux
+from shoal.launch.relocation import movable
+from shoal.launch.states import JobState, TaskState
+from shoal.launch.supervisor import Supervisor
+from tests.unit.test_launch_supervisor import FakeClock, FakeHandle, plan_of
+from tests.unit.test_launch_supervisor_scale import AddRecorder, PlacingExecutor, end_all
+
+pytestmark = pytest.mark.timeout(30)
+LOST = 255
+ON_FAILURE = {"restart": {"policy": "on-failure", "max_restarts": 2, "backoff": "1s"}}
+
+
+class HostHandle(FakeHandle):
+    """A fake task handle that can end because its host was lost."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lost_host = None
+
+    def lose_host(self, node: str) -> None:
+        self.lost_host = node
+        self.exit(LOST)
+
+
+class HostExecutor(PlacingExecutor):
+    """Places added tasks on "host9", or refuses with `no_room`."""
+
+    def __init__(self, *args, no_room: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.no_room = no_room
+
+    def place_task(self, job, task: TaskId, running) -> TaskAllocation:
+        if self.no_room:
+            raise PlanError("every connected host of the job (host1) has used its slots")
+        self.placed_among[task.index] = [t.name for t in running]
+        return TaskAllocation(task, "10.0.0.9", 5000 + task.index, node="host9")
+
+    def start(self, job, task):
+        self.plans[task.name] = task
+        self.starts.append((task.name, self._clock.now))
+        handle = HostHandle(task.name, 1000 + len(self.handles), None, False)
+        self.handles.append(handle)
+        return handle
+
+
+def relocating(tmp_path, roles, tick=0.0, **kwargs):
+    clock = FakeClock(tick)
+    plan = plan_of(tmp_path, roles, **ON_FAILURE)
+    executor = HostExecutor(clock, {}, **kwargs)
+    recorder = AddRecorder(clock)
+    out = io.BytesIO()
+    supervisor = Supervisor(plan, executor=executor, mux=LogMux(out), observer=recorder, clock=clock)
+    return supervisor, executor, recorder, out
+
+
+def test_a_worker_whose_host_was_lost_moves_to_another_host_as_a_new_worker(tmp_path):
+    supervisor, executor, recorder, out = relocating(tmp_path, {"ps": {}, "worker": {"count": 3}})
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host3")
+    recorder.hooks[("worker.3", TaskState.RUNNING)] = lambda: end_all(executor)
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED  # workers 0, 2 and the replacement 3 succeeded; 1 is MOVED
+    final = recorder.final()
+    assert final["worker.1"] is TaskState.MOVED and final["worker.3"] is TaskState.SUCCEEDED
+    moved = [d for _, n, _, new, d in recorder.tasks if n == "worker.1" and new is TaskState.MOVED]
+    assert moved == ["exit 255; host3 was lost: moved to host9 as worker:3"]
+    assert "worker.1" not in executor.placed_among[3]  # its slot on the lost host is not counted
+    assert [n for n, _ in executor.starts].count("worker.1") == 1  # never restarted on its dead host
+    three = parse_tf_config(executor.plans["worker.3"].env_dict["TF_CONFIG"])
+    assert three.task == TaskId("worker", 3) and three.cluster.task_indices("worker") == (0, 2, 3)
+    assert b"shoal | host3 was lost: worker:1 moves to host9 as worker:3 (restart 1/2)" in out.getvalue()
+
+
+def test_a_replacement_inherits_the_restart_count_so_hosts_that_keep_vanishing_fail_the_job(tmp_path):
+    supervisor, executor, recorder, _ = relocating(tmp_path, {"ps": {}, "worker": {"count": 2}})
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = lambda: executor.handle("worker.2").lose_host("host9")
+    recorder.hooks[("worker.3", TaskState.RUNNING)] = lambda: executor.handle("worker.3").lose_host("host9")
+    result = supervisor.run()
+    assert result.state is JobState.FAILED and result.detail == "t.worker.3 failed (exit 255)"
+    final = recorder.final()
+    assert (final["worker.1"], final["worker.2"], final["worker.3"]) == (
+        TaskState.MOVED, TaskState.MOVED, TaskState.FAILED)
+
+
+@pytest.mark.parametrize("lost", ["ps.0", "worker.0"])  # a ps's address is in every TF_CONFIG; worker.0 is primary
+def test_a_task_that_may_not_move_restarts_where_it_was(tmp_path, lost):
+    supervisor, executor, recorder, _ = relocating(tmp_path, {"ps": {}, "worker": {"count": 2}}, tick=0.05)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle(lost).lose_host("host1")
+    started = []
+    recorder.hooks[(lost, TaskState.STARTING)] = lambda: started.append(lost)
+
+    def finish_after_restart():
+        if len(started) == 2:
+            end_all(executor)
+    recorder.hooks[(lost, TaskState.RUNNING)] = finish_after_restart
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED
+    assert recorder.added == [] and TaskState.MOVED not in recorder.final().values()
+    assert [n for n, _ in executor.starts].count(lost) == 2  # same identity, same place
+
+
+def test_a_lost_worker_with_no_host_to_go_to_restarts_on_its_own_host(tmp_path):
+    supervisor, executor, recorder, out = relocating(tmp_path, {"ps": {}, "worker": {"count": 2}}, tick=0.05,
+                                                     no_room=True)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: (
+        executor.handle("worker.1").lose_host("host2") if len(executor.handles) < 4 else end_all(executor))
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED
+    assert [n for n, _ in executor.starts].count("worker.1") == 2 and recorder.added == []
+    assert (b"shoal | t.worker.1: host2 was lost and no other host can take it (every connected host of the job"
+            b" (host1) has used its slots); it restarts on host2 once that answers again") in out.getvalue()
+
+
+def test_without_restarts_a_lost_worker_fails_the_job_and_does_not_move(tmp_path):
+    clock = FakeClock(0.0)
+    plan = plan_of(tmp_path, {"ps": {}, "worker": {"count": 2}})  # restart: never (the default)
+    executor = HostExecutor(clock, {})
+    recorder = AddRecorder(clock)
+    supervisor = Supervisor(plan, executor=executor, mux=LogMux(io.BytesIO()), observer=recorder, clock=clock)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
+    result = supervisor.run()
+    assert result.state is JobState.FAILED and recorder.added == []
+
+
+def test_only_non_primary_workers_move_and_handles_report_a_lost_host():
+    assert movable(TaskId("worker", 3), TaskId("worker", 0))
+    assert not movable(TaskId("worker", 0), TaskId("worker", 0))
+    assert not movable(TaskId("ps", 1), TaskId("chief", 0)) and not movable(TaskId("chief", 0), TaskId("chief", 0))
+    assert isinstance(HostHandle("w", 1, None, False), HostLossAware)
