@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from shoal.ps.protocol import AdoptReply, AdoptRequest
 from shoal.ps.protocol import (REPLY_TYPES, ClosureTag, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest,
                                LeaseReply, LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ReplicaRequest,
                                ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
@@ -69,10 +70,31 @@ class PsClient:
         self._probes: dict[int, RpcClient] = {}  # second connections, for status while a request waits
         self._incarnations: list[str | None] = [None] * len(self._rpc)
         self._answered_step: list[int | None] = [None] * len(self._rpc)
+        self._ids = list(range(len(self._rpc)))  # each ps's index in the cluster (they differ after `drop`)
 
     @property
     def num_ps(self) -> int:
         return len(self._rpc)
+
+    def ps_id(self, ps: int) -> int:
+        """The cluster index of this client's ps `ps` (the same until a ps was dropped)."""
+        return self._ids[ps]
+
+    def drop(self, ps: int) -> None:
+        """Stop talking to ps `ps`, whose shards were re-homed (shoal/train/rehoming.py): its
+        connections close, and this client's ps k > `ps` are its ps k - 1 from now on (as the
+        re-homed placement numbers them). Replies still awaited from other ps by a request given
+        up on are never read. Does not block; not while a request of this client waits."""
+        if self.num_ps < 2:
+            raise ValueError(f"cannot drop ps:{self._ids[ps]}: it is the only ps this client talks to")
+        self._rpc.pop(ps).close()
+        probe = self._probes.pop(ps, None)
+        if probe is not None:
+            probe.close()
+        self._probes = {k - (k > ps): rpc for k, rpc in self._probes.items()}
+        for per_ps in (self._incarnations, self._answered_step, self._ids):
+            del per_ps[ps]
+        self.addresses = self.addresses[:ps] + self.addresses[ps + 1:]
 
     def close(self) -> None:
         """Close every connection. Idempotent."""
@@ -111,6 +133,11 @@ class PsClient:
         request = ReplicaRequest(source)
         return _answer(request.op, self._probe(holder, timeout_s).call(request.op.value, request.fields(),
                                                                        timeout_s=timeout_s))
+
+    def adopt(self, ps: int, request: AdoptRequest, tensors: Tensors) -> AdoptReply:
+        """Give ps `ps` shards of a ps that never came back (re-homing). No recovery; raises
+        WireError. Blocks."""
+        return self._one(ps, request, tensors, self.timeout_s).body
 
     def answered_step(self, ps: int) -> int | None:
         """The step ps `ps` answered this client's last push or pull with (None before any)."""

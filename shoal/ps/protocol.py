@@ -46,6 +46,7 @@ class Op(str, Enum):
     LEASE = "lease"          # ps 0: a range of positions of the training set to train on (dynamic sharding)
     REPLICATE = "replicate"  # ps k -> ps k+1: hold this copy of my shards (shoal/ps/replicas.py)
     REPLICA = "replica"      # the copy of ps k's shards this ps holds (the chief rebuilds a restarted ps)
+    ADOPT = "adopt"          # take over shards of a ps that never came back (re-homing: shoal/ps/adoption.py)
 
 
 class Mode(str, Enum):
@@ -198,6 +199,19 @@ def _is_count(value: Any, maximum: int = _MAX_ID) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum
 
 
+MAX_PS = 1 << 16
+"""The most ps tasks a job may have (bounds ps index lists on the wire)."""
+
+
+def _indices(fields: Mapping[str, Any], where: str, key: str) -> tuple[int, ...]:
+    """A list of distinct ps indices (absent: empty), in its order."""
+    value = fields.get(key, [])
+    if not (isinstance(value, list) and len(value) <= MAX_PS and all(_is_count(v, MAX_PS - 1) for v in value)
+            and len(set(value)) == len(value)):
+        raise _fail(where, key, f"a list of distinct ps indices (ints 0..{MAX_PS - 1})", value)
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class UsedPositions:
     """The positions of the training set one gradient was computed on: ranges [start, end) of
@@ -325,6 +339,7 @@ class StatusReply:
     membership_version: int = 0
     members: tuple[str, ...] = ()
     leases: LeaseCounts | None = None  # ps 0, once a worker leased positions or a checkpoint restored some
+    retired: tuple[int, ...] = ()  # the ps tasks whose shards were re-homed, in that order (learned by `adopt`)
 
     @property
     def ready(self) -> bool:
@@ -343,7 +358,7 @@ class StatusReply:
                 "created": self.created, "done": list(self.done), "incarnation": self.incarnation,
                 "sync_have": list(self.sync_have), "sync_needed": self.sync_needed,
                 "sync_missing": list(self.sync_missing), "membership_version": self.membership_version,
-                "members": list(self.members),
+                "members": list(self.members), "retired": list(self.retired),
                 **({"leases": self.leases.fields()} if self.leases is not None else {})}
 
     @classmethod
@@ -357,7 +372,7 @@ class StatusReply:
                    _names(fields, where, "sync_have", MAX_TASK_NAME), _int(fields, where, "sync_needed", default=0),
                    _names(fields, where, "sync_missing", MAX_TASK_NAME),
                    _int(fields, where, "membership_version", default=0), _names(fields, where, "members", MAX_TASK_NAME),
-                   LeaseCounts.decode(fields.get("leases"), where, "leases"))
+                   LeaseCounts.decode(fields.get("leases"), where, "leases"), _indices(fields, where, "retired"))
 
 
 @dataclass(frozen=True)
@@ -842,17 +857,59 @@ class ReplicaReply:
                    _int(fields, where, "age_ms", maximum=_MAX_ID))
 
 
+@dataclass(frozen=True)
+class AdoptRequest:
+    """Re-homing (shoal/ps/adoption.py): ps `source` did not come back, and this ps takes over
+    the shards of it that travel with this request (values and "<shard>@<slot>" state, all of
+    `step`: the step of the replica or checkpoint they come from; possibly none). `retired` are
+    all the ps tasks re-homed so far, in the order they were, `source` last: the placement every
+    worker must use from now on (shoal/train/rehome_placement.py, docs/checkpoints.md)."""
+
+    op = Op.ADOPT
+    source: int
+    step: int
+    retired: tuple[int, ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {"source": self.source, "step": self.step, "retired": list(self.retired)}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "AdoptRequest":
+        where = "adopt request"
+        source = _int(fields, where, "source", maximum=MAX_PS - 1)
+        retired = _indices(fields, where, "retired")
+        if not retired or retired[-1] != source:
+            raise _fail(where, "retired", f"a list of ps indices that ends with the source, {source}", list(retired))
+        return cls(source, _int(fields, where, "step", maximum=_MAX_ID), retired)
+
+
+@dataclass(frozen=True)
+class AdoptReply:
+    """How many of the shards were new to this ps (a repeated `adopt` creates none), and this
+    ps's step once it holds them."""
+
+    created: int
+    step: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"created": self.created, "step": self.step}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "AdoptReply":
+        return cls(_int(fields, "adopt reply", "created"), _int(fields, "adopt reply", "step"))
+
+
 REQUEST_TYPES: dict[Op, type] = {
     Op.STATUS: StatusRequest, Op.INIT: InitRequest, Op.SNAPSHOT: SnapshotRequest, Op.READY: ReadyRequest,
     Op.PULL: PullRequest, Op.PUSH: PushRequest, Op.DONE: DoneRequest, Op.FAILED: FailedRequest,
     Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest, Op.LEASE: LeaseRequest,
-    Op.REPLICATE: ReplicateRequest, Op.REPLICA: ReplicaRequest,
+    Op.REPLICATE: ReplicateRequest, Op.REPLICA: ReplicaRequest, Op.ADOPT: AdoptRequest,
 }
 REPLY_TYPES: dict[Op, type] = {
     Op.STATUS: StatusReply, Op.INIT: InitReply, Op.SNAPSHOT: SnapshotReply, Op.READY: Empty,
     Op.PULL: PullReply, Op.PUSH: PushReply, Op.DONE: DoneReply, Op.FAILED: Empty, Op.SHUTDOWN: Empty,
     Op.HEARTBEAT: HeartbeatReply,
-    Op.LEASE: LeaseReply, Op.REPLICATE: ReplicateReply, Op.REPLICA: ReplicaReply,
+    Op.LEASE: LeaseReply, Op.REPLICATE: ReplicateReply, Op.REPLICA: ReplicaReply, Op.ADOPT: AdoptReply,
 }
 
 

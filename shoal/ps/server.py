@@ -158,8 +158,10 @@ class Server:
 
     def _replicate_if_due(self) -> None:
         """Hand the replicator a copy of the shards when one is due (serving thread: the copy is
-        consistent because no request runs meanwhile)."""
-        if self.replicator is None or not self.replicator.due(self.service.step):
+        consistent because no request runs meanwhile). Not to a successor that was re-homed
+        (it never came back: shoal/ps/adoption.py)."""
+        if (self.replicator is None or self.replicator.successor in self.service.retired
+                or not self.replicator.due(self.service.step)):
             return
         started = time.perf_counter()
         replica = self.service.own_replica()

@@ -18,11 +18,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from shoal.ps.adoption import CatchUp, Position, place_adopted
 from shoal.ps.closure_ledger import DEFAULT_WINDOW, ClosureLedger
 from shoal.ps.errors import PsError
 from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
 from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, LIVE, Change, MemberState, Membership, quorum
+from shoal.ps.protocol import AdoptReply, AdoptRequest
 from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
                                HeartbeatRequest, InitReply, InitRequest, LeaseRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ReplicaRequest,
@@ -86,6 +88,10 @@ class PsService:
     `closures` (a ClosureLedger remembering the `closure_window` latest tags) answers a repeat
     DUPLICATE with the current values.
 
+    Re-homing (issue 14, shoal/ps/adoption.py): `adopt` gives this ps shards of a ps that never
+    came back; `status` then names the re-homed ps (`retired`), so workers learn the new
+    placement; adopted shards one sync step behind catch up with the workers' resent gradients.
+
     `clock` is time.monotonic unless a test injects one.
     """
 
@@ -117,11 +123,13 @@ class PsService:
         self.replicas = ReplicaBook(ps_index, num_ps, clock=clock)
         self.ps_index = ps_index
         self.closures = ClosureLedger(closure_window)  # pushes of scheduled closures: applied once
+        self.retired: list[int] = []  # ps tasks whose shards were re-homed (`adopt`), in that order
+        self._catch_up = CatchUp()  # adopted shards one sync step behind
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
             Op.SHUTDOWN: self._shutdown, Op.HEARTBEAT: self._heartbeat, Op.LEASE: self._lease,
-            Op.REPLICATE: self._replicate, Op.REPLICA: self._replica,
+            Op.REPLICATE: self._replicate, Op.REPLICA: self._replica, Op.ADOPT: self._adopt,
         }
 
     @property
@@ -203,7 +211,7 @@ class PsService:
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
                                           self._created, done, self.incarnation, have, needed, missing,
                                           self.membership.version, self.membership.training,
-                                          self._leases.counts()))
+                                          self._leases.counts(), tuple(self.retired)))
 
     def _sync_wait(self) -> SyncWait | None:
         if self._sync is None:
@@ -303,6 +311,9 @@ class PsService:
                 self._async_step += 1
                 self._release()  # pulls waiting for a step (min_step) are answered in async mode too
             return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
+        caught = self._adopted_push(request, message, names)
+        if caught is not None:
+            return caught
         if message.step > self._sync.step:
             raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
@@ -357,6 +368,46 @@ class PsService:
         body, tensors = self.replicas.reply(message.source)
         return Reply(request, body, tensors)
 
+    def _adopt(self, request: Request, message: AdoptRequest) -> Reply:
+        if self._phase is not Phase.READY:
+            raise PsError(f"{self.task_name} got 'adopt' before it was initialized; only a ready ps takes over the "
+                          f"shards of ps:{message.source}")
+        values, slots = split_slots(request.tensors)
+        new = [name for name in values if name not in self.store.names()]
+        created = self.store.create(values, self.store.rule, slots)
+        self.retired.extend(i for i in message.retired if i not in self.retired)
+        position = place_adopted(self._sync, self._catch_up, new, message.step)
+        log.info("%s took over %d shards (%.1f MB) of ps:%d, of step %d, at its step %d (%s); re-homed so far: %s",
+                 self.task_name, created, sum(v.nbytes for v in values.values()) / 1e6, message.source,
+                 message.step, self.step, position.value, ", ".join(f"ps:{i}" for i in self.retired))
+        if position is Position.AHEAD:
+            self._apply_completed_shards()
+        return Reply(request, AdoptReply(created, self.step))
+
+    def _adopted_push(self, request: Request, message: PushRequest, names: Sequence[str]) -> Reply | Deferred | None:
+        """A sync push of adopted shards that lag a step (their gradient of that step, resent
+        after re-homing): counted on its own, answered once they caught up. None for any other
+        push (a newer step for lagging shards means their lagging step's gradients are lost:
+        they stop lagging, and the push counts as usual)."""
+        grads = request.tensors
+        if not self._catch_up.behind(message.step + 1, grads.keys()):
+            return None
+        if message.step != self._catch_up.step or not self._catch_up.covers(grads.keys()):
+            lost = self._catch_up.give_up()
+            log.warning("%s: %s pushed step %d for adopted shards that still wait for step %d; that step's "
+                        "update of %d shards is lost", self.task_name, message.task, message.step,
+                        message.step - 1, len(lost))
+            self._release()
+            return None
+        outcome, ready, hyper = self._catch_up.add(message.task, message.step, grads, message.hyper)
+        if outcome is PushOutcome.DUPLICATE:
+            return self._reply_values(_Waiting(request, names, 0, outcome))
+        if ready:
+            self.store.apply(ready, hyper)
+        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
+        self._release()
+        return DEFERRED
+
     def _lease(self, request: Request, message: LeaseRequest) -> Reply:
         if self._phase is not Phase.READY:
             raise PsError(f"{self.task_name} is not initialized yet; wait for the chief before leasing data")
@@ -381,6 +432,9 @@ class PsService:
         if self._sync is not None and any(c.live_changed for c in changes):
             self._sync.set_quorum(self._quorum())
             self._apply_completed_shards()
+            self._catch_up.set_quorum(self._quorum())
+            self.store.apply(*self._catch_up.complete())
+            self._release()
         reason = self.membership.job_over()
         if reason is not None:
             self._on_job_over(reason)
@@ -403,7 +457,8 @@ class PsService:
     # --- deferred replies ------------------------------------------------------------------
 
     def _answer_or_wait(self, waiting: _Waiting) -> Reply | Deferred:
-        if self.step >= waiting.min_step:
+        if self.step >= waiting.min_step and not self._catch_up.behind(waiting.min_step, waiting.names,
+                                                                       waiting.pushed):
             return self._reply_values(waiting)
         self._waiting.append(waiting)
         return DEFERRED
@@ -442,7 +497,9 @@ class PsService:
         """Queue the replies of every waiting request whose step has come."""
         still = []
         for w in self._waiting:
-            if self.step >= w.min_step or (w.pushed and self._sync.applied(w.pushed, w.min_step - 1)):
+            if self._catch_up.behind(w.min_step, w.names, w.pushed):
+                still.append(w)
+            elif self.step >= w.min_step or (w.pushed and self._sync.applied(w.pushed, w.min_step - 1)):
                 self._released.append(self._reply_values(w))
             else:
                 still.append(w)

@@ -82,6 +82,12 @@ class SyncAggregator:
         if self._next_replicas < self.replicas or not (self._contributors or self._applied):
             self.replicas = self._next_replicas  # fewer, or the step has not begun: at once
 
+    def mark_applied(self, names: Iterable[str]) -> None:
+        """Shards whose update of the current step is already applied elsewhere (adopted from a
+        ps that had finished the step; shoal/ps/adoption.py). Call `take` next: the step may be
+        complete now."""
+        self._applied.update(names)
+
     def applied(self, names: Iterable[str], step: int) -> bool:
         """Whether the update of `step` is applied to every shard of `names`."""
         return step < self.step or (step == self.step and all(name in self._applied for name in names))

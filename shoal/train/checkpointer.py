@@ -93,6 +93,10 @@ class Checkpointer:
             log.warning("%s could not save a periodic checkpoint (will try again in one interval): %s",
                         self._task, e)
 
+    def use_placement(self, placement: Placement) -> None:
+        """Gather snapshots by `placement` from now on (the job re-homed a ps: shoal/train/rehoming.py)."""
+        self._placement = placement
+
     def save(self, client: PsClient, export: bool = False, reason: SaveReason = SaveReason.REQUESTED) -> Path:
         """Snapshot every ps (values, optimizer state, step) and write a checkpoint; with
         `export`, also the model alone. Returns the checkpoint's path. Raises CheckpointError."""

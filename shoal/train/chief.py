@@ -8,6 +8,7 @@ thread-safe.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import numpy as np
@@ -23,6 +24,18 @@ from shoal.train.snapshot import check_fits, scatter
 from shoal.wire import WireError
 
 log = logging.getLogger("shoal.train.session")
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """The shards of a lost ps as the chief can recreate them: tensors (values and
+    "<shard>@<slot>"), the step they are of, where they come from ("ps:0's replica at step 412")
+    and, when not from a replica, why not (for the warning that updates were lost)."""
+
+    tensors: Mapping[str, np.ndarray]
+    step: int
+    source: str
+    why_not_replica: str = ""
 
 
 class ChiefDuties:
@@ -45,6 +58,36 @@ class ChiefDuties:
         self._checkpoints = checkpoints
         self._current_step = current_step
         self._local_state = local_state
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement
+
+    def use_placement(self, placement: Placement) -> None:
+        """Place shards by `placement` from now on (the job re-homed a ps: shoal/train/rehoming.py)."""
+        self._placement = placement
+
+    def lost_shards(self, client: PsClient, ps: int) -> ShardSource:
+        """ps `ps`'s shards, to re-home them: from the replica its successor holds unless the
+        newest checkpoint is newer; else from the newest checkpoint; else from the chief's copy
+        (its optimizer state fresh). Blocks on one replica request and reading a checkpoint."""
+        replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
+                                         timeout_s=min(client.timeout_s, 30.0))
+        checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
+        if replica is not None and checkpoint is not None and checkpoint.step > replica.step:
+            why_not = (f"the replica ps:{client.ps_id(replica.holder)} holds is of step {replica.step}, older than "
+                       f"checkpoint step {checkpoint.step}")
+            replica = None
+        if replica is not None:
+            return ShardSource(replica.tensors, replica.step,
+                               f"ps:{client.ps_id(replica.holder)}'s replica at step {replica.step}")
+        values, slots, saved_step, _ = self._restore_source(f"for ps:{client.ps_id(ps)}, which did not come back",
+                                                            checkpoint)
+        tensors = scatter(self._placement, values, slots, only_ps=ps)[ps]
+        if saved_step is None:
+            return ShardSource(tensors, self._current_step(), "the chief's copy of its variables (optimizer state "
+                               "fresh)", why_not)
+        return ShardSource(tensors, saved_step, f"checkpoint step {saved_step}", why_not)
 
     def initialize(self, client: PsClient) -> None:
         """Create every shard on every ps (from the newest checkpoint if any), then mark them

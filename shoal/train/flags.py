@@ -38,7 +38,12 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                              "also saves at the end and when stopped by SIGTERM (shoal kill, a deadline, preemption)")
     parser.add_argument("--keep_checkpoints", type=int, default=5)
     parser.add_argument("--ps_recovery_timeout", type=float, default=120,
-                        help="seconds to wait for a lost ps task to come back before failing")
+                        help="seconds to wait for a lost ps task to come back before failing (or re-homing it)")
+    parser.add_argument("--lost_ps", choices=("rehome", "fail"), default="rehome",
+                        help="a lost ps (other than ps 0) that does not come back within --ps_recovery_timeout: "
+                             "rehome (default) moves its shards to the other ps tasks (from its replica, else the "
+                             "checkpoint) and trains on with one ps fewer; fail ends the job (every worker must say "
+                             "the same; see docs/checkpoints.md)")
     parser.add_argument("--replicate_every_secs", type=float, default=0,
                         help="ps tasks: send a copy of the shards (values, optimizer state, step) to the next ps "
                              "every N seconds, so a ps that dies and is restarted is rebuilt from it, losing at most "
@@ -78,7 +83,8 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                                               every_s=args.checkpoint_every_secs or None,
                                               keep=args.keep_checkpoints),
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
-                push_part_bytes=args.push_part_bytes or None, heartbeat_timeout_s=args.heartbeat_timeout)
+                push_part_bytes=args.push_part_bytes or None, heartbeat_timeout_s=args.heartbeat_timeout,
+                rehome_lost_ps=args.lost_ps == "rehome")
 
 
 def replication_options(args: argparse.Namespace) -> ReplicationOptions:

@@ -71,6 +71,11 @@ class PsRecovery:
         self._timeout_s = timeout_s
         self._rebuild = rebuild
 
+    def learn(self, client: PsClient, deadline: float) -> None:
+        """At start, the ps tasks re-homed before this worker started: none, as this strategy
+        never re-homes one (shoal/train/rehoming.py does). Does not block."""
+        return None
+
     def recover(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         """The PsClient's `on_lost`: block until ps `ps` is ready again."""
         address = client.addresses[ps]

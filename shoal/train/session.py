@@ -35,6 +35,7 @@ from shoal.train.options import CheckpointOptions, SessionState, StepResult, Syn
 from shoal.train.ps_watch import DEFAULT_EVERY_S, PsWatch, WatchState
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
+from shoal.train.rehoming import PsRehomed, Rehoming, resend_moved
 from shoal.train.stalls import StallReporter
 from shoal.train.shutdown import GracefulStop, TrainingTerminated
 from shoal.train.summaries import TaskSummaries
@@ -59,7 +60,10 @@ class TrainingSession:
     With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
     writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the
     chief rebuilds its shards from the newest checkpoint and every worker resends what it lost;
-    workers wait up to `ps_recovery_timeout_s` for that, then fail with a clear error.
+    workers wait up to `ps_recovery_timeout_s` for that; then, with `rehome_lost_ps` (the
+    default; every worker the same), a ps other than ps 0 is re-homed: its shards move to the
+    other ps tasks and training goes on without it (shoal/train/rehoming.py; `placement` is
+    then the new one); without it, or for ps 0, they fail with a clear error.
 
     `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
     (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
@@ -87,7 +91,7 @@ class TrainingSession:
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
                  security: Security = Security.AUTO, local_state: LocalState | None = None,
-                 heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S):
+                 heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S, rehome_lost_ps: bool = True):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
@@ -102,19 +106,15 @@ class TrainingSession:
         # sync without an explicit replicas_to_aggregate: join whatever quorum the ps runs
         self._elastic_sync = sync is True or (isinstance(sync, SyncOptions) and sync.replicas_to_aggregate is None)
         self.max_steps = max_steps
-        self.placement: Placement = place_variables(self.params, config.num_ps, placement, min_shard_bytes,
-                                                    push_part_bytes)
-        shards = {sh.name: sh for sh in self.placement.shards}
-        self._push_parts = [(ps, [shards[name] for name in names])
-                            for ps, names in self.placement.push_parts(push_part_bytes)]
-        # async: the global step is ps 0's count of pushes, answered to the last part sent to it
-        self._step_part = max(k for k, (ps, _) in enumerate(self._push_parts) if ps == 0)
+        self._push_part_bytes = push_part_bytes
+        self._chief: ChiefDuties | None = None
+        self.checkpointer: Checkpointer | None = None
+        self._use_placement(place_variables(self.params, config.num_ps, placement, min_shard_bytes, push_part_bytes))
         self.model_dir = Path(model_dir) if model_dir else None
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
         self.ps_recovery_timeout_s = ps_recovery_timeout_s
         self.summaries: TaskSummaries | None = None
-        self.checkpointer: Checkpointer | None = None
         if self.model_dir is not None:
             logdir = self.model_dir if config.is_chief else self.model_dir / f"{config.task.job}_{config.task.index}"
             self.summaries = TaskSummaries(logdir, every_steps=summary_every_steps, is_chief=config.is_chief)
@@ -125,10 +125,12 @@ class TrainingSession:
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
         self._stop = GracefulStop(self.task)
-        self._recovery = recovery
         self._recovering = threading.Lock()  # the session's own recovery and its ps watch's, one at a time
         self._watch: PsWatch | None = None
         self._secret, self._security = secret, security
+        # what happens to a lost ps that does not come back in time: the job fails, or it is re-homed
+        self._recovery: PsRecovery | Rehoming = recovery if not rehome_lost_ps else Rehoming(
+            self.task, str(config.chief_task), ps_recovery_timeout_s, recovery, self.placement, self._chief)
         stalls = StallReporter(self.task, self.training, request_timeout_s)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=self._lost_ps,
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
@@ -139,7 +141,6 @@ class TrainingSession:
                              f"{MAX_TIMEOUT_S:g} seconds (--heartbeat_timeout; default {DEFAULT_HEARTBEAT_TIMEOUT_S:g})")
         self._heartbeats = Heartbeats(self.task, config.ps_addresses, secret, timeout_s=heartbeat_timeout_s,
                                       security=security)
-        self._names_on = [[s.name for s in self.placement.on_ps(i)] for i in range(config.num_ps)]
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
         self._state = SessionState.NEW
@@ -166,7 +167,8 @@ class TrainingSession:
             return
         try:
             if self.checkpointer is not None and self._state is SessionState.STARTED:
-                self.checkpointer.save(self.ps, export=self.checkpointer.options.export, reason=SaveReason.FINAL)
+                self._rehomed_retry(lambda: self.checkpointer.save(self.ps, export=self.checkpointer.options.export,
+                                                                   reason=SaveReason.FINAL))
         finally:
             self.close()
 
@@ -180,6 +182,9 @@ class TrainingSession:
             if self.checkpointer is not None:
                 self.checkpointer.open()
             deadline = time.monotonic() + self.init_timeout_s
+            rehomed = self._recovery.learn(self.ps, deadline)  # ps tasks re-homed before this replica started
+            if rehomed is not None:
+                self._use_placement(rehomed)
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
             if not all(s.ready for s in statuses):
                 if self._chief is not None:
@@ -305,26 +310,38 @@ class TrainingSession:
         parts = [(ps, {sh.name: sh.rows(arrays[sh.variable]) for sh in shards}) for ps, shards in self._push_parts]
         if isinstance(used, LeasedBatch):
             used = used.used
-        answers = self.ps.push_all(self.task, self._step, parts, self._targets,
-                                   self._shard_hyper(hyper) if hyper is not None else None, used,
-                                   closure=self._closure_tags.next_tag())
-        self._assign(answers)
-        rolled_back = sorted({ps for (ps, _), a in zip(parts, answers) if a.body.outcome is PushOutcome.ROLLED_BACK})
-        if rolled_back:
-            log.info("%s: %s dropped this step's gradient, computed on values its failover rolled back; this worker "
-                     "has its restored values now", self.task, ", ".join(f"ps:{ps}" for ps in rolled_back))
-        steps = [a.body.step for a in answers]
-        if self.sync and len(set(steps)) > 1:
-            self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
+        try:
+            answers = self.ps.push_all(self.task, self._step, parts, self._targets,
+                                       self._shard_hyper(hyper) if hyper is not None else None, used,
+                                       closure=self._closure_tags.next_tag())
+        except PsRehomed as moved:  # a ps's shards moved while this push waited: finish the step on their new ps
+            self._use_placement(moved.placement)
+            if self.sync:  # the gradients that went to the lost ps, resent for the step in flight
+                resend_moved(self.ps, self.task, self._step, moved, arrays,
+                             self._shard_hyper(hyper) if hyper is not None else None, self._targets)
+                self.pull(min_step=self._step + 1)
+            else:  # async: the replica may hold them already; never applied twice
+                self.pull()
+            result = StepResult(self._step, self.sync)
         else:
-            self._step = max(steps) if self.sync else steps[self._step_part]
-        result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
+            self._assign(answers)
+            rolled_back = sorted({ps for (ps, _), a in zip(parts, answers)
+                                  if a.body.outcome is PushOutcome.ROLLED_BACK})
+            if rolled_back:
+                log.info("%s: %s dropped this step's gradient, computed on values its failover rolled back; this "
+                         "worker has its restored values now", self.task, ", ".join(f"ps:{ps}" for ps in rolled_back))
+            steps = [a.body.step for a in answers]
+            if self.sync and len(set(steps)) > 1:
+                self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
+            else:
+                self._step = max(steps) if self.sync else steps[self._step_part]
+            result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
         if self.summaries is not None:
             learning_rate = (next(iter(hyper.values())).learning_rate if hyper
                              else getattr(self.optimizer, "learning_rate", None))
             self.summaries.step_done(self._step, learning_rate)
         if self.checkpointer is not None:
-            self.checkpointer.save_if_due(self.ps, self._step)
+            self._rehomed_retry(lambda: self.checkpointer.save_if_due(self.ps, self._step))
         self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)
         return result
 
@@ -364,7 +381,7 @@ class TrainingSession:
         pulls again at the newest, so every worker starts a step from the same parameters.
         """
         self._require(SessionState.STARTED, "pull")
-        answers = self.ps.pull_all(self._names_on, min_step, self._targets)
+        answers = self._rehomed_retry(lambda: self.ps.pull_all(self._names_on, min_step, self._targets))
         self._assign(answers)
         steps = [a.body.step for a in answers]
         if self.sync and len(set(steps)) > 1:
@@ -400,7 +417,7 @@ class TrainingSession:
         if self.checkpointer is None:
             raise TrainError(f"{self.task}: only the chief with a model_dir saves checkpoints; "
                              "pass model_dir (--model_dir) to the chief's session")
-        return self.checkpointer.save(self.ps, export=export)
+        return self._rehomed_retry(lambda: self.checkpointer.save(self.ps, export=export))
 
     def checkpoint_if_due(self) -> bool:
         """For a chief that never pushes (a coordinator, docs/coordinator.md): learn the global
@@ -448,9 +465,32 @@ class TrainingSession:
         with self._recovering:
             self._recovery.recover(client, ps, deadline, cause)
 
+    def _use_placement(self, placement: Placement) -> None:
+        """Where every shard lives, from the start or after a lost ps was re-homed (its shard
+        names, and so `_targets`, do not change)."""
+        self.placement = placement
+        shards = {sh.name: sh for sh in placement.shards}
+        self._push_parts = [(ps, [shards[name] for name in names])
+                            for ps, names in placement.push_parts(self._push_part_bytes)]
+        # async: the global step is ps 0's count of pushes, answered to the last part sent to it
+        self._step_part = max(k for k, (ps, _) in enumerate(self._push_parts) if ps == 0)
+        self._names_on = [[s.name for s in placement.on_ps(i)] for i in range(placement.num_ps)]
+        if self._chief is not None:
+            self._chief.use_placement(placement)
+        if self.checkpointer is not None:
+            self.checkpointer.use_placement(placement)
+
+    def _rehomed_retry(self, call: Callable[[], Any]) -> Any:
+        """`call()`, once more after a lost ps was re-homed while it ran (with the new placement)."""
+        try:
+            return call()
+        except PsRehomed as moved:
+            self._use_placement(moved.placement)
+            return call()
+
     def _save_on_term(self) -> Path:
         assert self.checkpointer is not None
-        return self.checkpointer.save(self.ps, reason=SaveReason.TERMINATED)
+        return self._rehomed_retry(lambda: self.checkpointer.save(self.ps, reason=SaveReason.TERMINATED))
 
     def _assign(self, answers: list[Answer]) -> None:
         for answer in answers:

@@ -42,7 +42,8 @@ def test_killed_ps_started_again_is_restored_and_training_reaches_90_percent(mak
 
 def test_workers_fail_clearly_when_a_lost_ps_never_comes_back(make_cluster, tmp_path):
     cluster = make_cluster(num_ps=2, num_workers=2)
-    cluster.start_all([*PROGRAM, "--model_dir", str(tmp_path / "model"), "--ps_recovery_timeout", "3"])
+    cluster.start_all([*PROGRAM, "--model_dir", str(tmp_path / "model"), "--ps_recovery_timeout", "3",
+                       "--lost_ps", "fail"])  # the default re-homes it (test_ps_rehoming.py)
     _kill_ps1_after_step(cluster, 200)
     lost_at = time.monotonic()
     for worker in cluster.tasks[2:]:

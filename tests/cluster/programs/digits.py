@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,21 @@ OPTIMIZERS = {"sgd": lambda: shoal.SGD(0.5), "adam": lambda: shoal.Adam(0.05),
               "momentum": lambda: shoal.Momentum(0.1, 0.9), "adagrad": lambda: shoal.Adagrad(0.5)}
 
 
+def kill_ps1_once_replicated(session, step: int, pid_file: Path) -> None:
+    """SIGKILL ps:1 once its successor holds its replica of `step` (at most 30 s), and only once."""
+    if not pid_file.exists():
+        return
+    holder = 2 % session.ps.num_ps
+    deadline = time.monotonic() + 30
+    while session.ps.replica(holder, 1, 5.0).body.step < step:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"ps:{holder} did not get ps:1's replica of step {step} within 30s")
+        time.sleep(0.02)
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    pid_file.unlink()
+    print(f"killed ps:1 at step {step}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
@@ -64,11 +80,17 @@ def main() -> int:
     parser.add_argument("--ps_recovery_timeout", type=float, default=120)
     parser.add_argument("--heartbeat_timeout", type=float, default=20)
     parser.add_argument("--leave_at", type=int, help="stop training (leave the job, done) at this global step")
+    parser.add_argument("--rehome_lost_ps", action="store_true", help="re-home a lost ps that does not come back")
+    parser.add_argument("--replicate_every_steps", type=int, help="ps: replicate shards to the next ps every N steps")
+    parser.add_argument("--kill_ps1_at", type=int,
+                        help="chief: at this global step, once ps:0 holds ps:1's replica of it, SIGKILL ps:1 "
+                             "(its pid is in OUT/ps1.pid) before pushing the step")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
     config = shoal.resolve_cluster_config(None, os.environ)
     if config.task.job == "ps":
-        shoal.Server.for_task(config, secret=shoal.resolve_job_secret(os.environ)).join()
+        replication = shoal.ReplicationOptions(every_steps=args.replicate_every_steps)
+        shoal.Server.for_task(config, secret=shoal.resolve_job_secret(os.environ), replication=replication).join()
         return 0
     x, y = load_digits_data()
     sync = shoal.SyncOptions(args.replicas_to_aggregate) if args.sync else False
@@ -79,8 +101,11 @@ def main() -> int:
                                request_timeout_s=30, model_dir=args.model_dir,
                                checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps),
                                ps_recovery_timeout_s=args.ps_recovery_timeout,
-                               heartbeat_timeout_s=args.heartbeat_timeout) as session:
+                               heartbeat_timeout_s=args.heartbeat_timeout,
+                               rehome_lost_ps=args.rehome_lost_ps) as session:
         while not session.should_stop() and not (args.leave_at is not None and session.global_step >= args.leave_at):
+            if args.kill_ps1_at is not None and config.is_chief and session.global_step == args.kill_ps1_at:
+                kill_ps1_once_replicated(session, args.kill_ps1_at, args.out / "ps1.pid")
             idx = batch_for(config.replica_index, session.global_step, len(y))
             _, result = session.run_step(loss_and_grad, x[idx], y[idx])
             dropped += not result.applied

