@@ -197,21 +197,26 @@ class ShoalSide:
                   "secret=shoal.resolve_job_secret(os.environ)).join()"), env)).pid
         self.client = RpcClient(self.spec["ps"][0], self.secret, "ps:0", timeout_s=120)
         self.client.call("status", timeout_s=30)  # waits for the ps to come up
-        rule = shoal.SGD(0.0).to_config()
-        for name, value in self.values.items():
-            self.client.call("init", InitRequest(rule, ASYNC).fields(), {name: value})
-        self.client.call("ready")
         spec = shoal.ClusterSpec.from_dict(self.spec)
         for i, (name, value) in enumerate(self.values.items()):
             config = shoal.ClusterConfig(spec, shoal.TaskId("worker", i))
             self.sessions[name] = shoal.TrainingSession(config, {name: value}, shoal.SGD(0.0), secret=self.secret,
-                                                        request_timeout_s=120).start()
+                                                        request_timeout_s=120)
+        rule = shoal.SGD(0.0).to_config()
+        for name, value in self.values.items():
+            # the session's shards (a large variable travels in parts of DEFAULT_PUSH_PART_BYTES),
+            # and the whole variable under "rpc/<name>" for the bare RpcClient's one-message push
+            shards = {s.name: s.rows(value) for s in self.sessions[name].placement.shards}
+            self.client.call("init", InitRequest(rule, ASYNC).fields(), {**shards, f"rpc/{name}": value})
+        self.client.call("ready")
+        for session in self.sessions.values():
+            session.start()
 
     def push(self, name: str, grad: np.ndarray) -> None:
         self.sessions[name].push({name: grad})
 
     def rpc_push(self, name: str, grad: np.ndarray) -> None:
-        self.client.call("push", {"task": "worker:0", "step": 0, "pull": True}, {name: grad})
+        self.client.call("push", {"task": "worker:0", "step": 0, "pull": True}, {f"rpc/{name}": grad})
 
     def status(self) -> None:
         self.client.call("status")
