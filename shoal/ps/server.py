@@ -17,6 +17,7 @@ from shoal.ps.protocol import Op
 from shoal.ps.replicator import ReplicationOptions, Replicator
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
+from shoal.wire.memory import keep_freed_memory, share_main_arena
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,8 @@ class Server:
         if self._thread is not None:
             return self
         show_shoal_logs()
+        keep_freed_memory()
+        share_main_arena()  # before the serving and zmq threads exist: big shards' buffers are then reused
         self._rpc = RpcServer(self.address, self._secret, self._handle, str(self.config.task),
                               into=self.service.tensor_destination, security=self._security)
         self._rpc.start()

@@ -8,9 +8,11 @@ its workers receive the same sizes every step, so keeping the memory mapped is t
 
 Blocks above the mmap threshold are always mmap'ed and unmapped again on free, so it is raised
 to MMAP_THRESHOLD (glibc 2.35 and later take any value; older ones refuse more than 32 MiB, the
-fallback). A thread other than the main one allocates from an arena of 64 MiB heaps: a block
-larger than that is mmap'ed whatever the threshold (a whole-message push of a shard over 64 MiB
-still faults its update's temporaries in; a push in parts never does).
+fallback). A thread other than the main one allocates from an arena of its own, made of 64 MiB
+heaps: a block larger than that is mmap'ed whatever the threshold. A ps serves on such a thread,
+so `share_main_arena` (at the ps's start) sends the threads started after it to the main arena,
+which grows without that limit: a whole-message push of a 128 MiB shard no longer faults its
+update rule's temporaries in afresh every step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 MMAP_THRESHOLD = 1 << 30
 _MMAP_THRESHOLD_FALLBACK = 32 << 20  # the most glibc before 2.35 accepts on 64-bit
 _TRIM_THRESHOLD = 1 << 30
@@ -47,4 +50,19 @@ def keep_freed_memory() -> bool:
                                                                                _MMAP_THRESHOLD_FALLBACK))
     ok = mmap_ok and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
     log.debug("mallopt mmap/trim thresholds set: %s", ok)
+    return ok
+
+
+def share_main_arena() -> bool:
+    """Make threads that allocate for the first time after this call use glibc's main arena
+    (M_ARENA_MAX 1) instead of an arena of their own; threads that already have one keep it.
+    For a process whose work is one serving thread and zmq's I/O thread (a ps): it trades a
+    little lock contention between them for big blocks that are reused instead of mmap'ed per
+    request. Returns whether it was set (False off glibc). Does not block; not thread-safe."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        ok = bool(libc.mallopt(_M_ARENA_MAX, 1))
+    except (OSError, AttributeError):
+        ok = False
+    log.debug("glibc arenas limited to the main one: %s", ok)
     return ok
