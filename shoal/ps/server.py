@@ -17,8 +17,11 @@ from shoal.ps.protocol import Op
 from shoal.ps.replicator import ReplicationOptions, Replicator
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
+from shoal.wire.memory import keep_freed_memory, share_main_arena
 
 log = logging.getLogger(__name__)
+
+CHORES_EVERY_S = 0.01  # between requests, heartbeat expiry, replication and drain checks run at least this often
 
 
 class ServerTerminated(SystemExit):
@@ -79,6 +82,8 @@ class Server:
         self._unfinished = 1
         self._chief_finished = False
         self._drain = threading.Event()  # set by join() on SIGTERM; the serving thread drains the service
+        self._chief = str(self.config.chief_task)
+        self._noted_version: int | None = None  # the membership version _note_replicas last read
         num_ps = len(self.config.ps_addresses)
         self.service = PsService(str(self.config.task), max(1, self.config.num_replicas), self._job_over,
                                  replica_names=[str(t) for t in self.config.replica_tasks],
@@ -105,6 +110,8 @@ class Server:
         if self._thread is not None:
             return self
         show_shoal_logs()
+        keep_freed_memory()
+        share_main_arena()  # before the serving and zmq threads exist: big shards' buffers are then reused
         self._rpc = RpcServer(self.address, self._secret, self._handle, str(self.config.task),
                               into=self.service.tensor_destination, security=self._security)
         self._rpc.start()
@@ -130,9 +137,14 @@ class Server:
         self._send(replies)
 
     def _note_replicas(self) -> None:
-        """What join() needs to know on SIGTERM, read from the serving thread's service."""
+        """What join() needs to know on SIGTERM, read from the serving thread's service (again
+        only once the membership changed: every change bumps its version)."""
+        version = self.service.membership.version
+        if version == self._noted_version:
+            return
+        self._noted_version = version
         self._unfinished = self.service.unfinished_replicas
-        self._chief_finished = self.service.has_finished(str(self.config.chief_task))
+        self._chief_finished = self.service.has_finished(self._chief)
 
     def _send(self, replies) -> None:
         for reply in replies:
@@ -141,9 +153,11 @@ class Server:
 
     def _serve(self) -> None:
         drained = False
+        next_chores = 0.0
         try:
             while not self._stopped.is_set():
-                self._rpc.serve_once(100)
+                if self._rpc.serve_once(100) and time.monotonic() < next_chores:
+                    continue  # a burst of requests: the chores below wait up to CHORES_EVERY_S
                 self._send(self.service.tick())
                 self._note_replicas()
                 self.service.log_sync_wait()
@@ -151,6 +165,7 @@ class Server:
                 if self._drain.is_set() and not drained:
                     drained = True
                     self._send(self.service.drain())
+                next_chores = time.monotonic() + CHORES_EVERY_S
         finally:
             if self.replicator is not None:
                 self.replicator.close()

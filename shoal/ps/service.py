@@ -34,11 +34,13 @@ from shoal.ps.replicas import ReplicaBook
 from shoal.ps.store import ShardStore
 from shoal.ps.sync import SyncAggregator
 from shoal.ps.sync_wait import SyncWait, SyncWaitWatch, sync_wait
-from shoal.wire import Request
+from shoal.wire import CHUNK_BYTES, Request
 
 log = logging.getLogger(__name__)
 
-_BUFFERED_BYTES = 256 << 10  # smaller gradients are decoded without a copy (np.frombuffer)
+# A gradient that arrived in one frame is decoded without a copy (np.frombuffer of zmq's buffer,
+# which the allocator reuses); only one in several chunks needs a buffer to be put together in.
+_BUFFERED_BYTES = CHUNK_BYTES + 1
 
 
 @dataclass(frozen=True)
@@ -196,8 +198,8 @@ class PsService:
         return request, self.store.snapshot()
 
     def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
-        """Where a push's large gradient is received: the shard's reusable buffer, so a big
-        push does not allocate (and page-fault in) a fresh array every step."""
+        """Where a push's gradient of several chunks is received: the shard's reusable buffer,
+        so a big push does not allocate (and page-fault in) a fresh array every step."""
         if header.get("op") != Op.PUSH.value or math.prod(shape) * dtype.itemsize < _BUFFERED_BYTES:
             return None
         return self.store.gradient_buffer(name, dtype, shape)

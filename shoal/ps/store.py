@@ -43,13 +43,14 @@ class ShardStore:
         self.task_name = task_name
         self.rule: UpdateRule | None = None
         self._shards: dict[str, Shard] = {}
+        self._nbytes = 0  # a shard's size never changes (copy-on-write keeps it), so this is kept, not summed
 
     def __len__(self) -> int:
         return len(self._shards)
 
     @property
     def nbytes(self) -> int:
-        return sum(s.value.nbytes for s in self._shards.values())
+        return self._nbytes
 
     def create(self, values: Mapping[str, np.ndarray], rule: UpdateRule,
                slots: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> int:
@@ -78,6 +79,7 @@ class ShardStore:
                                   f"{rule.name} (slots: {', '.join(f'{k} {v.dtype}{list(v.shape)}' for k, v in state.items()) or 'none'})")
                 state[slot] = np.array(saved, copy=True)
             self._shards[name] = Shard(param, state)
+            self._nbytes += param.nbytes
             created += 1
         self.rule = rule
         return created

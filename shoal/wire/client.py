@@ -19,6 +19,7 @@ from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Message, decode, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
+from shoal.wire.sockio import NOBLOCK, recv_message, send_message
 from shoal.wire.watch import EVENTS, ConnectionWatch
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class RpcClient:
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._watch: ConnectionWatch | None = None
+        self._poller: zmq.Poller | None = None  # the socket and its monitor, for a wait on this client alone
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
@@ -80,6 +82,9 @@ class RpcClient:
         self._watch = ConnectionWatch(self.peer_name, self.address, self._mechanism.security)
         sock.connect(connect_endpoint(self.address))
         self._sock = sock
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
 
     def send(self, op: str, fields: dict[str, Any] | None = None,
              tensors: Mapping[str, np.ndarray] | None = None,
@@ -91,8 +96,7 @@ class RpcClient:
         if self._sock is None:
             self.connect()
         rid = next(_rids)
-        frames = encode(dict(fields or {}, op=op, rid=rid), tensors)
-        self._sock.send_multipart(frames, copy=False)
+        send_message(self._sock, encode(dict(fields or {}, op=op, rid=rid), tensors), copied=1)
         self._pending[rid] = op
         if into is not None:
             self._into[rid] = into
@@ -108,27 +112,41 @@ class RpcClient:
         """send + wait. Blocks up to the timeout."""
         return self.wait(self.send(op, fields, tensors), timeout_s)
 
-    def _drain(self) -> None:
-        """Read everything that has arrived, keeping replies that someone waits for."""
-        # Non-blocking receives until zmq.Again: one syscall fewer per message than poll + recv.
+    def _on_readable(self, sock: zmq.Socket) -> None:
+        """Poll said `sock` (this client's socket or its monitor) has a message: take it."""
+        if sock is self._monitor:
+            self._read_monitor()
+        else:
+            self._read_reply()
+
+    def _read_monitor(self) -> None:
+        """Take the monitor's events (connection up, lost, refused)."""
         while self._monitor is not None:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
             self._watch.on_event(event["event"], event["value"], bool(self._pending))
-        while True:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            try:
-                message = decode(frames, self._destination)
-            except ProtocolError as e:
-                log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
-                continue
-            if message.rid in self._pending:
-                self._replies[message.rid] = message
+        if self._watch is not None and (self._watch.lost or self._watch.refusal is not None):
+            while self._read_reply():  # the replies that came before the connection went count
+                pass
+
+    def _read_reply(self) -> bool:
+        """Take one reply, keeping it if someone waits for it; returns whether one was queued.
+        One per poll: the next poll answers at once while more are queued, and reading one
+        costs no empty-queue error (dearer than the rest of a small request)."""
+        try:
+            frames = recv_message(self._sock, NOBLOCK)
+        except zmq.Again:
+            return False
+        try:
+            message = decode(frames, self._destination)
+        except ProtocolError as e:
+            log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
+            return True
+        if message.rid in self._pending:
+            self._replies[message.rid] = message
+        return True
 
     def _destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         into = self._into.get(header["rid"]) if header.get("ok") and header["rid"] in self._pending else None
@@ -175,6 +193,7 @@ class RpcClient:
             self._sock.disable_monitor()
             self._sock.close(linger=0)
             self._sock = None
+            self._poller = None
         if self._monitor is not None:
             self._monitor.close(linger=0)
             self._monitor = None
@@ -198,16 +217,19 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
     started = time.monotonic()
     deadline = started + timeout_s
     next_progress = started + progress_every_s
-    clients = {id(c): c for c, _ in pending}.values()
-    poller = zmq.Poller()
+    clients = list({id(c): c for c, _ in pending}.values())
     for client in clients:
         if client._sock is None:
             client.connect()
-        poller.register(client._sock, zmq.POLLIN)
-        poller.register(client._monitor, zmq.POLLIN)
-    while True:
+    if len(clients) == 1:
+        poller, owner = clients[0]._poller, None
+    else:
+        poller, owner = zmq.Poller(), {}
         for client in clients:
-            client._drain()
+            for sock in (client._sock, client._monitor):
+                poller.register(sock, zmq.POLLIN)
+                owner[sock] = client
+    while True:
         missing = [(client, rid) for client, rid in pending if not client._has(rid)]
         if not missing:
             return [client._take(rid) for client, rid in pending]
@@ -225,4 +247,6 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
             next_progress = time.monotonic() + progress_every_s
             continue
         wake = remaining if progress is None else min(remaining, next_progress - now)
-        poller.poll(max(1, int(wake * 1000)))
+        # replies and monitor events queued before this wait make the poll answer at once
+        for sock, _ in poller.poll(max(1, int(wake * 1000))):
+            (clients[0] if owner is None else owner[sock])._on_readable(sock)

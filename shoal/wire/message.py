@@ -43,6 +43,8 @@ DTYPES: dict[str, np.dtype] = {
     for name in ("float16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool")
 }
 _DTYPE_NAMES = {dt: name for name, dt in DTYPES.items()}
+# the dtypes whose native byte order is already little-endian (all of them on x86 and ARM)
+_NATIVE_NAMES = {np.dtype(name): name for name, dt in DTYPES.items() if np.dtype(name) == dt}
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,14 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
     frames: list = [b""]
     descriptors = []
     for name, array in (tensors or {}).items():
-        dtype = _DTYPE_NAMES.get(array.dtype.newbyteorder("<")) if array.dtype.byteorder in "<=|" else None
+        dtype = _NATIVE_NAMES.get(array.dtype)  # (a dict hit for the usual dtypes; newbyteorder costs more)
+        if dtype is None and array.dtype.byteorder in "<=|":
+            dtype = _DTYPE_NAMES.get(array.dtype.newbyteorder("<"))
         if dtype is None:
             raise ProtocolError(f"tensor {name!r} has dtype {array.dtype}, which Shoal does not send; "
                                 f"convert it to one of {', '.join(DTYPES)}")
-        array = np.require(array, requirements="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
+        if not array.flags.c_contiguous:
+            array = np.require(array, requirements="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
         view = memoryview(array).cast("B") if array.ndim else memoryview(array.reshape(1)).cast("B")
         nchunks = max(1, math.ceil(array.nbytes / CHUNK_BYTES))
         for i in range(nchunks):
@@ -103,6 +108,8 @@ def decode(frames: Sequence, into: Into | None = None) -> Message:
         raise ProtocolError("empty message")
     header = decode_header(_as_bytes(frames[0]))
     descriptors = header["t"]
+    if not descriptors and len(frames) == 1:  # a header-only message
+        return Message(header, {})
     expected = 1 + sum(d[3] for d in descriptors)
     if len(frames) != expected:
         raise ProtocolError(f"header lists {expected - 1} tensor frames but {len(frames) - 1} arrived")

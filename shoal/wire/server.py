@@ -20,6 +20,7 @@ from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Into, Message, decode, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
+from shoal.wire.sockio import recv_message, send_message
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class RpcServer:
         self._ctx: zmq.Context | None = None
         self._gate: Gatekeeper | None = None
         self._sock: zmq.Socket | None = None
+        self._poller: zmq.Poller | None = None
 
     @property
     def security(self) -> Security:
@@ -110,13 +112,15 @@ class RpcServer:
             raise BindError(f"{self.name} cannot listen on {self.address} ({endpoint}): {e}; "
                             "use an address of this machine") from e
         self._sock = sock
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
         log.debug("%s listening on %s (%s)", self.name, endpoint, mechanism.security.name)
 
     def serve_once(self, timeout_ms: int) -> bool:
         """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
-        if not self._sock.poll(timeout_ms):
+        if not self._poller.poll(timeout_ms):
             return False
-        frames = self._sock.recv_multipart(copy=False)
+        frames = recv_message(self._sock)
         self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
         peer = frames[0].bytes
         try:
@@ -150,7 +154,7 @@ class RpcServer:
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
         frames = [peer, *encode(header, tensors)]
         if not track:
-            self._sock.send_multipart(frames, copy=False)
+            send_message(self._sock, frames, copied=2)
             return None
         # send_multipart would return only the last frame's tracker; watch every zero-copy frame.
         trackers = []
@@ -167,6 +171,7 @@ class RpcServer:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
+            self._poller = None
         if self._gate is not None:
             self._gate.close()
             self._gate = None

@@ -1,0 +1,36 @@
+"""Sending and receiving one multipart message with as few calls into pyzmq as it takes.
+
+pyzmq's send_multipart and recv_multipart check every frame and ask the socket for RCVMORE
+after each one; for a header-only request that costs more than the request itself. These do
+the same with the frame's own `more` flag and no checks (frames are bytes or buffers).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import zmq
+
+NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
+
+
+def send_message(sock: zmq.Socket, frames: Sequence, copied: int) -> None:
+    """Send `frames` as one message; the first `copied` frames are copied into zmq's own
+    buffers (small ones: a peer id, a header), the rest are sent zero-copy when large (the
+    caller keeps them unchanged until zmq has sent them). Blocks only if the socket's send
+    queue is full."""
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
+        sock.send(frame, _SNDMORE if i < last else 0, copy=i < copied)
+
+
+def recv_message(sock: zmq.Socket, flags: int = 0) -> list[zmq.Frame]:
+    """The frames of the next message (zero-copy zmq.Frames). With NOBLOCK, raises zmq.Again
+    if none is queued; zmq delivers a message's frames together, so only the first can."""
+    frame = sock.recv(flags, copy=False)
+    frames = [frame]
+    while frame.more:
+        frame = sock.recv(copy=False)
+        frames.append(frame)
+    return frames
