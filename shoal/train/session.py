@@ -125,6 +125,7 @@ class TrainingSession:
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
         self._stop = GracefulStop(self.task)
+        self._rebuild = recovery  # what the ps watch runs: in-graph training does not re-home a ps (yet)
         self._recovering = threading.Lock()  # the session's own recovery and its ps watch's, one at a time
         self._watch: PsWatch | None = None
         self._secret, self._security = secret, security
@@ -463,7 +464,7 @@ class TrainingSession:
                 self._watch.close()
             return
         with self._recovering:
-            self._recovery.recover(client, ps, deadline, cause)
+            self._rebuild.recover(client, ps, deadline, cause)
 
     def _use_placement(self, placement: Placement) -> None:
         """Where every shard lives, from the start or after a lost ps was re-homed (its shard
