@@ -48,8 +48,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/replication.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import free_ports, machine, median  # noqa: E402
+from bench import free_ports, machine, median, median_of_present  # noqa: E402
 from bench.jobrun import Job, Launch, Output, clean_env  # noqa: E402
+from bench.usage import SAMPLE_PERIOD_S, UsageSampler, interpolate  # noqa: E402
 from shoal.ps.client import PsClient  # noqa: E402
 from shoal.wire import JobSecret, WireError  # noqa: E402
 
@@ -79,12 +80,12 @@ def models(big_mib: int) -> dict[str, Model]:
 class Cluster:
     """2 ps + 2 workers of one model: addresses, secret, tasks (a bench Job)."""
 
-    def __init__(self, model: Model, argv: list[str]) -> None:
+    def __init__(self, model: Model, argv: list[str], sampler: UsageSampler | None = None) -> None:
         ports = free_ports(4)
         self.spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:2]], "worker": [f"127.0.0.1:{p}" for p in ports[2:]]}
         self.secret = secrets.token_hex(16)
         self.argv = (model.program, *model.argv, "--steps", FOREVER, *argv)
-        self.job = Job()
+        self.job = Job(sampler)
 
     def start(self, job: str, index: int, name: str | None = None) -> None:
         tf_config = json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}})
@@ -124,8 +125,10 @@ def _wait_step(cluster: Cluster, client: PsClient, ps: int, at_least: int, timeo
 
 
 def cost(name: str, model: Model, every_s: float | None, phase_s: float) -> dict:
-    """One job at one replication setting: examples/s over `phase_s` and the replicas sent. Blocks."""
-    cluster = Cluster(model, ["--replicate_every_secs", f"{every_s:g}"] if every_s else [])
+    """One job at one replication setting: examples/s over `phase_s`, CPU per example and the
+    replicas sent. Blocks."""
+    sampler = UsageSampler()
+    cluster = Cluster(model, ["--replicate_every_secs", f"{every_s:g}"] if every_s else [], sampler)
     client = cluster.client()
     try:
         cluster.start_all()
@@ -134,16 +137,26 @@ def cost(name: str, model: Model, every_s: float | None, phase_s: float) -> dict
         time.sleep(phase_s)
         last, t1 = client.status(0, 5.0).step, time.monotonic()
         cluster.check_alive()
+        time.sleep(3 * SAMPLE_PERIOD_S)  # a CPU sample after the window
         replicas = [REPLICATED.search(line) for line in cluster.lines(t0, ("ps:0", "ps:1"))]
         replicas = [m for m in replicas if m and float(m.group(2)) > 0]
     finally:
         client.close()
         cluster.job.close()
-    return {"model": name, "every_s": every_s, "examples_per_s": round((last - first) * BATCH / (t1 - t0)),
-            "window_s": round(t1 - t0, 2), "replicas": len(replicas),
+    examples, window, cores = (last - first) * BATCH, t1 - t0, os.cpu_count() or 1
+    # CPU per example hardly depends on what else the machine runs, unlike examples/s
+    cpu = {t.name: interpolate(t.usage.cpu, t1) - interpolate(t.usage.cpu, t0) for t in cluster.job.tasks}
+    ours = sum(cpu.values())
+    ps_cpu = sum(v for k, v in cpu.items() if k.startswith("ps"))
+    others = interpolate(sampler.machine_cpu, t1) - interpolate(sampler.machine_cpu, t0) - ours
+    return {"model": name, "every_s": every_s, "examples_per_s": round(examples / window),
+            "window_s": round(window, 2), "replicas": len(replicas),
             "copy_ms": round(median([float(m.group(4)) for m in replicas]), 2) if replicas else None,
             "send_ms": round(median([float(m.group(5)) for m in replicas]), 1) if replicas else None,
             "replica_mb": round(median([float(m.group(3)) for m in replicas]) / 1e3, 2) if replicas else None,
+            "cpu_us_per_example": round(ours / examples * 1e6, 2) if examples else None,
+            "cpu_us_per_example_ps": round(ps_cpu / examples * 1e6, 2) if examples else None,
+            "cpu_share_others": round(max(0.0, others) / (window * cores), 2),
             "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
@@ -226,12 +239,19 @@ def summarize(runs: list[dict]) -> list[dict]:
     for name in dict.fromkeys(r["model"] for r in runs):
         mine = [r for r in runs if r["model"] == name]
         off = {r["round"]: r["examples_per_s"] for r in mine if r["every_s"] is None}
+        cpu_off = {r["round"]: r["cpu_us_per_example"] for r in mine if r["every_s"] is None}
         for every in dict.fromkeys(r["every_s"] for r in mine):
             same = [r for r in mine if r["every_s"] == every]
             ratios = [r["examples_per_s"] / off[r["round"]] for r in same if off.get(r["round"])]
+            cpu_ratios = [r["cpu_us_per_example"] / cpu_off[r["round"]] for r in same
+                          if cpu_off.get(r["round"]) and r["cpu_us_per_example"]]
             present = [r for r in same if r["replicas"]]
             rows.append({"model": name, "every_s": every, "examples_per_s": round(median([r["examples_per_s"] for r in same])),
                          "vs_off": round(median(ratios), 3) if ratios else None,
+                         "cpu_us_per_example": median_of_present(r["cpu_us_per_example"] for r in same),
+                         "cpu_us_per_example_ps": median_of_present(r["cpu_us_per_example_ps"] for r in same),
+                         "cpu_vs_off": round(median(cpu_ratios), 3) if cpu_ratios else None,
+                         "cpu_share_others": median([r["cpu_share_others"] for r in same]),
                          "replicas_per_window": median([r["replicas"] for r in same]),
                          "copy_ms": median([r["copy_ms"] for r in present]) if present else None,
                          "send_ms": median([r["send_ms"] for r in present]) if present else None,
@@ -281,7 +301,8 @@ def main(argv=None) -> int:
                 run = {"round": round_, **cost(name, catalog[name], every, args.phase_s)}
                 results["runs"].append(run)
                 print(f"round {round_} {name:8} every {_fmt(every, 'g'):>3}s: {run['examples_per_s']:>8} examples/s, "
-                      f"{run['replicas']} replicas (load {run['loadavg_1m']})", flush=True)
+                      f"{_fmt(run['cpu_us_per_example'])} CPU us/ex, {run['replicas']} replicas (others "
+                      f"{run['cpu_share_others']:.2f} of the cores, load {run['loadavg_1m']})", flush=True)
     results["summary"] = summarize(results["runs"]) if results["runs"] else []
     results["recovery"] = []
     for name in recovery_models:
@@ -290,13 +311,14 @@ def main(argv=None) -> int:
     results["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
 
     if results["summary"]:
-        print(f"\n{'model':8} {'replication':>11} {'examples/s':>10} {'vs off':>7} {'replicas':>8} {'copy ms':>8} "
-              f"{'send ms':>8} {'MB':>6}")
+        print(f"\n{'model':8} {'replication':>11} {'examples/s':>10} {'vs off':>7} {'CPU us/ex':>9} {'ps part':>7} "
+              f"{'CPU vs off':>10} {'others':>6} {'replicas':>8} {'copy ms':>8} {'send ms':>8} {'MB':>6}")
     for row in results["summary"]:
         every = "off" if row["every_s"] is None else f"{row['every_s']:g} s"
         print(f"{row['model']:8} {every:>11} {row['examples_per_s']:>10} {_fmt(row['vs_off'], '.3f'):>7} "
-              f"{row['replicas_per_window']:>8g} {_fmt(row['copy_ms'], '.2f'):>8} {_fmt(row['send_ms'], '.1f'):>8} "
-              f"{_fmt(row['replica_mb'], '.2f'):>6}")
+              f"{_fmt(row['cpu_us_per_example'], '.1f'):>9} {_fmt(row['cpu_us_per_example_ps'], '.1f'):>7} "
+              f"{_fmt(row['cpu_vs_off'], '.3f'):>10} {row['cpu_share_others']:>6.2f} {row['replicas_per_window']:>8g} "
+              f"{_fmt(row['copy_ms'], '.2f'):>8} {_fmt(row['send_ms'], '.1f'):>8} {_fmt(row['replica_mb'], '.2f'):>6}")
     if results["recovery"]:
         print(f"\n{'model':8} {'scenario':10} {'source':10} {'answer s':>8} {'ready s':>8} {'applied s':>9} "
               f"{'lost':>6} {'rolled back (log)':>17}")
