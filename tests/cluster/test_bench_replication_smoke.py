@@ -23,6 +23,7 @@ def test_bench_replication_measures_cost_and_recovery_in_a_quick_run():
         off, on = rows[(model, None)], rows[(model, 1.0)]
         assert off["examples_per_s"] > 0 and off["replicas_per_window"] == 0 and off["vs_off"] == 1.0
         assert on["replicas_per_window"] >= 1 and on["copy_ms"] is not None and on["vs_off"] > 0
+        assert 0 < off["cpu_us_per_example_ps"] < off["cpu_us_per_example"] and on["cpu_vs_off"] > 0
     assert rows[("big", 1.0)]["replica_mb"] >= 3.5  # each ps replicates its half of the 8 MiB variable
     replica, checkpoint = result["recovery"]
     assert (replica["scenario"], replica["source"]) == ("replica", "replica"), replica
