@@ -66,6 +66,8 @@ ROLLED_BACK = re.compile(r"ps:1 is back at step \d+ \(it had answered step \d+ b
 
 @dataclass(frozen=True)
 class Model:
+    """A program the benchmark trains: its path, the ps:0 steps to wait for and its own argv."""
+
     program: str
     warm_steps: int  # ps:0 steps before a window starts (start-up, first pulls)
     argv: tuple[str, ...]
@@ -100,9 +102,11 @@ class Cluster:
         return PsClient(self.spec["ps"], JobSecret(self.secret.encode(), "bench"), timeout_s=10)
 
     def lines(self, since: float, names: tuple[str, ...]) -> list[str]:
+        """The named tasks' output lines that arrived at or after monotonic time `since`."""
         return [line for name in names for t, line in list(self.job.task(name).lines) if t >= since]
 
     def check_alive(self) -> None:
+        """Raise RuntimeError, with its output's tail, if a task has ended."""
         ended = {name: code for name, code in self.job.poll().items() if code is not None}
         if ended:
             name = next(iter(ended))
