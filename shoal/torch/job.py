@@ -25,7 +25,7 @@ from shoal.cluster.flags import CLUSTER_FLAG_DESTS
 from shoal.job_secret import resolve_job_secret
 from shoal.logs_default import show_shoal_logs
 from shoal.torch.lease_link import LeaseLink
-from shoal.train.flags import add_training_flags, session_options
+from shoal.train.flags import add_training_flags, replication_options, session_options
 from shoal.train.local import LocalCluster, create_local_server
 from shoal.train.roles import serve_unless_training
 from shoal.wire import JobSecret, Security
@@ -89,7 +89,8 @@ def init(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
     """
     show_shoal_logs()  # what init says (training alone, waiting for the ps) reaches a program without logging
     environ = environ if environ is not None else {}
-    options = _options(args, environ)
+    flags = _flags(args, environ)
+    options = session_options(flags)
     options.update(session)
     if not _names_a_cluster(args, environ):
         local = create_local_server()
@@ -99,7 +100,8 @@ def init(args: argparse.Namespace | None = None, environ: Mapping[str, str] | No
         return Job(local.config, local.secret, options, local)
     config = resolve_cluster_config(args, environ)
     secret = resolve_job_secret(environ)
-    if serve_unless_training(config, secret=secret, security=options.get("security", Security.AUTO)):
+    if serve_unless_training(config, secret=secret, security=options.get("security", Security.AUTO),
+                             replication=replication_options(flags)):
         raise SystemExit(0)
     return Job(config, secret, options)
 
@@ -109,8 +111,8 @@ def _names_a_cluster(args: argparse.Namespace | None, environ: Mapping[str, str]
     return flags or bool(environ.get("TF_CONFIG", "").strip())
 
 
-def _options(args: argparse.Namespace | None, environ: Mapping[str, str]) -> dict[str, Any]:
-    """TrainingSession options from the training flags in `args`, defaults for the rest."""
+def _flags(args: argparse.Namespace | None, environ: Mapping[str, str]) -> argparse.Namespace:
+    """The training flags in `args` (session and ps-side options: replication), defaults for the rest."""
     parser = argparse.ArgumentParser(add_help=False)
     add_training_flags(parser, environ)
     flags = vars(parser.parse_args([]))
@@ -118,4 +120,9 @@ def _options(args: argparse.Namespace | None, environ: Mapping[str, str]) -> dic
         value = getattr(args, name, None)
         if value is not None:
             flags[name] = value
-    return session_options(argparse.Namespace(**flags))
+    return argparse.Namespace(**flags)
+
+
+def _options(args: argparse.Namespace | None, environ: Mapping[str, str]) -> dict[str, Any]:
+    """TrainingSession options from the training flags in `args`, defaults for the rest."""
+    return session_options(_flags(args, environ))
