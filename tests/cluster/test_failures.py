@@ -77,7 +77,7 @@ def test_request_to_killed_ps_fails_after_the_recovery_timeout(make_cluster):
     ps = [start_ps(cluster, i) for i in range(2)]
     worker = shoal.TrainingSession(config_for(cluster, "worker", 0), variables(), shoal.SGD(0.1),
                                    secret=secret_of(cluster), request_timeout_s=2, min_shard_bytes=8,
-                                   ps_recovery_timeout_s=2).start()
+                                   ps_recovery_timeout_s=2, rehome_lost_ps=False).start()  # fail, not re-home
     worker.push(grads())
     os.killpg(ps[1].proc.pid, signal.SIGKILL)
     ps[1].wait(timeout=10)

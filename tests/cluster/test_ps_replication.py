@@ -102,7 +102,7 @@ def _drain_disconnect_while_idle(rpc, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while rpc._watch._up:
         assert time.monotonic() < deadline, "the client never saw its connection drop"
-        rpc._drain()
+        rpc._read_monitor()
         time.sleep(0.01)
 
 
