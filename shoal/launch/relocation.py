@@ -33,10 +33,16 @@ def moved_detail(exit_detail: str, lost_host: str, new_node: str, new_task: str)
     return f"{exit_detail}; {lost_host} was lost: moved to {new_node or 'another host'} as {new_task}"
 
 
+def moved_note(lost_host: str, old_task: str, new_node: str, new_task: str, restart: int, max_restarts: int) -> str:
+    """The launcher's line: "shoal | host3 was lost: worker:1 moves to host1 as worker:2 (restart 1/3)"."""
+    return (f"shoal | {lost_host} was lost: {old_task} moves to {new_node or 'another host'} as {new_task}"
+            f" (restart {restart}/{max_restarts})")
+
+
 def unplaced_note(label: str, lost_host: str, why: str) -> str:
     """The launcher's line when a lost task cannot move: it will restart on its own host."""
     return (f"shoal | {label}: {lost_host} was lost and no other host can take it ({why}); it restarts on"
             f" {lost_host} once that answers again")
 
 
-__all__ = ["MOVABLE_ROLES", "movable", "moved_detail", "unplaced_note"]
+__all__ = ["MOVABLE_ROLES", "movable", "moved_detail", "moved_note", "unplaced_note"]

@@ -53,7 +53,7 @@ from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlace
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan, added_task
-from shoal.launch.relocation import movable, moved_detail, unplaced_note
+from shoal.launch.relocation import movable, moved_detail, moved_note, unplaced_note
 from shoal.launch.scaling import (ScaleOutcome, ScaleRequest, check_request, new_indices, task_word,
                                   to_stop)
 from shoal.launch.root_cause import TaskFailure
@@ -443,8 +443,8 @@ class Supervisor:
             self._mux.note(unplaced_note(slot.plan.label, lost, str(e)))
             return False
         self._move(slot, TaskState.MOVED, moved_detail(detail, lost, place.node, task_word(task)))
-        self._mux.note(f"shoal | {lost} was lost: {task_word(slot.plan.task)} moves to {place.node or 'another host'}"
-                       f" as {task_word(task)} (restart {slot.restarts + 1}/{self._plan.restart.max_restarts})")
+        self._mux.note(moved_note(lost, task_word(slot.plan.task), place.node, task_word(task), slot.restarts + 1,
+                                  self._plan.restart.max_restarts))
         self._start_added(place, restarts=slot.restarts + 1)
         return True
 

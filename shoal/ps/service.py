@@ -24,8 +24,7 @@ from shoal.ps.errors import PsError
 from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
 from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, LIVE, Change, MemberState, Membership, quorum
-from shoal.ps.protocol import AdoptReply, AdoptRequest
-from shoal.ps.protocol import (REQUEST_TYPES, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
+from shoal.ps.protocol import (REQUEST_TYPES, AdoptReply, AdoptRequest, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
                                HeartbeatRequest, InitReply, InitRequest, LeaseRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ReplicaRequest,
                                ReplicateReply, ReplicateRequest, ShutdownRequest, SnapshotReply, StatusReply,
@@ -376,7 +375,8 @@ class PsService:
                           f"shards of ps:{message.source}")
         values, slots = split_slots(request.tensors)
         new = [name for name in values if name not in self.store.names()]
-        created = self.store.create(values, self.store.rule, slots)
+        self.store.create(values, self.store.rule, slots)
+        created = len(new)
         self.retired.extend(i for i in message.retired if i not in self.retired)
         position = place_adopted(self._sync, self._catch_up, new, message.step)
         log.info("%s took over %d shards (%.1f MB) of ps:%d, of step %d, at its step %d (%s); re-homed so far: %s",
@@ -395,10 +395,11 @@ class PsService:
         if not self._catch_up.behind(message.step + 1, grads.keys()):
             return None
         if message.step != self._catch_up.step or not self._catch_up.covers(grads.keys()):
+            waited_for = self._catch_up.step
             lost = self._catch_up.give_up()
             log.warning("%s: %s pushed step %d for adopted shards that still wait for step %d; that step's "
                         "update of %d shards is lost", self.task_name, message.task, message.step,
-                        message.step - 1, len(lost))
+                        waited_for, len(lost))
             self._release()
             return None
         outcome, ready, hyper = self._catch_up.add(message.task, message.step, grads, message.hyper)
@@ -435,8 +436,10 @@ class PsService:
             self._sync.set_quorum(self._quorum())
             self._apply_completed_shards()
             self._catch_up.set_quorum(self._quorum())
-            self.store.apply(*self._catch_up.complete())
-            self._release()
+            caught_up, hyper = self._catch_up.complete()
+            if caught_up:  # adopted shards that waited for the departed replica's gradient
+                self.store.apply(caught_up, hyper)
+                self._release()
         reason = self.membership.job_over()
         if reason is not None:
             self._on_job_over(reason)
@@ -459,18 +462,20 @@ class PsService:
     # --- deferred replies ------------------------------------------------------------------
 
     def _answer_or_wait(self, waiting: _Waiting) -> Reply | Deferred:
-        if self.step >= waiting.min_step and not self._catch_up.behind(waiting.min_step, waiting.names,
-                                                                       waiting.pushed):
+        """The reply now if its step has come (`_step_has_come`), else once it has."""
+        if self._step_has_come(waiting):
             return self._reply_values(waiting)
         self._waiting.append(waiting)
         return DEFERRED
 
-    def _answer_when_applied(self, waiting: _Waiting) -> Reply | Deferred:
-        """A sync push's reply: now if step `min_step - 1` is applied to its shards, else once it is."""
-        if self.step >= waiting.min_step or self._sync.applied(waiting.pushed, waiting.min_step - 1):
-            return self._reply_values(waiting)
-        self._waiting.append(waiting)
-        return DEFERRED
+    _answer_when_applied = _answer_or_wait  # a sync push: once step `min_step - 1` is applied to its shards
+
+    def _step_has_come(self, w: _Waiting) -> bool:
+        """Whether `w`'s step has come: the ps reached `min_step`, or (a push) its shards have
+        step `min_step - 1` applied; never while adopted shards it names still catch up."""
+        if self._catch_up.behind(w.min_step, w.names, w.pushed):
+            return False
+        return self.step >= w.min_step or bool(w.pushed and self._sync.applied(w.pushed, w.min_step - 1))
 
     def _give_up_stuck_step(self) -> None:
         """While draining: if the replicas still training cannot bring the current sync step its
@@ -499,9 +504,7 @@ class PsService:
         """Queue the replies of every waiting request whose step has come."""
         still = []
         for w in self._waiting:
-            if self._catch_up.behind(w.min_step, w.names, w.pushed):
-                still.append(w)
-            elif self.step >= w.min_step or (w.pushed and self._sync.applied(w.pushed, w.min_step - 1)):
+            if self._step_has_come(w):
                 self._released.append(self._reply_values(w))
             else:
                 still.append(w)

@@ -24,6 +24,7 @@ class LeaseLink:
     def __init__(self) -> None:
         self.session: TrainingSession | None = None
         self._handed: list[LeasedBatch] = []
+        self._handed_count = 0
 
     def attach(self, session: "TrainingSession") -> None:
         self.session = session
@@ -31,13 +32,15 @@ class LeaseLink:
     def record(self, batch: LeasedBatch) -> None:
         """The sampler handed `batch`'s examples to the DataLoader."""
         self._handed.append(batch)
+        self._handed_count += len(batch)
 
     @property
     def handed(self) -> int:
-        """How many positions were handed out since the last step (not pushed yet)."""
-        return sum(len(b) for b in self._handed)
+        """How many positions were handed out since the last step (not pushed yet). O(1): the
+        sampler asks once per example."""
+        return self._handed_count
 
     def take_used(self) -> "UsedPositions | None":
         """The positions handed out since the last call (None if none): those this step used."""
-        handed, self._handed = self._handed, []
+        handed, self._handed, self._handed_count = self._handed, [], 0
         return merge_used(handed)

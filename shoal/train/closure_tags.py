@@ -25,10 +25,6 @@ class ClosureTags:
         self._closure: str | None = None
         self._next = 0
 
-    @property
-    def current(self) -> str | None:
-        return self._closure
-
     @contextlib.contextmanager
     def running(self, closure_id: str) -> Iterator[None]:
         """Tag the pushes of this block with `closure_id`. Blocks may not nest."""

@@ -52,7 +52,6 @@ class Heartbeats:
         self._security = security
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._started = False
         self._versions: list[int | None] = [None] * len(self.addresses)
         self.live_members: int | None = None  # how many replicas ps 0 counts as training, last we heard
 
@@ -61,9 +60,8 @@ class Heartbeats:
         the old one failed). Returns self."""
         if self._thread is not None and not self._stop.is_set():
             return self  # already sending
-        if self._started:
+        if self._thread is not None:  # started before: a new incarnation
             self.incarnation = secrets.token_hex(8)
-        self._started = True
         self._stop = threading.Event()  # each thread its own: one still ending after stop() keeps its own
         self._thread = threading.Thread(target=self._run, args=(self._stop, self.incarnation),
                                         name=f"shoal-heartbeat-{self.task}", daemon=True)

@@ -40,10 +40,8 @@ def keep_freed_memory() -> bool:
     if _done:
         return True
     _done = True
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _mallopt()
+    if mallopt is None:
         log.debug("no mallopt (not glibc): freed memory goes back to the kernel as the allocator decides")
         return False
     mmap_ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) or bool(mallopt(_M_MMAP_THRESHOLD,
@@ -59,10 +57,15 @@ def share_main_arena() -> bool:
     For a process whose work is one serving thread and zmq's I/O thread (a ps): it trades a
     little lock contention between them for big blocks that are reused instead of mmap'ed per
     request. Returns whether it was set (False off glibc). Does not block; not thread-safe."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        ok = bool(libc.mallopt(_M_ARENA_MAX, 1))
-    except (OSError, AttributeError):
-        ok = False
+    mallopt = _mallopt()
+    ok = mallopt is not None and bool(mallopt(_M_ARENA_MAX, 1))
     log.debug("glibc arenas limited to the main one: %s", ok)
     return ok
+
+
+def _mallopt():
+    """glibc's mallopt, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None

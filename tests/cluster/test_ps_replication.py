@@ -122,10 +122,12 @@ def test_an_async_worker_that_missed_a_ps_restart_has_one_push_rolled_back_then_
     secret = JobSecret(b"s" * 32, "test")
     servers = [shoal.Server(spec, "ps", 0, secret=secret).start()]
     grads = {"w": np.ones(3, np.float32)}
+    sessions = []
     try:
-        sessions = [shoal.TrainingSession(ClusterConfig(spec, TaskId("worker", i)), {"w": np.zeros(3, np.float32)},
-                                          shoal.SGD(0.1), secret=secret, request_timeout_s=10,
-                                          ps_recovery_timeout_s=30).start() for i in range(2)]
+        for i in range(2):
+            sessions.append(shoal.TrainingSession(ClusterConfig(spec, TaskId("worker", i)),
+                                                  {"w": np.zeros(3, np.float32)}, shoal.SGD(0.1), secret=secret,
+                                                  request_timeout_s=10, ps_recovery_timeout_s=30).start())
         chief, other = sessions
         other.push(grads)
         servers[0].stop()  # ps:0 dies ...
@@ -136,8 +138,8 @@ def test_an_async_worker_that_missed_a_ps_restart_has_one_push_rolled_back_then_
         first = other.push(grads)
         assert not first.applied  # computed on the old process's values: rolled back
         assert other.push(grads).applied and other.push(grads).applied  # then trained on
+    finally:
         for session in sessions:
             session.close()
-    finally:
         for server in servers:
             server.stop()
