@@ -58,6 +58,7 @@ class PsClient:
                  on_slow: SlowWaitHandler | None = None, slow_every_s: float = 5.0,
                  security: Security = Security.AUTO):
         self.addresses = tuple(addresses)
+        self.ring = len(self.addresses)  # the replica ring: ps k -> ps (k + 1) % ring, by cluster index
         self.timeout_s = timeout_s
         self._rpc = [RpcClient(address, secret, f"ps:{i}", timeout_s, security=security)
                      for i, address in enumerate(self.addresses)]
@@ -141,7 +142,7 @@ class PsClient:
         self._one(ps, ReadyRequest(), None, self.timeout_s)
 
     def replica(self, holder: int, source: int, timeout_s: float) -> Answer:
-        """The replica of ps `source`'s shards that ps `holder` holds: ReplicaReply and, if
+        """The replica of ps `source`'s shards (its cluster index) that ps `holder` holds: ReplicaReply and, if
         present, its values and "<shard>@<slot>" state. Asked over the second connection (as
         `probe_status`), so a request of this client still waiting on `holder` is not disturbed
         (the chief asks while recovering another ps). No recovery; raises WireError."""

@@ -32,12 +32,13 @@ import numpy as np
 
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.errors import ShardsMoved
-from shoal.ps.protocol import AdoptRequest, ChangeKind, Hyper, PlacementChange, PlaceRequest, ReleaseRequest, UsedPositions
+from shoal.ps.protocol import (AdoptRequest, ChangeKind, Hyper, PlacementChange, PlaceRequest, ReleaseRequest,
+                               StatusReply, UsedPositions)
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.grow_placement import grow, moved_from
 from shoal.train.placement import Placement
-from shoal.train.placement_history import PlacementBook, PlacementChanged
+from shoal.train.placement_history import PlacementBook, PlacementChanged, job_history
 from shoal.train.waiting import log_waiting, poll_until
 from shoal.wire import RemoteError, WireError
 
@@ -158,18 +159,19 @@ class Growing:
     # --- every worker ------------------------------------------------------------------------
 
     def follow(self, client: PsClient, moved: ShardsMoved) -> PsGrown:
-        """A request was answered MOVED: wait (up to `wait_s`) for ps 0's placement history to go
-        beyond this task's, apply it, and return the PsGrown to act on. Blocks; TrainError if
+        """A request was answered MOVED: wait (up to `wait_s`) for the job's placement history (the
+        longest any ps reports) to go beyond this task's, apply it, and return the PsGrown to act on. Blocks; TrainError if
         the chief does not say where the shards went in time."""
         old = self._book.placement
         known = len(self._book.history)
 
-        def probe():
+        def probe():  # every ps: one rebuilt after a restart forgets the history, the others keep it
             try:
-                status = client.status(0, 1.0)
+                statuses = [s for s in client.status_each(1.0) if isinstance(s, StatusReply)]
             except WireError:
                 return None
-            return status.history if len(status.history) > known else None
+            history = job_history(statuses)
+            return history if len(history) > known else None
 
         def timed_out() -> Exception:
             error = TrainError(f"{self._task}: shards moved ({moved}) but the chief ({self._chief_task}) did not say "
