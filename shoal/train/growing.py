@@ -189,6 +189,20 @@ class Growing:
                  ", ".join(f"ps:{c.ps} {c.kind.value}ed" for c in applied), where)
         return PsGrown(f"{self._task}: the placement changed ({moved})", old, self._book.placement, applied)
 
+    def resend(self, client: PsClient, task: str, step: int, moved: ShardsMoved,
+               parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], hyper: Mapping[str, Hyper] | None,
+               used: UsedPositions | None, into: Mapping[str, np.ndarray]) -> list[Answer]:
+        """A push was answered MOVED: follow the new placement and send the parts answered MOVED
+        again by it (`resend_moved_parts`), following again if shards moved once more meanwhile.
+        Returns the answers of the parts sent. Blocks."""
+        while True:
+            self.follow(client, moved)
+            again, used_again = _regroup(self._book.placement, moved, parts, used)
+            try:
+                return resend_moved_parts(client, task, step, self._book.placement, moved, parts, hyper, used, into)
+            except ShardsMoved as once_more:
+                moved, parts, used = once_more, again, used_again
+
     def learned(self, client: PsClient, applied: Sequence[PlacementChange]) -> None:
         """Changes applied at start: heartbeat the ps tasks that joined."""
         self._learned(client, applied)
@@ -212,19 +226,25 @@ def resend_moved_parts(client: PsClient, task: str, step: int, placement: Placem
     """Send the push parts answered MOVED (`moved.parts`, positions in `parts`) again, whole, by
     `placement` (the grown one), for `step`: a shard the old ps had counted before it released
     the rest is answered `duplicate` there; the moved ones are counted once by their new ps.
-    `used` travels again only if ps 0's last part was among them (ps 0 did not count it). Blocks."""
+    `used` travels again only if ps 0's last part was among them (ps 0 did not count it). Blocks;
+    raises ShardsMoved if shards moved again meanwhile (`Growing.resend` follows and retries)."""
+    again, used = _regroup(placement, moved, parts, used)
+    if not again:
+        return []
+    return client.push_all(task, step, again, into,
+                           {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used)
+
+
+def _regroup(placement: Placement, moved: ShardsMoved, parts: Sequence[tuple[int, Mapping[str, np.ndarray]]],
+             used: UsedPositions | None) -> tuple[list[tuple[int, dict[str, np.ndarray]]], UsedPositions | None]:
     home = {s.name: s.ps for s in placement.shards}
     again: dict[int, dict[str, np.ndarray]] = {}
     for k in moved.parts:
         for name, grad in parts[k][1].items():
             again.setdefault(home[name], {})[name] = grad
-    if not again:
-        return []
     last_to_ps0 = max((k for k, (ps, _) in enumerate(parts) if ps == 0), default=None)
     used = used if last_to_ps0 in moved.parts and 0 in again else None
-    resend = sorted(again.items())
-    return client.push_all(task, step, resend, into,
-                           {n: hyper[n] for _, grads in resend for n in grads} if hyper is not None else None, used)
+    return sorted(again.items()), used
 
 
 def _size(nbytes: int) -> str:

@@ -36,7 +36,7 @@ from shoal.train.options import CheckpointOptions, SessionState, StepResult, Syn
 from shoal.train.ps_watch import DEFAULT_EVERY_S, PsWatch, WatchState
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
-from shoal.train.growing import Growing, resend_moved_parts
+from shoal.train.growing import Growing
 from shoal.train.placement_history import PlacementBook, PlacementChanged, learn_history
 from shoal.train.rehoming import MOVE_GRACE_S, PsRehomed, Rehoming, resend_moved
 from shoal.train.stalls import StallReporter
@@ -327,9 +327,9 @@ class TrainingSession:
                                        self._shard_hyper(hyper) if hyper is not None else None, used,
                                        closure=self._closure_tags.next_tag())
         except ShardsMoved as moved:  # shards moved to a ps that joined: send those parts to their new home
-            self._use_placement(self._growing.follow(self.ps, moved).placement)
-            resent = resend_moved_parts(self.ps, self.task, self._step, self.placement, moved, parts,
-                                        self._shard_hyper(hyper) if hyper is not None else None, used, self._targets)
+            resent = self._growing.resend(self.ps, self.task, self._step, moved, parts,
+                                          self._shard_hyper(hyper) if hyper is not None else None, used, self._targets)
+            self._use_placement(self._book.placement)
             self.pull(min_step=self._step + 1 if self.sync else 0)
             result = StepResult(self._step, all(a.body.outcome in (PushOutcome.APPLIED, PushOutcome.DUPLICATE)
                                                 for a in resent))
