@@ -196,6 +196,19 @@ def test_an_added_ps_that_fails_for_good_stops_the_job_like_any_ps(tmp_path):
     assert {final[n] for n in ("ps.0", "chief.0", "worker.0")} == {TaskState.KILLED}
 
 
+def test_a_chief_that_fails_after_a_ps_joined_stops_the_added_ps_too(tmp_path):
+    supervisor, executor, recorder, _ = scaled(
+        tmp_path, {"chief": {}, "ps": {"count": "1..2"}, "worker": {"count": 1}}, {},
+        executor_class=RolePorts)
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "ps", 2)
+    recorder.hooks[("ps.1", TaskState.RUNNING)] = lambda: executor.handle("chief.0").exit(4)
+    result = supervisor.run()
+    assert result.state is JobState.FAILED and result.chief_exit == 4
+    assert recorder.final()["ps.1"] is TaskState.KILLED
+    assert executor.handle("ps.1").signals == [signal.SIGTERM]
+
+
 def test_a_ps_scale_down_stops_nothing_and_says_why(tmp_path):
     supervisor, executor, recorder, _ = scaled(
         tmp_path, {"ps": {"count": "1..3"}, "worker": {"count": 1}}, {}, executor_class=RolePorts)
