@@ -1,4 +1,4 @@
-"""What `shoal scale JOB worker=N` (or `ps=N`) asks of a running job, and the supervisor's rules for it.
+"""What `shoal scale JOB worker=N` (or `ps=N`) asks of a running job, and the rules for it.
 
 `ScaleRequest` is the ask (a role and the count wanted), `ScaleOutcome` the answer the
 launcher gives back ("worker=4 (was 2): started worker:2, worker:3"). The rules, pure so
