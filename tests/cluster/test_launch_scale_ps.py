@@ -5,6 +5,7 @@ scale-down is refused and stops nothing, and when the workers finish every ps st
 process of the job is left. Every wait is bounded; nothing is killed by name."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -69,6 +70,49 @@ def test_a_ps_added_to_a_running_job_lists_every_ps_and_stops_with_the_job(tmp_p
         assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
         assert {t["name"] for t in job["tasks"]} == {"ps.0", "ps.1", "worker.0", "worker.1"}
         assert all(t["state"] in ("SUCCEEDED", "KILLED") for t in job["tasks"]), job["tasks"]
+        pids = recorded_pids(home) + launcher_pids(home)
+        wait_for(lambda: not alive(pids), 15, f"every process of the job to end ({alive(pids)} still run)")
+    finally:
+        cleanup_launchers(home)
+
+
+def _log(home: Path, name: str) -> str:
+    logs = list(home.glob(f"jobs/*/logs/{name}.log"))
+    return logs[0].read_text(errors="replace") if logs else ""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode, steps", [([], 40000), (["--sync"], 8000)], ids=["async", "sync"])
+def test_mnist_scaled_to_three_ps_moves_shards_onto_the_new_one_and_succeeds(tmp_path, mode, steps):
+    """Launcher and runtime together: `shoal scale JOB ps=3` on the seed example starts ps:2, it
+    registers with ps:0, the chief moves shards onto it, every worker follows without a restart,
+    the added ps serves until the end, and the job succeeds with the usual accuracy. Parts of 8 KiB
+    cut the 31 KiB weight matrix into shards that can move (one shard per ps would stay put)."""
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "run", "--name", "grow", "--ps", "2..3", "--workers", "2", "--detach",
+                        "--", "python", "examples/mnist_softmax.py", "--steps", str(steps),
+                        "--push_part_bytes", "8192", *mode)
+        assert out.returncode == 0, out.stdout.decode()
+        wait_for(lambda: "step=" in _log(home, "worker.1"), 60, "worker.1 to train")
+
+        scaled = run_shoal(home, "scale", "grow", "ps=3", timeout=60)
+        assert scaled.returncode == 0 and "ps=3 (was 2): started ps:2" in scaled.stdout.decode(), scaled.stdout.decode()
+        joined = re.compile(r"ps:2 joined: (\d+) shards? \([^)]*\) moved to it from (ps:\d(?:, ps:\d)*) at step (\d+)")
+        wait_for(lambda: joined.search(_log(home, "worker.0")), 60, "the chief to move shards onto ps:2")
+        moved = joined.search(_log(home, "worker.0"))
+        assert int(moved.group(1)) >= 1 and int(moved.group(3)) < steps
+
+        wait_for(lambda: _job(home)["state"] != "RUNNING", 240, "the job to end")
+        job = _job(home)
+        assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
+        states = {t["name"]: t["state"] for t in job["tasks"]}
+        assert states == {"ps.0": "SUCCEEDED", "ps.1": "SUCCEEDED", "ps.2": "SUCCEEDED", "worker.0": "SUCCEEDED",
+                          "worker.1": "SUCCEEDED"}, states
+        assert "trains on with ps:2 joined" in _log(home, "worker.1"), _log(home, "worker.1")[-3000:]
+        for name in ("worker.0", "worker.1"):
+            accuracy = re.findall(r"accuracy: ([\d.]+)", _log(home, name))
+            assert accuracy and float(accuracy[-1]) >= 0.90, _log(home, name)[-3000:]
         pids = recorded_pids(home) + launcher_pids(home)
         wait_for(lambda: not alive(pids), 15, f"every process of the job to end ({alive(pids)} still run)")
     finally:
