@@ -226,9 +226,10 @@ def added_task(plan: JobPlan, place: TaskAllocation, peers: Sequence[TaskPlan],
     none), with its own identity —
     TF_CONFIG whose cluster is `peers` (the tasks as they are now) plus itself, SHOAL_TASK,
     RANK and WORLD_SIZE counted in that cluster — its address and its log file. `ps`, when
-    given, is the job's whole ps list (ps_roster.PsRoster: every ps that ever ran, an added ps
-    at its index) and is `cluster.ps` instead of the ps among `peers`. Tasks already running
-    keep theirs. Pure."""
+    given, is `cluster.ps` instead of the ps among `peers`: for an added ps the job's whole ps
+    list (ps_roster.PsRoster: every ps that ever ran, the added one at its index), for any other
+    task the ps the job started with (the runtime tells it of a ps that joined). Tasks already
+    running keep theirs. Pure."""
     task = place.task
     template = plan.template(task.job)
     if template is None:

@@ -22,9 +22,11 @@ starts new tasks with fresh indices, each placed by the executor (a TaskPlacer) 
 TF_CONFIG listing the tasks as they are then plus itself (running tasks keep theirs); down
 (workers only) stops the highest-index tasks (TERM, grace, KILL), whose end is SCALED_DOWN:
 expected, not restarted, not a failure. The job's ps list (ps_roster.PsRoster, held here)
-names every ps that ever ran: an added ps is in it at its index, and every task started
-after that — added, or restarted — gets it as its `cluster.ps`; an added ps is a ps like the
-others for the teardown and restart policies. The teardown policy counts the workers that exist now (added
+names every ps that ever ran: an added ps gets it as its `cluster.ps` (so it finds itself at
+its index). Every other task — the planned ones, restarted, and added or relocated workers —
+lists the ps the job started with: the ps runtime tells them of a ps that joined (its
+placement history, docs/checkpoints.md "Adding a ps"), and every task must start from the same
+initial placement. An added ps is a ps like the others for the teardown and restart policies. The teardown policy counts the workers that exist now (added
 ones count, scaled-down ones do not); the restart policy applies to added tasks as to any.
 Relocation (shoal/launch/relocation.py): a worker whose host was lost (its handle says so) is
 restarted elsewhere when the restart policy allows: a replacement with a fresh index, placed
@@ -57,7 +59,7 @@ from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlace
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan, added_task
-from shoal.launch.ps_roster import PsRoster, with_roster
+from shoal.launch.ps_roster import PsRoster
 from shoal.launch.relocation import movable, moved_detail, moved_note, unplaced_note
 from shoal.launch.scaling import (ScaleOutcome, ScaleRequest, check_request, new_indices, task_word,
                                   to_stop)
@@ -171,6 +173,7 @@ class Supervisor:
         self._clock = clock
         self._slots = {t.name: _Slot(t) for t in plan.tasks}
         self._ps = PsRoster.of_tasks(plan.tasks)  # every ps that ever ran: the one list of them
+        self._started_ps = self._ps  # the ps the job started with: every task but an added ps lists these
         self._events: queue.Queue = queue.Queue()
         self._job_state = JobState.PENDING
         self._result: Optional[JobResult] = None
@@ -259,7 +262,6 @@ class Supervisor:
         slot.attempt += 1
         slot.stopping = False
         slot.started_at = self._clock()
-        slot.plan = with_roster(slot.plan, self._ps)  # a ps added since it was planned
         try:
             handle = self._executor.start(self._plan, slot.plan)
         except StartError as e:
@@ -427,7 +429,8 @@ class Supervisor:
         peers = [s.plan for s in self._slots.values() if not s.state.is_terminal and not s.scaled_down]
         if place.task.job == "ps":
             self._ps = self._ps.added(place.task, place.address)
-        slot = _Slot(added_task(self._plan, place, peers, self._ps.addresses), restarts=restarts)
+        ps = self._ps if place.task.job == "ps" else self._started_ps
+        slot = _Slot(added_task(self._plan, place, peers, ps.addresses), restarts=restarts)
         self._slots[slot.plan.name] = slot
         self._observer.task_added(slot.plan)
         self._start(slot)

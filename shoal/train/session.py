@@ -186,7 +186,6 @@ class TrainingSession:
         If it fails, the session stays NEW and may be started again."""
         self._require(SessionState.NEW, "start")
         show_shoal_logs()
-        self._heartbeats.start()
         try:
             if self.checkpointer is not None:
                 self.checkpointer.open()
@@ -197,6 +196,9 @@ class TrainingSession:
             if changed is not None:
                 self._growing.learned(self.ps, self._book.history[known:])
                 self._use_placement(changed)
+            # after the history: the first heartbeats reach every ps together, a ps that joined too,
+            # so no ps runs sync steps without this replica while the others wait for it
+            self._heartbeats.start()
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
             if not all(s.ready for s in statuses):
                 if self._chief is not None:

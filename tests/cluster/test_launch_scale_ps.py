@@ -1,6 +1,6 @@
 """`shoal scale JOB ps=N` on a real job (issue 14, launcher side): a detached local job with
 ps count 1..2 gets a second ps while it runs; the new ps's TF_CONFIG lists both ps with its own
-address at index 1, a worker added after it lists both too, `shoal status` shows it, a ps
+address at index 1, a worker added after it lists the ps the job started with, `shoal status` shows it, a ps
 scale-down is refused and stops nothing, and when the workers finish every ps stops and no
 process of the job is left. Every wait is bounded; nothing is killed by name."""
 
@@ -58,7 +58,7 @@ def test_a_ps_added_to_a_running_job_lists_every_ps_and_stops_with_the_job(tmp_p
         added = run_shoal(home, "scale", "pg", "worker=2", timeout=60)
         assert "worker=2 (was 1): started worker:1" in added.stdout.decode(), added.stdout.decode()
         wait_for(lambda: _printed(home, "worker.1"), 30, "worker.1 to print its TF_CONFIG")
-        assert _printed(home, "worker.1")["ps"] == [ps0, ps1]
+        assert _printed(home, "worker.1")["ps"] == [ps0]  # the ps the job started with: ps:1 it learns from the ps
 
         refused = run_shoal(home, "scale", "pg", "ps=1", timeout=60)
         assert refused.returncode != 0 and "a ps scales up only" in refused.stdout.decode()
@@ -85,12 +85,13 @@ def _log(home: Path, name: str) -> str:
 @pytest.mark.parametrize("mode, steps", [([], 40000), (["--sync"], 8000)], ids=["async", "sync"])
 def test_mnist_scaled_to_three_ps_moves_shards_onto_the_new_one_and_succeeds(tmp_path, mode, steps):
     """Launcher and runtime together: `shoal scale JOB ps=3` on the seed example starts ps:2, it
-    registers with ps:0, the chief moves shards onto it, every worker follows without a restart,
-    the added ps serves until the end, and the job succeeds with the usual accuracy. Parts of 8 KiB
+    registers with ps:0, the chief moves shards onto it, every worker follows without a restart, a
+    worker added after that (listing the ps the job started with) learns the grown placement
+    from the ps, the added ps serves until the end, and the job succeeds with the usual accuracy. Parts of 8 KiB
     cut the 31 KiB weight matrix into shards that can move (one shard per ps would stay put)."""
     home = tmp_path / "home"
     try:
-        out = run_shoal(home, "run", "--name", "grow", "--ps", "2..3", "--workers", "2", "--detach",
+        out = run_shoal(home, "run", "--name", "grow", "--ps", "2..3", "--workers", "2..3", "--detach",
                         "--", "python", "examples/mnist_softmax.py", "--steps", str(steps),
                         "--push_part_bytes", "8192", *mode)
         assert out.returncode == 0, out.stdout.decode()
@@ -102,15 +103,20 @@ def test_mnist_scaled_to_three_ps_moves_shards_onto_the_new_one_and_succeeds(tmp
         wait_for(lambda: joined.search(_log(home, "worker.0")), 60, "the chief to move shards onto ps:2")
         moved = joined.search(_log(home, "worker.0"))
         assert int(moved.group(1)) >= 1 and int(moved.group(3)) < steps
+        added = run_shoal(home, "scale", "grow", "worker=3", timeout=60)
+        assert "worker=3 (was 2): started worker:2" in added.stdout.decode(), added.stdout.decode()
+        wait_for(lambda: "step=" in _log(home, "worker.2"), 60, "worker.2, added after the growth, to train")
+        assert "worker:2 starts with ps:2 (joined before it started)" in _log(home, "worker.2"), \
+            _log(home, "worker.2")[-3000:]
 
         wait_for(lambda: _job(home)["state"] != "RUNNING", 240, "the job to end")
         job = _job(home)
         assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
         states = {t["name"]: t["state"] for t in job["tasks"]}
         assert states == {"ps.0": "SUCCEEDED", "ps.1": "SUCCEEDED", "ps.2": "SUCCEEDED", "worker.0": "SUCCEEDED",
-                          "worker.1": "SUCCEEDED"}, states
+                          "worker.1": "SUCCEEDED", "worker.2": "SUCCEEDED"}, states
         assert "trains on with ps:2 joined" in _log(home, "worker.1"), _log(home, "worker.1")[-3000:]
-        for name in ("worker.0", "worker.1"):
+        for name in ("worker.0", "worker.1", "worker.2"):
             accuracy = re.findall(r"accuracy: ([\d.]+)", _log(home, name))
             assert accuracy and float(accuracy[-1]) >= 0.90, _log(home, name)[-3000:]
         pids = recorded_pids(home) + launcher_pids(home)

@@ -12,7 +12,7 @@ from shoal.launch.allocation import TaskAllocation
 from shoal.launch.errors import PlanError, ScaleError, SpecError
 from shoal.launch.hosts import Host, host_for_added
 from shoal.launch.plan import added_task
-from shoal.launch.ps_roster import PsRoster, with_roster
+from shoal.launch.ps_roster import PsRoster
 from shoal.launch.scaling import ScaleRequest, check_request
 from shoal.launch.spec import spec_from_dict
 from shoal.launch.states import JobState, TaskState
@@ -114,24 +114,16 @@ def test_an_added_ps_lists_every_ps_with_itself_at_its_index(tmp_path):
     assert task.name == "ps.2" and task.log_path.endswith("/logs/ps.2.log") and "RANK" not in task.env_dict
 
 
-def test_a_task_planned_before_a_ps_joined_gets_the_whole_ps_list_when_it_starts_again(tmp_path):
-    plan = plan_of(tmp_path, {"ps": {"count": "1..2"}, "worker": {"count": 2}})
-    worker = next(t for t in plan.tasks if t.name == "worker.1")
-    roster = PsRoster.of_tasks(plan.tasks).added(TaskId("ps", 1), "127.0.0.1:7001")
-    again = with_roster(worker, roster)
-    assert ps_list(again) == ["127.0.0.1:1000", "127.0.0.1:7001"]
-    assert parse_tf_config(again.env_dict["TF_CONFIG"]).task == TaskId("worker", 1)
-    assert [k for k, _ in again.env] == [k for k, _ in worker.env]  # only TF_CONFIG changed
-    assert {k: v for k, v in again.env if k != "TF_CONFIG"} == {k: v for k, v in worker.env if k != "TF_CONFIG"}
-    assert with_roster(again, roster) == again and with_roster(worker, PsRoster.of_tasks(plan.tasks)) == worker
-
-
-def test_a_tf_config_the_spec_sets_is_left_as_the_user_wrote_it(tmp_path):
-    mine = '{"cluster": {"ps": ["elsewhere:1"], "worker": ["elsewhere:2"]}, "task": {"type": "worker", "index": 0}}'
-    plan = plan_of(tmp_path, {"ps": {"count": "1..2"}, "worker": {"env": {"TF_CONFIG": mine}}})
-    worker = next(t for t in plan.tasks if t.name == "worker.0")
-    roster = PsRoster.of_tasks(plan.tasks).added(TaskId("ps", 1), "127.0.0.1:7001")
-    assert with_roster(worker, roster) == worker
+def test_a_worker_added_after_a_ps_joined_lists_the_ps_the_job_started_with(tmp_path):
+    """The runtime replays the placement history from the ps the job started with; a worker
+    whose cluster listed the added ps would start from another placement."""
+    plan = plan_of(tmp_path, {"ps": {"count": "1..2"}, "worker": {"count": "1..2"}})
+    ps1 = added_task(plan, TaskAllocation(TaskId("ps", 1), "127.0.0.1", 7001), plan.tasks,
+                     PsRoster.of_tasks(plan.tasks).added(TaskId("ps", 1), "127.0.0.1:7001").addresses)
+    worker = added_task(plan, TaskAllocation(TaskId("worker", 1), "127.0.0.1", 7002), [*plan.tasks, ps1],
+                        PsRoster.of_tasks(plan.tasks).addresses)
+    assert ps_list(worker) == ["127.0.0.1:1000"]
+    assert parse_tf_config(worker.env_dict["TF_CONFIG"]).task == TaskId("worker", 1)
 
 
 # --- the supervisor ------------------------------------------------------------------
@@ -158,7 +150,7 @@ def test_scale_ps_up_starts_the_next_ps_with_every_ps_in_its_tf_config(tmp_path)
     assert executor.handle("ps.2").signals == [signal.SIGTERM]
 
 
-def test_tasks_started_after_a_ps_joined_list_it_added_or_restarted(tmp_path):
+def test_tasks_started_after_a_ps_joined_list_the_ps_the_job_started_with(tmp_path):
     supervisor, executor, recorder, _ = scaled(
         tmp_path, {"ps": {"count": "1..2"}, "worker": {"count": "1..2"}}, {"worker.0": [RUN, RUN]},
         executor_class=RolePorts, restart={"policy": "on-failure", "max_restarts": 1, "backoff": "0s"})
@@ -177,9 +169,10 @@ def test_tasks_started_after_a_ps_joined_list_it_added_or_restarted(tmp_path):
     recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.0").exit(1)
     assert supervisor.run().state is JobState.SUCCEEDED
     assert [o.describe() for o in outcomes] == ["ps=2 (was 1): started ps:1", "worker=2 (was 1): started worker:1"]
-    both = ["127.0.0.1:1000", "127.0.0.1:6001"]
-    assert ps_list(executor.plans["worker.1"]) == both  # added after the ps
-    assert ps_list(executor.plans["worker.0"]) == both  # restarted after it
+    assert ps_list(executor.plans["ps.1"]) == ["127.0.0.1:1000", "127.0.0.1:6001"]
+    started_with = ["127.0.0.1:1000"]  # the runtime tells them of ps:1 (its placement history)
+    assert ps_list(executor.plans["worker.1"]) == started_with  # added after the ps
+    assert ps_list(executor.plans["worker.0"]) == started_with  # restarted after it
     assert [name for name, _ in executor.starts].count("worker.0") == 2
 
 
