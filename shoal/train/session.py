@@ -196,9 +196,6 @@ class TrainingSession:
             if changed is not None:
                 self._growing.learned(self.ps, self._book.history[known:])
                 self._use_placement(changed)
-            # after the history: the first heartbeats reach every ps together, a ps that joined too,
-            # so no ps runs sync steps without this replica while the others wait for it
-            self._heartbeats.start()
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
             if not all(s.ready for s in statuses):
                 if self._chief is not None:
@@ -210,6 +207,12 @@ class TrainingSession:
             self.ps.remember_incarnations(statuses)
             self._state = SessionState.STARTED
             self.pull()
+            # Heartbeats (membership: a sync step counts this replica) start once the pull agreed on
+            # a step, and after the placement history, so they reach every ps together, a ps that
+            # joined too. Counted before, a replica whose ps answered from different steps (one saw
+            # its join before its current step had a gradient, another after) waited at the newest
+            # step for a ps that waited for its gradient of the older one.
+            self._heartbeats.start()
         except BaseException:
             self._state = SessionState.NEW
             self._heartbeats.stop()
@@ -353,7 +356,11 @@ class TrainingSession:
                          "worker has its restored values now", self.task, ", ".join(f"ps:{ps}" for ps in rolled_back))
             steps = [a.body.step for a in answers]
             if self.sync and len(set(steps)) > 1:
-                self.pull(min_step=max(steps))  # a stale push met ps tasks at different steps: realign
+                # The ps tasks answered from different steps (a stale push, or a join that one ps
+                # counted a step before another). Go on at the oldest: a ps still there may count
+                # this replica's gradient for it, so waiting for the newest could wait forever; the
+                # ps already past it answer the next push stale, with their values.
+                self._step = min(steps)
             else:
                 self._step = max(steps) if self.sync else steps[self._step_part]
             result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
