@@ -408,7 +408,7 @@ class TrainingSession:
         client = PsClient(self.config.ps_addresses, self._secret, timeout_s=self.request_timeout_s,
                           security=self._security)
         self._watch = PsWatch(self.task, client, self._watched_ps_lost, recovery_timeout_s=self.ps_recovery_timeout_s,
-                              every_s=every_s)
+                              every_s=every_s, serialize=self._recovering, retired=self._retired_ps)
         return self._watch.start()
 
     def save_checkpoint(self, export: bool = False) -> Path:
@@ -453,8 +453,14 @@ class TrainingSession:
     def _lost_ps(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         # After SIGTERM a ps that goes away is the job ending, not a ps to wait for.
         self._stop.stop(self._step, None)
+        asked = time.monotonic()
         with self._recovering:
+            deadline += time.monotonic() - asked  # the watch's recovery held the lock: not this ps's time
             self._recovery.recover(client, ps, deadline, cause)
+
+    def _retired_ps(self) -> tuple[int, ...]:
+        """The cluster indices of the ps tasks re-homed so far (read by the ps watch's thread)."""
+        return tuple(self._recovery.retired) if isinstance(self._recovery, Rehoming) else ()
 
     def _watched_ps_lost(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         if self._stop.requested:  # the job is ending (SIGTERM): its ps go away, none is rebuilt
@@ -463,8 +469,7 @@ class TrainingSession:
             if self._watch is not None:
                 self._watch.close()
             return
-        with self._recovering:
-            self._rebuild.recover(client, ps, deadline, cause)
+        self._rebuild.recover(client, ps, deadline, cause)  # the watch holds the recovery lock (its `serialize`)
 
     def _use_placement(self, placement: Placement) -> None:
         """Where every shard lives, from the start or after a lost ps was re-homed (its shard
