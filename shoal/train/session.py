@@ -311,15 +311,15 @@ class TrainingSession:
         parts = [(ps, {sh.name: sh.rows(arrays[sh.variable]) for sh in shards}) for ps, shards in self._push_parts]
         if isinstance(used, LeasedBatch):
             used = used.used
+        closure = self._closure_tags.next_tag()
         try:
             answers = self.ps.push_all(self.task, self._step, parts, self._targets,
-                                       self._shard_hyper(hyper) if hyper is not None else None, used,
-                                       closure=self._closure_tags.next_tag())
+                                       self._shard_hyper(hyper) if hyper is not None else None, used, closure=closure)
         except PsRehomed as moved:  # a ps's shards moved while this push waited: finish the step on their new ps
             self._use_placement(moved.placement)
             if self.sync:  # the gradients that went to the lost ps, resent for the step in flight
                 resend_moved(self.ps, self.task, self._step, moved, arrays,
-                             self._shard_hyper(hyper) if hyper is not None else None, self._targets)
+                             self._shard_hyper(hyper) if hyper is not None else None, self._targets, closure=closure)
                 self.pull(min_step=self._step + 1)
             else:  # async: the replica may hold them already; never applied twice
                 self.pull()
