@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -149,20 +149,23 @@ class SshExecutor:
         return Allocation(tasks=tuple(places[t] for t in ids), master_host=master[0], master_port=master[1],
                           python=self._python, env=tuple(self._forward.items()))
 
-    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan]) -> TaskAllocation:
+    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan],
+                   avoid: Collection[str] = ()) -> TaskAllocation:
         """Where a task added to the running job runs (see the module docstring): PlanError if
-        no connected host of the job has a free slot or its agent cannot bind a port. `running`
-        are the tasks that hold their place now (executor.TaskPlacer)."""
+        no connected host of the job outside `avoid` has a free slot or its agent cannot bind a
+        port. `running` are the tasks that hold their place now (executor.TaskPlacer)."""
         with self._lock:
             conns = {name: c for name, c in self._conns.items() if c.alive and c.hello is not None}
         placed = [(t.node, t.task.job) for t in running]
         load = {h.name: sum(node == h.name for node, _ in placed) for h in self._hosts}
         training = {h.name: sum(node == h.name and role != "ps" for node, role in placed)
                     for h in self._hosts}
-        free = [h for h in self._hosts if h.name in conns and (h.slots is None or training[h.name] < h.slots)]
+        free = [h for h in self._hosts if h.name in conns and h.name not in avoid
+                and (h.slots is None or training[h.name] < h.slots)]
         if not free:
+            tried = f" (not {', '.join(sorted(avoid))}: tried already)" if avoid else ""
             raise PlanError(f"{task} has no host to run on: every connected host of the job"
-                            f" ({', '.join(conns) or 'none'}) has used its slots; raise slots= in the"
+                            f" ({', '.join(conns) or 'none'}) has used its slots{tried}; raise slots= in the"
                             " hostfile, or scale down first")
         host = min(free, key=lambda h: load[h.name])
         conn = conns[host.name]
