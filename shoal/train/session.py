@@ -436,9 +436,7 @@ class TrainingSession:
             log.warning("%s could not ask ps:0 for the global step (no periodic checkpoint now): %s", self.task, e)
             return False
         self._step = max(self._step, step)
-        due = self.checkpointer.due(step)
-        self.checkpointer.save_if_due(self.ps, step)
-        return due
+        return self.checkpointer.save_if_due(self.ps, step)
 
     # -- internals -------------------------------------------------------------------------
 
