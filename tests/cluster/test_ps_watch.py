@@ -4,8 +4,6 @@ rebuilds a ps that was killed and started again, with no request of its own reac
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 
@@ -41,8 +39,7 @@ def test_a_watching_chief_rebuilds_a_restarted_ps_that_none_of_its_requests_reac
         before = _wait_for_status(cluster, lambda s: s.ready, 10, "the ps ready")
         watch = session.watch_ps(every_s=0.2)
         assert watch.state is WatchState.WATCHING
-        os.killpg(ps.proc.pid, signal.SIGKILL)
-        ps.wait(10)
+        ps.kill()
         start_ps(cluster)
         after = _wait_for_status(cluster, lambda s: s.ready and s.incarnation != before.incarnation, 30,
                                  "the restarted ps rebuilt")
@@ -96,14 +93,12 @@ def test_a_watching_chief_rebuilds_a_restarted_ps_by_the_numbering_after_its_ses
                                min_shard_bytes=1 << 20) as session:
         assert [len(session.placement.on_ps(i)) for i in range(3)] == [1, 1, 1]
         watch = session.watch_ps(every_s=0.2)
-        os.killpg(ps[1].proc.pid, signal.SIGKILL)  # never comes back
-        ps[1].wait(10)
+        ps[1].kill()  # never comes back
         session.pull()  # finds ps:1 lost and re-homes it
         assert session.placement.num_ps == 2, cluster.dump()
         before = status(cluster, 2)
         assert before.ready and before.shards >= 1
-        os.killpg(ps[2].proc.pid, signal.SIGKILL)
-        ps[2].wait(10)
+        ps[2].kill()
         start_ps(cluster, 2)
         after = _wait_for_status(cluster, lambda s: s.ready and s.incarnation != before.incarnation, 30,
                                  "the restarted ps:2 rebuilt", index=2)
@@ -122,8 +117,7 @@ def test_the_sessions_recovery_gets_its_whole_timeout_after_waiting_for_the_watc
                                min_shard_bytes=1 << 20) as session:
         assert session.placement.on_ps(1)
         session.watch_ps(every_s=0.2)
-        os.killpg(ps[1].proc.pid, signal.SIGKILL)
-        ps[1].wait(10)
+        ps[1].kill()
         _wait_for_log(caplog, "lost ps:1", 10, "the watch noticed ps:1 lost")
 
         def restart_once_the_watch_gave_up():  # the session then still has time to rebuild it
