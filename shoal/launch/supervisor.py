@@ -459,20 +459,24 @@ class Supervisor:
         running = [s.plan for s in self._slots.values() if not s.state.is_terminal and s is not slot]
         tried: list[tuple[str, str]] = []  # (host, why the replacement could not start there)
         while True:  # the replacement is recorded once it started: a host that cannot start it leaves no trace
+            avoid = tuple(node for node, _ in tried)
             try:
-                place = self._executor.place_task(self._plan, task, running, avoid=tuple(node for node, _ in tried))
+                place = self._executor.place_task(self._plan, task, running, avoid=avoid)
             except PlanError as e:
                 if tried:
                     self._no_host_started(slot, detail, lost, task, tried)
                     return True
                 self._mux.note(unplaced_note(slot.plan.label, lost, str(e)))
                 return False
+            if place.node in avoid:  # a placer that cannot place elsewhere: none is left
+                self._no_host_started(slot, detail, lost, task, tried)
+                return True
             plan = self._added_plan(place, leaving=slot)
             try:
                 handle = self._executor.start(self._plan, plan)
                 break
             except StartError as e:
-                tried.append((place.node or place.host, str(e)))
+                tried.append((place.node, str(e)))
                 self._mux.note(retry_note(lost, task_word(task), place.node or place.host, str(e)))
         self._move(slot, TaskState.MOVED, moved_detail(detail, lost, place.node, task_word(task)))
         self._mux.note(moved_note(lost, task_word(slot.plan.task), place.node, task_word(task), slot.restarts + 1,

@@ -172,6 +172,22 @@ def test_a_lost_worker_whose_replacement_starts_on_no_host_ends_the_job_naming_e
     assert recorder.final()["worker.1"] is TaskState.FAILED and recorder.added == []
 
 
+def test_a_placer_that_offers_a_host_tried_already_ends_the_job_instead_of_trying_it_forever(tmp_path):
+    class StubbornExecutor(HostExecutor):
+        def place_task(self, job, task, running, avoid=()):
+            return super().place_task(job, task, running)  # ignores `avoid`
+
+    clock = FakeClock(0.0)
+    executor = StubbornExecutor(clock, {}, hosts=("host8",), broken=("host8",))
+    recorder = AddRecorder(clock)
+    supervisor = Supervisor(plan_of(tmp_path, {"ps": {}, "worker": {"count": 2}}, **ON_FAILURE), executor=executor,
+                            mux=LogMux(io.BytesIO()), observer=recorder, clock=clock)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
+    result = supervisor.run()
+    assert result.reason is EndReason.START_FAILED and "host8 (t.worker.2 could not be started" in result.detail
+    assert executor.avoided == [(), ()]
+
+
 def test_only_non_primary_workers_move_and_handles_report_a_lost_host():
     assert movable(TaskId("worker", 3), TaskId("worker", 0))
     assert not movable(TaskId("worker", 0), TaskId("worker", 0))
