@@ -19,9 +19,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run COMMAND as every task of a job given by flags, e.g."
         " shoal run --ps 2 --workers 2 -- python train.py --lr 0.1")
     parser.add_argument("--name", default="job", help="job name (default: job)")
-    parser.add_argument("--ps", type=int, default=None, metavar="N",
+    parser.add_argument("--ps", type=ps_count, default=None, metavar="N",
                         help="parameter servers (default: 1 for a Shoal program: its script imports shoal and uses a "
-                             "TrainingSession, shoal.Server or shoal.torch; else 0)")
+                             "TrainingSession, shoal.Server or shoal.torch; else 0); a range MIN..MAX (e.g. 2..4) "
+                             "starts MIN and lets shoal scale JOB ps=N add ps while the job runs (never remove)")
     parser.add_argument("--workers", type=worker_count, default=1, metavar="N",
                         help="workers (default: 1); a range MIN..MAX (e.g. 2..8) starts MIN and lets"
                         " shoal scale JOB worker=N change it while the job runs")
@@ -55,11 +56,7 @@ def worker_count(text: str) -> "int | str":
     """argparse type of --workers: a whole number, or a range "MIN..MAX" (kept as text for the
     spec, which reads it as roles.worker.count)."""
     if is_count_range(text):
-        try:
-            parse_count_range(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from e
-        return text.strip()
+        return _range(text)
     try:
         value = int(text)
     except ValueError:
@@ -68,6 +65,26 @@ def worker_count(text: str) -> "int | str":
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers; write e.g. --workers 2"
                                          " or a range --workers 2..8")
     return value
+
+
+def ps_count(text: str) -> "int | str":
+    """argparse type of --ps: a whole number (the spec checks its sign: roles.ps.count), or a
+    range "MIN..MAX" (kept as text for the spec, which reads it as roles.ps.count)."""
+    if is_count_range(text):
+        return _range(text)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ps; write e.g. --ps 2 or a"
+                                         " range --ps 2..4") from None
+
+
+def _range(text: str) -> str:
+    try:
+        parse_count_range(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return text.strip()
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:

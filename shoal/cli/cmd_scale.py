@@ -1,10 +1,11 @@
-"""`shoal scale JOB worker=N [--timeout S]`: change how many workers a running job has.
+"""`shoal scale JOB worker=N|ps=N [--timeout S]`: change how many workers (or ps) a running
+job has.
 
-The job's spec must give the range (`roles.worker.count: 2..8`, or `shoal run --workers
-2..8`). The request goes to the job's launcher — in a terminal or detached — as a file in the
-job's folder (shoal/launch/scale_requests.py); the launcher starts the new workers (fresh
-indices) or stops the highest-index ones, and answers. Scaling down waits, within the
-timeout, until the stopped workers are gone.
+The job's spec must give the range (`roles.worker.count: 2..8`, `roles.ps.count: 1..3`, or
+`shoal run --workers 2..8 --ps 1..3`). The request goes to the job's launcher — in a terminal
+or detached — as a file in the job's folder (shoal/launch/scale_requests.py); the launcher
+starts the new tasks (fresh indices) or stops the highest-index workers, and answers. Scaling
+down waits, within the timeout, until the stopped workers are gone. A ps count only grows.
 """
 
 from __future__ import annotations
@@ -31,17 +32,22 @@ _POLL = 0.1
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "scale", help="change how many workers a running job has (worker=N)",
-        description="Set the number of workers of a running job to N, within the range its spec"
-        " gives (roles.worker.count: MIN..MAX, or shoal run --workers MIN..MAX). New workers get"
-        " fresh indices and start at once; scaling down stops the highest-index workers (TERM,"
-        " grace, KILL), an expected end that is not restarted. Works for local and ssh jobs,"
-        " whether the launcher runs in a terminal or detached; not for Slurm jobs yet. Example:"
-        " shoal scale mnist worker=4",
-        epilog="Only workers scale: a cluster has one chief, and a ps holds a shard of the"
-        " variables (moving shards to a new ps is not built yet).")
+        "scale", help="change how many workers a running job has (worker=N), or add ps (ps=N)",
+        description="Set the number of workers (or ps) of a running job to N, within the range"
+        " its spec gives (roles.worker.count: MIN..MAX, roles.ps.count: MIN..MAX, or shoal run"
+        " --workers MIN..MAX --ps MIN..MAX). Works for local and ssh jobs, whether the launcher"
+        " runs in a terminal or detached; not for Slurm jobs yet. New tasks get fresh indices and"
+        " start at once; scaling workers down stops the highest-index ones (TERM, grace, KILL),"
+        " an expected end that is not restarted. A new ps gets a TF_CONFIG listing every ps of"
+        " the job with its own address at its index; it registers with ps 0 and the chief moves"
+        " shards onto it while training goes on (docs/elastic.md); tasks started later list it"
+        " too. Examples: shoal scale mnist worker=4; shoal scale mnist ps=3",
+        epilog="Only workers scale down; ps scale up only: a ps holds shards of the variables,"
+        " and one that stops is re-homed by the chief after --ps_recovery_timeout, which is"
+        " recovery from a loss, not what scale does. A cluster has one chief.")
     parser.add_argument("job", metavar="JOB", help=JOB_HELP)
-    parser.add_argument("assignment", metavar="ROLE=N", help="the role and its new count: worker=4")
+    parser.add_argument("assignment", metavar="ROLE=N",
+                        help="the role and its new count: worker=4, or ps=3 (ps grow only)")
     parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds to wait for the launcher to answer, and for stopped workers"
                         f" to end (default: {DEFAULT_TIMEOUT_S:g})")
@@ -57,7 +63,8 @@ def parse_assignment(text: str) -> ScaleRequest:
     if role not in JOBS:
         close = difflib.get_close_matches(role, JOBS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise UsageError(f"{role!r} is not a role{hint}; write worker=N (only workers scale)")
+        raise UsageError(f"{role!r} is not a role{hint}; write worker=N or ps=N (only workers and ps"
+                         " scale)")
     if not count.isdigit() or not count.isascii():
         raise UsageError(f"{count!r} in {text!r} is not a whole number of tasks; write e.g. {role}=4")
     return ScaleRequest(role, int(count))

@@ -14,9 +14,10 @@ Running a job:
   come back through the agent (AgentTask is the TaskHandle). A host whose agent is silent for
   the heartbeat timeout is given up: its tasks end LOST (255) and the job's policy applies; a
   task restarted there reconnects first (StartError while the host stays unreachable).
-* `place_task` (`shoal scale`: a worker added to the running job) picks the connected host of
-  the job with a free slot and the fewest tasks — counting the tasks that hold their place now,
-  as the supervisor says, so the slots of scaled-down or ended tasks are free again — and has its agent bind and hold one more port
+* `place_task` (`shoal scale`: a worker or ps added to the running job) picks the connected
+  host of the job with the fewest tasks and, for a worker, a free slot (hosts.host_for_added) —
+  counting the tasks that hold their place now, as the supervisor says, so the slots of
+  scaled-down or ended tasks are free again — and has its agent bind and hold one more port
   (the agent's `bind` message, again); `start` then starts it as any task. A role's `hosts:`
   pin is not known here, so an added task may land on any host of the job.
 * `close` stops every agent (each stops its tasks: TERM, grace, KILL), then checks every host
@@ -48,7 +49,7 @@ from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
 from shoal.launch.errors import HostsError, PlanError, StartError
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
-from shoal.launch.hosts import Host, place_tasks
+from shoal.launch.hosts import Host, host_for_added, place_tasks
 from shoal.launch.job_processes import JobProcess
 from shoal.launch.job_scan import HostScan, is_member, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan, job_workdir
@@ -156,18 +157,8 @@ class SshExecutor:
         port. `running` are the tasks that hold their place now (executor.TaskPlacer)."""
         with self._lock:
             conns = {name: c for name, c in self._conns.items() if c.alive and c.hello is not None}
-        placed = [(t.node, t.task.job) for t in running]
-        load = {h.name: sum(node == h.name for node, _ in placed) for h in self._hosts}
-        training = {h.name: sum(node == h.name and role != "ps" for node, role in placed)
-                    for h in self._hosts}
-        free = [h for h in self._hosts if h.name in conns and h.name not in avoid
-                and (h.slots is None or training[h.name] < h.slots)]
-        if not free:
-            tried = f" (not {', '.join(sorted(avoid))}: tried already)" if avoid else ""
-            raise PlanError(f"{task} has no host to run on: every connected host of the job"
-                            f" ({', '.join(conns) or 'none'}) has used its slots{tried}; raise slots= in the"
-                            " hostfile, or scale down first")
-        host = min(free, key=lambda h: load[h.name])
+        eligible = [name for name in conns if name not in avoid]  # hosts that could not start it are left out
+        host = host_for_added(task, self._hosts, eligible, [(t.node, t.task.job) for t in running])
         conn = conns[host.name]
         assert conn.hello is not None
         try:

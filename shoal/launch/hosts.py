@@ -8,7 +8,12 @@ workers, evaluator) it takes, unlimited when not given.
 Placement (`place_tasks`): parameter servers are spread over the hosts first, one per host in
 order (wrapping around); then each training task goes to the host with the fewest tasks so far
 that has a free slot (the first such host on a tie), so workers land apart from the ps tasks
-when there is room. A role's own `hosts:` pins its tasks to those hosts. Pure: no I/O.
+when there is room. A role's own `hosts:` pins its tasks to those hosts.
+
+A task added to a running job (`shoal scale`, a worker moved off a lost host) goes to the
+connected host with the fewest tasks now (the first such host on a tie, `host_for_added`); a
+training task needs a free slot there, a ps does not (slots count training tasks only). Pure:
+no I/O.
 """
 
 from __future__ import annotations
@@ -130,3 +135,23 @@ def place_tasks(tasks: Sequence[TaskId], hosts: Sequence[Host],
         load[host.name] += 1
         out[task] = host
     return out
+
+
+def host_for_added(task: TaskId, hosts: Sequence[Host], connected: Iterable[str],
+                   placed: Iterable[tuple[str, str]]) -> Host:
+    """The host a task added to a running job goes to (see the module docstring): among
+    `hosts` whose names are in `connected`, given `placed`, the (host name, role) of each task
+    that holds its place now. PlanError naming the hosts when none can take it."""
+    connected, placed = set(connected), list(placed)
+    load = {h.name: sum(node == h.name for node, _ in placed) for h in hosts}
+    training = {h.name: sum(node == h.name and role != "ps" for node, role in placed) for h in hosts}
+    free = [h for h in hosts if h.name in connected
+            and (task.job == "ps" or h.slots is None or training[h.name] < h.slots)]
+    if not free:
+        if task.job == "ps" or not connected:
+            raise PlanError(f"{task} has no host to run on: no host of the job is connected"
+                            f" ({', '.join(h.name for h in hosts)}); shoal status shows the lost ones")
+        raise PlanError(f"{task} has no host to run on: every connected host of the job"
+                        f" ({', '.join(sorted(connected))}) has used its slots; raise slots= in the"
+                        " hostfile, or scale down first")
+    return min(free, key=lambda h: load[h.name])  # min keeps the first on a tie

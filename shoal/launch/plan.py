@@ -219,24 +219,32 @@ def _gpu_env(place: TaskAllocation) -> dict[str, str]:
     return {}
 
 
-def added_task(plan: JobPlan, place: TaskAllocation, peers: Sequence[TaskPlan]) -> TaskPlan:
+def added_task(plan: JobPlan, place: TaskAllocation, peers: Sequence[TaskPlan],
+               ps: Sequence[str] = ()) -> TaskPlan:
     """The TaskPlan of a task added to running job `plan` (`shoal scale`) at `place`: the
     argv and environment of its role's template (`plan.template`; PlanError if the role has
     none), with its own identity —
     TF_CONFIG whose cluster is `peers` (the tasks as they are now) plus itself, SHOAL_TASK,
-    RANK and WORLD_SIZE counted in that cluster — its address and its log file. Tasks
-    already running keep theirs. Pure."""
+    RANK and WORLD_SIZE counted in that cluster — its address and its log file. `ps`, when
+    given, is the job's whole ps list (ps_roster.PsRoster: every ps that ever ran, an added ps
+    at its index) and is `cluster.ps` instead of the ps among `peers`. Tasks already running
+    keep theirs. Pure."""
     task = place.task
     template = plan.template(task.job)
     if template is None:
         raise PlanError(f"{task} cannot be added: roles.{task.job}.count is not a range MIN..MAX,"
                         " so the plan has no template for it")
+    if ps and task.job == "ps" and (task.index >= len(ps) or ps[task.index] != place.address):
+        raise PlanError(f"{task} at {place.address} is not in the ps list {list(ps)} it is given")
     members = sorted([*((p.task, p.address) for p in peers if p.task != task), (task, place.address)],
                      key=lambda m: (ROLE_ORDER.index(m[0].job), m[0].index))
-    cluster = ClusterSpec.from_dict({
+    jobs: dict = {
         job: {t.index: address for t, address in members if t.job == job}
         for job in ROLE_ORDER if any(t.job == job for t, _ in members)
-    })
+    }
+    if ps:
+        jobs["ps"] = list(ps)
+    cluster = ClusterSpec.from_dict(jobs)
     replicas = [t for t, _ in members if t.job in ("chief", "worker")]
     env = dict(template.env)
     env.update({"TF_CONFIG": ClusterConfig(cluster, task).to_tf_config(), "SHOAL_TASK": str(task),

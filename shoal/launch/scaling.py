@@ -1,16 +1,17 @@
-"""What `shoal scale JOB worker=N` asks of a running job, and the supervisor's rules for it.
+"""What `shoal scale JOB worker=N` (or `ps=N`) asks of a running job, and the rules for it.
 
 `ScaleRequest` is the ask (a role and the count wanted), `ScaleOutcome` the answer the
 launcher gives back ("worker=4 (was 2): started worker:2, worker:3"). The rules, pure so
 that they are tested without processes:
 
-* only roles whose spec count is a range MIN..MAX scale (workers: shoal/launch/spec.py), and
-  only within it;
+* only roles whose spec count is a range MIN..MAX scale (workers and ps:
+  shoal/launch/spec.py), and only within it;
 * scaling up starts new tasks with fresh indices — one above the highest index that ever
   ran, so a log, a record or a checkpoint of an old task is never taken for a new one;
 * scaling down stops the tasks with the highest indices first (TERM, grace, KILL), never
   the job's primary (chief:0, else worker:0); their end is expected: SCALED_DOWN, not a
-  failure, not restarted.
+  failure, not restarted. Only workers scale down: a ps scales up only (`ps_down_refusal`
+  says why).
 
 Pure data and functions; thread-safe.
 """
@@ -84,21 +85,27 @@ class ScaleOutcome:
             raise ValueError(f"a damaged scale answer: {data!r:.120}") from e
 
 
-def check_request(request: ScaleRequest, scale_range: Optional[tuple[int, int]], fixed_count: int,
+SHRINKING_ROLES = ("worker",)
+"""The roles `shoal scale` may also scale down; the other SCALABLE_ROLES (ps) only grow."""
+
+
+def check_request(request: ScaleRequest, scale_range: Optional[tuple[int, int]], live_count: int,
                   executor_kind: str, can_add: bool) -> None:
     """ScaleError unless `request` may be applied to a job whose `request.role` count has
-    range `scale_range` (None: fixed at `fixed_count`), run by an executor of
+    range `scale_range` (None: fixed) and is `live_count` now, run by an executor of
     `executor_kind` that can (`can_add`) or cannot add tasks."""
     role, count = request.role, request.count
     if role not in SCALABLE_ROLES:
-        why = ("a ps holds a shard of the variables and moving shards to a new ps (re-homing) is"
-               " another issue, not built yet" if role == "ps" else
-               "a cluster has one chief" if role == "chief" else f"{role} tasks do not scale")
-        raise ScaleError(f"{role}={count}: only workers scale ({why}); write worker=N")
+        why = "a cluster has one chief" if role == "chief" else f"{role} tasks do not scale"
+        raise ScaleError(f"{role}={count}: only workers scale, and ps up only ({why}); write"
+                         " worker=N or ps=N")
+    if role not in SHRINKING_ROLES and count < live_count:
+        raise ScaleError(ps_down_refusal(count, live_count))
     if scale_range is None:
+        flag = "--ps" if role == "ps" else f"--{role}s"
         raise ScaleError(
-            f"{role}={count}: this job's {role} count is fixed at {fixed_count}; to scale it, start"
-            f" the job with roles.{role}.count: MIN..MAX in its spec (or shoal run --{role}s MIN..MAX)")
+            f"{role}={count}: this job's {role} count is fixed at {live_count}; to scale it, start"
+            f" the job with roles.{role}.count: MIN..MAX in its spec (or shoal run {flag} MIN..MAX)")
     low, high = scale_range
     if not low <= count <= high:
         raise ScaleError(
@@ -109,6 +116,17 @@ def check_request(request: ScaleRequest, scale_range: Optional[tuple[int, int]],
         name = "Slurm" if executor_kind == "slurm" else executor_kind
         raise ScaleError(f"shoal scale is not supported for {name} jobs yet (it is for local and"
                          " ssh jobs)")
+
+
+def ps_down_refusal(count: int, live_count: int) -> str:
+    """Why `ps=count` is refused for a job that has `live_count` ps, and what to do instead."""
+    return (f"ps={count} (was {live_count}): a ps scales up only; only workers scale down. shoal"
+            " scale never stops a single ps task: a ps holds shards of the variables, and when one"
+            " stops, the chief waits --ps_recovery_timeout for it and then moves its shards to the"
+            " other ps (re-homing, docs/checkpoints.md) — recovery from a lost task, not something"
+            " scale does (nor shoal kill, which stops the whole job). To train on fewer ps, start"
+            " the job again with a lower roles.ps.count (or shoal run --ps N): a chief with a"
+            " checkpoint resumes where it stopped, and a checkpoint restores into any number of ps")
 
 
 def new_indices(used: Iterable[int], how_many: int) -> list[int]:
@@ -129,4 +147,5 @@ def task_word(task: TaskId) -> str:
     return f"{task.job}:{task.index}"
 
 
-__all__ = ["ScaleOutcome", "ScaleRequest", "check_request", "new_indices", "task_word", "to_stop"]
+__all__ = ["SHRINKING_ROLES", "ScaleOutcome", "ScaleRequest", "check_request", "new_indices", "ps_down_refusal",
+           "task_word", "to_stop"]

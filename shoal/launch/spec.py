@@ -43,8 +43,9 @@ _MEMORY_RE = re.compile(r"\s*[0-9]*\.?[0-9]+\s*[A-Za-z]*\s*")
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 _PARAMETER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RANGE_RE = re.compile(r"\s*([0-9]+)\s*\.\.\s*([0-9]+)\s*")
-SCALABLE_ROLES = ("worker",)
-"""The roles whose count may be a range MIN..MAX (`shoal scale` changes it while the job runs)."""
+SCALABLE_ROLES = ("worker", "ps")
+"""The roles whose count may be a range MIN..MAX (`shoal scale` changes it while the job runs;
+a ps count only grows: shoal/launch/scaling.py)."""
 
 MAX_DEPTH = 32
 """How deep a YAML spec may nest mappings and lists (a job spec needs about 4)."""
@@ -164,9 +165,9 @@ class RoleSpec(_Frozen):
     `run` overrides the job's command for this role; `hosts` pins its tasks to some of the
     job's hosts.
 
-    `count` is how many tasks the job starts with. Written as a range `MIN..MAX` (workers
-    only), the job starts MIN and `shoal scale JOB worker=N` moves it within the range; the
-    range's end is `max_count` (None: the count is fixed).
+    `count` is how many tasks the job starts with. Written as a range `MIN..MAX` (workers and
+    ps), the job starts MIN and `shoal scale JOB worker=N` moves it within the range (`ps=N`
+    only up); the range's end is `max_count` (None: the count is fixed).
     """
 
     count: int = Field(1, ge=0)
@@ -315,6 +316,11 @@ class JobSpec(_Frozen):
         for job, role in roles.items():
             if role.max_count is not None and job not in SCALABLE_ROLES:
                 raise ValueError(_unscalable(job, role))
+            if job == "ps" and role.max_count is not None and role.count == 0:
+                raise ValueError(
+                    f"roles.ps.count 0..{role.max_count} starts with no ps, but a ps added later"
+                    " registers with ps 0 and the tasks started first would know no ps; start the"
+                    f" range at 1 (1..{role.max_count})")
         return roles
 
     @field_validator("run")
@@ -377,13 +383,9 @@ def _unscalable(job: str, role: RoleSpec) -> str:
     written = f"{role.count}..{role.max_count}"
     if job == "chief":
         return (f"roles.chief.count is a range ({written}) but a cluster has one chief; write"
-                " count: 1 (only roles.worker.count may be a range MIN..MAX)")
-    if job == "ps":
-        return (f"roles.ps.count is a range ({written}) but only workers scale: a ps holds a"
-                " shard of the variables, and moving shards to a new ps (re-homing) is another"
-                " issue, not built yet; write a plain count, e.g. count: 2")
-    return (f"roles.{job}.count is a range ({written}) but only workers scale; write a plain"
-            " count, e.g. count: 1")
+                " count: 1 (only roles.worker.count and roles.ps.count may be a range MIN..MAX)")
+    return (f"roles.{job}.count is a range ({written}) but only workers scale (and ps, up"
+            " only); write a plain count, e.g. count: 1")
 
 
 def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = (),

@@ -5,7 +5,8 @@ worker succeeding without one, makes the job SUCCEEDED and stops the rest (ps se
 evaluators); any chief/worker/ps task failing for good stops every task and makes the job
 FAILED (CHIEF_FAILED with the chief's exit code if the chief failed, else TASK_FAILED); an
 evaluator's failure is reported and ignored. Restart policy: a task exiting non-zero is
-restarted with the same identity (argv, address, TF_CONFIG) after a doubling backoff, up
+restarted with the same identity (argv, address, TF_CONFIG — whose `cluster.ps` lists a ps
+added since, see below) after a doubling backoff, up
 to max_restarts times, except a task that exits 2 (a usage error, as argparse and Python
 give for bad arguments or a missing script) within its first second: running it again would
 fail the same way. Deadline: past it every task stops and the job FAILS (DEADLINE).
@@ -19,8 +20,11 @@ Stopping is TERM to the task's process group -> grace period -> KILL.
 Scaling (`request_scale`, shoal/launch/scaling.py, for roles whose count is a range): up
 starts new tasks with fresh indices, each placed by the executor (a TaskPlacer) and given a
 TF_CONFIG listing the tasks as they are then plus itself (running tasks keep theirs); down
-stops the highest-index tasks (TERM, grace, KILL), whose end is SCALED_DOWN: expected, not
-restarted, not a failure. The teardown policy counts the workers that exist now (added
+(workers only) stops the highest-index tasks (TERM, grace, KILL), whose end is SCALED_DOWN:
+expected, not restarted, not a failure. The job's ps list (ps_roster.PsRoster, held here)
+names every ps that ever ran: an added ps is in it at its index, and every task started
+after that — added, or restarted — gets it as its `cluster.ps`; an added ps is a ps like the
+others for the teardown and restart policies. The teardown policy counts the workers that exist now (added
 ones count, scaled-down ones do not); the restart policy applies to added tasks as to any.
 Relocation (shoal/launch/relocation.py): a worker whose host was lost (its handle says so) is
 restarted elsewhere when the restart policy allows: a replacement with a fresh index, placed
@@ -55,6 +59,7 @@ from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlace
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan, added_task
+from shoal.launch.ps_roster import PsRoster, with_roster
 from shoal.launch.relocation import movable, moved_detail, moved_note, retry_note, unplaced_note, unstarted_detail
 from shoal.launch.scaling import (ScaleOutcome, ScaleRequest, check_request, new_indices, task_word,
                                   to_stop)
@@ -167,6 +172,7 @@ class Supervisor:
         self._observer = observer
         self._clock = clock
         self._slots = {t.name: _Slot(t) for t in plan.tasks}
+        self._ps = PsRoster.of_tasks(plan.tasks)  # every ps that ever ran: the one list of them
         self._events: queue.Queue = queue.Queue()
         self._job_state = JobState.PENDING
         self._result: Optional[JobResult] = None
@@ -252,6 +258,7 @@ class Supervisor:
 
     def _start(self, slot: _Slot) -> None:
         self._starting(slot)
+        slot.plan = with_roster(slot.plan, self._ps)  # a ps added since it was planned
         try:
             handle = self._executor.start(self._plan, slot.plan)
         except StartError as e:
@@ -424,7 +431,10 @@ class Supervisor:
         return self._start_added(place)
 
     def _start_added(self, place: TaskAllocation) -> _Slot:
-        """Plan, record and start a task the executor placed while the job runs; its slot."""
+        """Plan, record and start a task the executor placed while the job runs; its slot. An
+        added ps joins the job's ps list first, so that it finds itself there."""
+        if place.task.job == "ps":
+            self._ps = self._ps.added(place.task, place.address)
         slot = self._added_slot(self._added_plan(place))
         self._start(slot)
         return slot
@@ -434,7 +444,7 @@ class Supervisor:
         hold their place now, less `leaving` (a lost task it replaces), plus itself."""
         peers = [s.plan for s in self._slots.values()
                  if not s.state.is_terminal and not s.scaled_down and s is not leaving]
-        return added_task(self._plan, place, peers)
+        return added_task(self._plan, place, peers, self._ps.addresses)
 
     def _added_slot(self, plan: TaskPlan, restarts: int = 0) -> _Slot:
         """Record a task added while the job runs (PENDING); its slot."""

@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from shoal.ps.protocol import AdoptReply, AdoptRequest
+from shoal.ps.errors import ShardsMoved
+from shoal.ps.protocol import AdoptReply, AdoptRequest, PlaceRequest, ReleaseRequest
 from shoal.ps.protocol import (REPLY_TYPES, ClosureTag, DoneRequest, FailedRequest, Hyper, InitReply, InitRequest,
                                LeaseReply, LeaseRequest, Op, PullRequest, PushRequest, ReadyRequest, ReplicaRequest,
                                ShutdownRequest, SnapshotRequest, StatusReply, StatusRequest, UsedPositions)
@@ -57,6 +58,7 @@ class PsClient:
                  on_slow: SlowWaitHandler | None = None, slow_every_s: float = 5.0,
                  security: Security = Security.AUTO):
         self.addresses = tuple(addresses)
+        self.ring = len(self.addresses)  # the replica ring: ps k -> ps (k + 1) % ring, by cluster index
         self.timeout_s = timeout_s
         self._rpc = [RpcClient(address, secret, f"ps:{i}", timeout_s, security=security)
                      for i, address in enumerate(self.addresses)]
@@ -96,6 +98,20 @@ class PsClient:
             del per_ps[ps]
         self.addresses = self.addresses[:ps] + self.addresses[ps + 1:]
 
+    def add(self, address: str, cluster_id: int) -> int:
+        """Talk to one more ps, cluster ps `cluster_id` at `address`, which joined the job
+        (shoal/train/growing.py): it is this client's ps `num_ps` (the last), as the grown placement
+        numbers it. The inverse of `drop`. Returns its index. Does not block (connections open on
+        first use); not while a request of this client waits."""
+        if cluster_id in self._ids:
+            raise ValueError(f"ps:{cluster_id} is already one of this client's ps (at {self.addresses[self._ids.index(cluster_id)]})")
+        self._rpc.append(RpcClient(address, self._secret, f"ps:{cluster_id}", self.timeout_s, security=self._security))
+        self._incarnations.append(None)
+        self._answered_step.append(None)
+        self._ids.append(cluster_id)
+        self.addresses = (*self.addresses, address)
+        return len(self._rpc) - 1
+
     def close(self) -> None:
         """Close every connection. Idempotent."""
         for rpc in [*self._rpc, *self._probes.values()]:
@@ -126,7 +142,7 @@ class PsClient:
         self._one(ps, ReadyRequest(), None, self.timeout_s)
 
     def replica(self, holder: int, source: int, timeout_s: float) -> Answer:
-        """The replica of ps `source`'s shards that ps `holder` holds: ReplicaReply and, if
+        """The replica of ps `source`'s shards (its cluster index) that ps `holder` holds: ReplicaReply and, if
         present, its values and "<shard>@<slot>" state. Asked over the second connection (as
         `probe_status`), so a request of this client still waiting on `holder` is not disturbed
         (the chief asks while recovering another ps). No recovery; raises WireError."""
@@ -138,6 +154,15 @@ class PsClient:
         """Give ps `ps` shards of a ps that never came back (re-homing). No recovery; raises
         WireError. Blocks."""
         return self._one(ps, request, tensors, self.timeout_s).body
+
+    def release(self, ps: int, request: ReleaseRequest) -> Answer:
+        """Make ps `ps` hand over shards that move to a ps that joined: ReleaseReply and their
+        values and "<shard>@<slot>" state. No recovery; raises WireError. Blocks."""
+        return self._one(ps, request, None, self.timeout_s)
+
+    def place(self, ps: int, request: PlaceRequest) -> None:
+        """Tell ps `ps` the job's placement history. No recovery; raises WireError. Blocks."""
+        self._one(ps, request, None, self.timeout_s)
 
     def answered_step(self, ps: int) -> int | None:
         """The step ps `ps` answered this client's last push or pull with (None before any)."""
@@ -265,10 +290,20 @@ class PsClient:
                 replies = wait_all([(self._rpc[s[0]], rid) for s, rid in zip(sent, rids)], self.timeout_s,
                                    progress=progress, progress_every_s=self._slow_every_s)
                 answers = [_answer(s[1].op, m) for s, m in zip(sent, replies)]
-                for s, a in zip(sent, answers):
+                moved: dict[int, tuple[str, ...]] = {}
+                moved_parts = []
+                for k, (s, a) in enumerate(zip(sent, answers)):
                     if s[1].op in (Op.PUSH, Op.PULL):
+                        if a.body.moved:
+                            moved[s[0]] = (*moved.get(s[0], ()), *a.body.moved)
+                            moved_parts.append(k)
+                            continue
                         self._answered_step[s[0]] = a.body.step
                         self._adopt_incarnation(s[0], a.body.incarnation)
+                if moved:
+                    raise ShardsMoved("shards moved to a ps that joined: " + "; ".join(
+                        f"ps:{self._ids[ps]} released {', '.join(names[:3])}" for ps, names in moved.items()), moved,
+                        tuple(moved_parts))
                 return answers
             except PeerTimeoutError as e:
                 if self._timeout_error is None:

@@ -47,6 +47,9 @@ class Op(str, Enum):
     REPLICATE = "replicate"  # ps k -> ps k+1: hold this copy of my shards (shoal/ps/replicas.py)
     REPLICA = "replica"      # the copy of ps k's shards this ps holds (the chief rebuilds a restarted ps)
     ADOPT = "adopt"          # take over shards of a ps that never came back (re-homing: shoal/ps/adoption.py)
+    JOIN = "join"            # ps k > 0 -> ps 0: I serve at this address (a ps added to a running job registers)
+    RELEASE = "release"      # stop serving these shards and hand them over (they move to a ps that joined)
+    PLACE = "place"          # the job's placement history (re-homings and joins), reported in `status`
 
 
 class Mode(str, Enum):
@@ -75,6 +78,8 @@ class PushOutcome(str, Enum):
     #                               or its closure tag's push was already applied (a re-run closure), dropped
     ROLLED_BACK = "rolled_back"   # async: computed on values of an earlier process of this ps (a failover
                                   # rolled them back), dropped; the reply carries the restored values
+    MOVED = "moved"               # some of its shards moved to a ps that joined (`release`): the part was not
+                                  # applied nor counted (`moved` names them); send it again by the new placement
 
 
 @dataclass(frozen=True)
@@ -340,6 +345,8 @@ class StatusReply:
     members: tuple[str, ...] = ()
     leases: LeaseCounts | None = None  # ps 0, once a worker leased positions or a checkpoint restored some
     retired: tuple[int, ...] = ()  # the ps tasks whose shards were re-homed, in that order (learned by `adopt`)
+    joined: tuple[JoinedPs, ...] = ()  # ps 0: the ps tasks that registered with `join`, by index
+    history: tuple[PlacementChange, ...] = ()  # the placement's changes so far (`place`, `adopt`), in order
 
     @property
     def ready(self) -> bool:
@@ -359,7 +366,9 @@ class StatusReply:
                 "sync_have": list(self.sync_have), "sync_needed": self.sync_needed,
                 "sync_missing": list(self.sync_missing), "membership_version": self.membership_version,
                 "members": list(self.members), "retired": list(self.retired),
-                **({"leases": self.leases.fields()} if self.leases is not None else {})}
+                **({"leases": self.leases.fields()} if self.leases is not None else {}),
+                **({"joined": [j.fields() for j in self.joined]} if self.joined else {}),
+                **({"history": [c.fields() for c in self.history]} if self.history else {})}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "StatusReply":
@@ -372,7 +381,8 @@ class StatusReply:
                    _names(fields, where, "sync_have", MAX_TASK_NAME), _int(fields, where, "sync_needed", default=0),
                    _names(fields, where, "sync_missing", MAX_TASK_NAME),
                    _int(fields, where, "membership_version", default=0), _names(fields, where, "members", MAX_TASK_NAME),
-                   LeaseCounts.decode(fields.get("leases"), where, "leases"), _indices(fields, where, "retired"))
+                   LeaseCounts.decode(fields.get("leases"), where, "leases"), _indices(fields, where, "retired"),
+                   JoinedPs.decode_list(fields, where, "joined"), PlacementChange.decode_list(fields, where, "history"))
 
 
 @dataclass(frozen=True)
@@ -505,14 +515,18 @@ class PullReply:
 
     step: int
     incarnation: str = field(default="", compare=False)
+    moved: tuple[str, ...] = ()  # asked-for shards this ps released (they moved to a ps that joined): no values
 
     def fields(self) -> dict[str, Any]:
-        return _with_incarnation({"step": self.step}, self.incarnation)
+        fields = _with_incarnation({"step": self.step}, self.incarnation)
+        if self.moved:
+            fields["moved"] = list(self.moved)
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PullReply":
         where = "pull reply"
-        return cls(_int(fields, where, "step"), _incarnation(fields, where))
+        return cls(_int(fields, where, "step"), _incarnation(fields, where), _names(fields, where, "moved"))
 
 
 @dataclass(frozen=True)
@@ -574,15 +588,22 @@ class PushReply:
     step: int
     outcome: PushOutcome
     incarnation: str = field(default="", compare=False)
+    moved: tuple[str, ...] = ()  # MOVED: the part's shards this ps released (the part was not applied)
 
     def fields(self) -> dict[str, Any]:
-        return _with_incarnation({"step": self.step, "outcome": self.outcome.value}, self.incarnation)
+        fields = _with_incarnation({"step": self.step, "outcome": self.outcome.value}, self.incarnation)
+        if self.moved:
+            fields["moved"] = list(self.moved)
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "PushReply":
         where = "push reply"
-        return cls(_int(fields, where, "step"), _enum(PushOutcome, fields, where, "outcome"),
-                   _incarnation(fields, where))
+        reply = cls(_int(fields, where, "step"), _enum(PushOutcome, fields, where, "outcome"),
+                    _incarnation(fields, where), _names(fields, where, "moved"))
+        if (reply.outcome is PushOutcome.MOVED) != bool(reply.moved):
+            raise _fail(where, "moved", "the released shards exactly when the outcome is 'moved'", list(reply.moved))
+        return reply
 
 
 def _with_incarnation(fields: dict[str, Any], incarnation: str) -> dict[str, Any]:
@@ -869,18 +890,23 @@ class AdoptRequest:
     source: int
     step: int
     retired: tuple[int, ...]
+    moving: bool = False  # the shards were released by a live `source` for a ps that joined: nothing retires
 
     def fields(self) -> dict[str, Any]:
-        return {"source": self.source, "step": self.step, "retired": list(self.retired)}
+        fields = {"source": self.source, "step": self.step, "retired": list(self.retired)}
+        if self.moving:
+            fields["moving"] = True
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "AdoptRequest":
         where = "adopt request"
         source = _int(fields, where, "source", maximum=MAX_PS - 1)
         retired = _indices(fields, where, "retired")
-        if not retired or retired[-1] != source:
+        moving = _bool(fields, where, "moving", False)
+        if not moving and (not retired or retired[-1] != source):
             raise _fail(where, "retired", f"a list of ps indices that ends with the source, {source}", list(retired))
-        return cls(source, _int(fields, where, "step", maximum=_MAX_ID), retired)
+        return cls(source, _int(fields, where, "step", maximum=_MAX_ID), retired, moving)
 
 
 @dataclass(frozen=True)
@@ -899,17 +925,192 @@ class AdoptReply:
         return cls(_int(fields, "adopt reply", "created"), _int(fields, "adopt reply", "step"))
 
 
+MAX_JOINED = 256
+"""The most ps tasks ps 0 registers (`join`): a bound on the memory a registry may take."""
+MAX_ADDRESS = 255
+_ADDRESS = re.compile(r"(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})")
+
+
+def _address(fields: Mapping[str, Any], where: str, key: str) -> str:
+    value = fields.get(key)
+    match = _ADDRESS.fullmatch(value) if isinstance(value, str) and 0 < len(value) <= MAX_ADDRESS else None
+    if match is None or not 0 < int(match.group(1)) < 65536:
+        raise _fail(where, key, f"host:port (up to {MAX_ADDRESS} characters, port 1..65535)", value)
+    return value
+
+
+@dataclass(frozen=True)
+class JoinedPs:
+    """A ps task that registered with ps 0 (`join`): its cluster index and address."""
+
+    index: int
+    address: str
+
+    def fields(self) -> list:
+        return [self.index, self.address]
+
+    @classmethod
+    def decode_list(cls, fields: Mapping[str, Any], where: str, key: str) -> "tuple[JoinedPs, ...]":
+        value = fields.get(key, [])
+        want = f"a list of up to {MAX_JOINED} [ps index, host:port]"
+        if not isinstance(value, list) or len(value) > MAX_JOINED:
+            raise _fail(where, key, want, value)
+        out = []
+        for item in value:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise _fail(where, key, want, item)
+            out.append(cls(_int({"index": item[0]}, where, "index", maximum=MAX_PS - 1),
+                           _address({"address": item[1]}, where, "address")))
+        return tuple(out)
+
+
+class ChangeKind(str, Enum):
+    """One change of the job's placement: a ps re-homed (its shards went to the others) or a ps
+    joined (shards moved onto it)."""
+
+    RETIRE = "retire"
+    JOIN = "join"
+
+
+MAX_HISTORY = 2 * MAX_JOINED
+"""The most placement changes a history holds."""
+
+
+@dataclass(frozen=True)
+class PlacementChange:
+    """ps `ps` (its cluster index) retired or joined (at `address`, for a join). Replayed in
+    order from the initial placement, a history gives every task the same placement
+    (shoal/train/placement_history.py). On the wire: [kind, ps, address]."""
+
+    kind: ChangeKind
+    ps: int
+    address: str = ""
+
+    def fields(self) -> list:
+        return [self.kind.value, self.ps, self.address]
+
+    @classmethod
+    def decode_list(cls, fields: Mapping[str, Any], where: str, key: str) -> "tuple[PlacementChange, ...]":
+        value = fields.get(key, [])
+        want = f"a list of up to {MAX_HISTORY} [retire|join, ps index, host:port of a join or '']"
+        if not isinstance(value, list) or len(value) > MAX_HISTORY:
+            raise _fail(where, key, want, value)
+        out = []
+        for item in value:
+            if not (isinstance(item, list) and len(item) == 3):
+                raise _fail(where, key, want, item)
+            kind = _enum(ChangeKind, {"kind": item[0]}, where, "kind")
+            ps = _int({"ps": item[1]}, where, "ps", maximum=MAX_PS - 1)
+            if kind is ChangeKind.JOIN:
+                address = _address({"address": item[2]}, where, "address")
+            elif item[2] != "":
+                raise _fail(where, key, "'' as the address of a retire", item)
+            else:
+                address = ""
+            out.append(cls(kind, ps, address))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """ps `index` serves at `address` (a ps task tells ps 0, once it serves; a ps added to a
+    running job is found this way: the chief reads the registry in ps 0's `status`)."""
+
+    op = Op.JOIN
+    index: int
+    address: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"index": self.index, "address": self.address}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "JoinRequest":
+        where = "join request"
+        return cls(_int(fields, where, "index", 1, maximum=MAX_PS - 1), _address(fields, where, "address"))
+
+
+@dataclass(frozen=True)
+class JoinReply:
+    """`registered`: how many ps tasks ps 0 knows now; `num_ps`: how many its own cluster lists
+    (a ps of a higher index was added to the running job, and is not in the replica ring)."""
+
+    registered: int
+    num_ps: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"registered": self.registered, "num_ps": self.num_ps}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "JoinReply":
+        return cls(_int(fields, "join reply", "registered"), _int(fields, "join reply", "num_ps", 1))
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    """Stop serving shards `names` (they move to ps `target`, which joined): from now on a push or
+    pull naming one is answered MOVED, and a sync push waiting for its step that includes one is
+    answered MOVED at once. The reply carries their values and "<shard>@<slot>" state."""
+
+    op = Op.RELEASE
+    names: tuple[str, ...]
+    target: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"names": list(self.names), "target": self.target}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ReleaseRequest":
+        where = "release request"
+        names = _names(fields, where, "names", required=True)
+        if not names or len(set(names)) != len(names):
+            raise _fail(where, "names", "a non-empty list of distinct shard names", list(names))
+        return cls(names, _int(fields, where, "target", 1, maximum=MAX_PS - 1))
+
+
+@dataclass(frozen=True)
+class ReleaseReply:
+    """The released shards' values are of `step` (sync: their step; a repeated release of the
+    same shards answers them again)."""
+
+    step: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "ReleaseReply":
+        return cls(_int(fields, "release reply", "step"))
+
+
+@dataclass(frozen=True)
+class PlaceRequest:
+    """The job's placement history (every change so far, in order); the ps reports it in `status`
+    (it never shrinks: an older or diverging history is refused)."""
+
+    op = Op.PLACE
+    history: tuple[PlacementChange, ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {"history": [c.fields() for c in self.history]}
+
+    @classmethod
+    def decode(cls, fields: Mapping[str, Any]) -> "PlaceRequest":
+        return cls(PlacementChange.decode_list(fields, "place request", "history"))
+
+
 REQUEST_TYPES: dict[Op, type] = {
     Op.STATUS: StatusRequest, Op.INIT: InitRequest, Op.SNAPSHOT: SnapshotRequest, Op.READY: ReadyRequest,
     Op.PULL: PullRequest, Op.PUSH: PushRequest, Op.DONE: DoneRequest, Op.FAILED: FailedRequest,
     Op.SHUTDOWN: ShutdownRequest, Op.HEARTBEAT: HeartbeatRequest, Op.LEASE: LeaseRequest,
-    Op.REPLICATE: ReplicateRequest, Op.REPLICA: ReplicaRequest, Op.ADOPT: AdoptRequest,
+    Op.REPLICATE: ReplicateRequest, Op.REPLICA: ReplicaRequest, Op.ADOPT: AdoptRequest, Op.JOIN: JoinRequest,
+    Op.RELEASE: ReleaseRequest, Op.PLACE: PlaceRequest,
 }
 REPLY_TYPES: dict[Op, type] = {
     Op.STATUS: StatusReply, Op.INIT: InitReply, Op.SNAPSHOT: SnapshotReply, Op.READY: Empty,
     Op.PULL: PullReply, Op.PUSH: PushReply, Op.DONE: DoneReply, Op.FAILED: Empty, Op.SHUTDOWN: Empty,
     Op.HEARTBEAT: HeartbeatReply,
     Op.LEASE: LeaseReply, Op.REPLICATE: ReplicateReply, Op.REPLICA: ReplicaReply, Op.ADOPT: AdoptReply,
+    Op.JOIN: JoinReply, Op.RELEASE: ReleaseReply, Op.PLACE: Empty,
 }
 
 

@@ -13,7 +13,8 @@ from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.logs_default import show_shoal_logs
 from shoal.ps.draining import TermDrain
 from shoal.ps.errors import PsError
-from shoal.ps.protocol import Op
+from shoal.ps.joining import Joiner
+from shoal.ps.protocol import JoinReply, Op
 from shoal.ps.replicator import ReplicationOptions, Replicator
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
@@ -89,6 +90,11 @@ class Server:
                                  replica_names=[str(t) for t in self.config.replica_tasks],
                                  ps_index=task_index, num_ps=num_ps)
         self.replication = replication
+        self._in_ring = True  # False once ps 0 says this ps was added to the running job (not in the ring)
+        self.joiner: Joiner | None = None
+        if task_index > 0:  # registers with ps 0, so a chief finds a ps added to the running job
+            self.joiner = Joiner(task_index, self.address, self.config.ps_addresses[0], secret,
+                                 on_joined=self._registered, security=security)
         self.replicator: Replicator | None = None
         if replication.enabled and num_ps > 1:
             successor = (task_index + 1) % num_ps
@@ -122,6 +128,8 @@ class Server:
                         "restarted ps is rebuilt from the newest checkpoint", self.config.task)
         if self.replicator is not None:
             self.replicator.start()
+        if self.joiner is not None:
+            self.joiner.start()
         self._thread = threading.Thread(target=self._serve, name=f"shoal-{self.config.task}", daemon=True)
         self._thread.start()
         return self
@@ -167,15 +175,26 @@ class Server:
                     self._send(self.service.drain())
                 next_chores = time.monotonic() + CHORES_EVERY_S
         finally:
+            if self.joiner is not None:
+                self.joiner.close()
             if self.replicator is not None:
                 self.replicator.close()
             self._rpc.close()
 
+    def _registered(self, reply: JoinReply) -> None:
+        """ps 0 took this ps's `join` (the joiner's thread). A ps beyond ps 0's cluster was added
+        to the running job: it is not in the replica ring (no ps expects its replicas)."""
+        if self.config.task.index >= reply.num_ps:
+            self._in_ring = False
+            if self.replicator is not None:
+                log.info("%s was added to the running job (ps 0's cluster has %d ps): it sends no replicas",
+                         self.config.task, reply.num_ps)
+
     def _replicate_if_due(self) -> None:
         """Hand the replicator a copy of the shards when one is due (serving thread: the copy is
         consistent because no request runs meanwhile). Not to a successor that was re-homed
-        (it never came back: shoal/ps/adoption.py)."""
-        if (self.replicator is None or self.replicator.successor in self.service.retired
+        (it never came back: shoal/ps/adoption.py), nor from a ps added to the running job."""
+        if (self.replicator is None or not self._in_ring or self.replicator.successor in self.service.retired
                 or not self.replicator.due(self.service.step)):
             return
         started = time.perf_counter()

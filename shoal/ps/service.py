@@ -24,7 +24,8 @@ from shoal.ps.errors import PsError
 from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
 from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, LIVE, Change, MemberState, Membership, quorum
-from shoal.ps.protocol import (REQUEST_TYPES, AdoptReply, AdoptRequest, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
+from shoal.ps.protocol import (MAX_JOINED, REQUEST_TYPES, AdoptReply, ChangeKind, JoinedPs, JoinReply, JoinRequest,
+                               PlaceRequest, PlacementChange, ReleaseReply, ReleaseRequest, AdoptRequest, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
                                HeartbeatRequest, InitReply, InitRequest, LeaseRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ReplicaRequest,
                                ReplicateReply, ReplicateRequest, ShutdownRequest, SnapshotReply, StatusReply,
@@ -126,11 +127,16 @@ class PsService:
         self.closures = ClosureLedger(closure_window)  # pushes of scheduled closures: applied once
         self.retired: list[int] = []  # ps tasks whose shards were re-homed (`adopt`), in that order
         self._catch_up = CatchUp()  # adopted shards one sync step behind
+        self.num_ps = num_ps
+        self.joined: dict[int, str] = {}  # ps 0: the ps tasks that registered (`join`), at most MAX_JOINED
+        self.moved_away: dict[str, int] = {}  # shards released (`release`) -> the ps they moved to
+        self.history: list[PlacementChange] = []  # the placement's changes (`place`, `adopt`), in order
         self._handlers: dict[Op, Callable[[Request, Any], Reply | Deferred]] = {
             Op.STATUS: self._status, Op.INIT: self._init, Op.SNAPSHOT: self._snapshot, Op.READY: self._ready,
             Op.PULL: self._pull, Op.PUSH: self._push, Op.DONE: self._done_op, Op.FAILED: self._failed_op,
             Op.SHUTDOWN: self._shutdown, Op.HEARTBEAT: self._heartbeat, Op.LEASE: self._lease,
             Op.REPLICATE: self._replicate, Op.REPLICA: self._replica, Op.ADOPT: self._adopt,
+            Op.JOIN: self._join, Op.RELEASE: self._release_shards, Op.PLACE: self._place,
         }
 
     @property
@@ -212,7 +218,9 @@ class PsService:
         return Reply(request, StatusReply(self._phase, self._training, self.step, len(self.store), self.store.nbytes,
                                           self._created, done, self.incarnation, have, needed, missing,
                                           self.membership.version, self.membership.training,
-                                          self._leases.counts(), tuple(self.retired)))
+                                          self._leases.counts(), tuple(self.retired),
+                                          tuple(JoinedPs(i, a) for i, a in sorted(self.joined.items())),
+                                          tuple(self.history)))
 
     def _sync_wait(self) -> SyncWait | None:
         if self._sync is None:
@@ -269,6 +277,9 @@ class PsService:
         return Reply(request, Empty())
 
     def _pull(self, request: Request, message: PullRequest) -> Reply | Deferred:
+        moved = tuple(n for n in message.names if n in self.moved_away)
+        if moved:  # the worker learns the new placement and pulls from the new home
+            return Reply(request, PullReply(self.step, self.incarnation, moved))
         for name in message.names:
             self.store.check_name(name)
         return self._answer_or_wait(_Waiting(request, message.names, message.min_step))
@@ -277,6 +288,9 @@ class PsService:
         if self._phase is not Phase.READY:
             raise PsError(f"{self.task_name} is not initialized yet; wait for the chief before pushing")
         grads = request.tensors
+        moved = tuple(n for n in grads if n in self.moved_away)
+        if moved:  # not applied, not counted: the worker sends the part again by the new placement
+            return Reply(request, PushReply(self.step, PushOutcome.MOVED, moved=moved))
         for name, grad in grads.items():
             self.store.check(name, grad.shape, grad.dtype)
         if message.hyper is not None and message.hyper.keys() != grads.keys():
@@ -377,14 +391,86 @@ class PsService:
         new = [name for name in values if name not in self.store.names()]
         self.store.create(values, self.store.rule, slots)
         created = len(new)
-        self.retired.extend(i for i in message.retired if i not in self.retired)
+        for name in new:
+            self.moved_away.pop(name, None)  # moved back here (a later growth or re-homing)
+        if not message.moving:
+            for i in message.retired:
+                if i not in self.retired:
+                    self.retired.append(i)
+                    self.history.append(PlacementChange(ChangeKind.RETIRE, i))
         position = place_adopted(self._sync, self._catch_up, new, message.step)
         log.info("%s took over %d shards (%.1f MB) of ps:%d, of step %d, at its step %d (%s); re-homed so far: %s",
                  self.task_name, created, sum(v.nbytes for v in values.values()) / 1e6, message.source,
-                 message.step, self.step, position.value, ", ".join(f"ps:{i}" for i in self.retired))
+                 message.step, self.step, position.value, ", ".join(f"ps:{i}" for i in self.retired) or "none")
         if position is Position.AHEAD:
             self._apply_completed_shards()
         return Reply(request, AdoptReply(created, self.step))
+
+    def _join(self, request: Request, message: JoinRequest) -> Reply:
+        if self.ps_index != 0:
+            raise PsError(f"{self.task_name} got 'join' from ps:{message.index}; ps tasks register with ps:0 only")
+        known = self.joined.get(message.index)
+        if known is not None and known != message.address:
+            raise PsError(f"ps:{message.index} registered already at {known}, now {message.address} asks to join as "
+                          f"ps:{message.index}; a ps added to a running job takes the index above the highest that "
+                          f"ever ran (ps:{max(self.joined) + 1}), or restart it at {known}")
+        if known is None and len(self.joined) >= MAX_JOINED:
+            raise PsError(f"{self.task_name} registers at most {MAX_JOINED} ps tasks; ps:{message.index} at "
+                          f"{message.address} is one too many (start the job with fewer ps tasks)")
+        if known is None:
+            self.joined[message.index] = message.address
+            log.info("%s: ps:%d registered at %s", self.task_name, message.index, message.address)
+        return Reply(request, JoinReply(len(self.joined), self.num_ps))
+
+    def _release_shards(self, request: Request, message: ReleaseRequest) -> Reply:
+        """Stop serving shards (they move to a ps that joined) and hand them over; see ReleaseRequest."""
+        if self._phase is not Phase.READY:
+            raise PsError(f"{self.task_name} got 'release' before it was ready; only a ready ps hands shards over")
+        for name in message.names:
+            self.store.check_name(name)
+        step = self.step
+        if self._sync is not None:
+            applied = [n for n in message.names if self._sync.applied([n], self._sync.step)]
+            if applied and len(applied) != len(message.names):
+                raise PsError(f"{self.task_name} has applied step {self._sync.step} to {applied[:3]} but not to all "
+                              f"of {list(message.names)[:5]}; ask again in a moment (release takes shards of one step)")
+            if self._catch_up.behind(self._sync.step + 1, message.names):
+                raise PsError(f"{self.task_name}: some of {list(message.names)[:5]} still catch up a step after "
+                              "re-homing; ask again in a moment")
+            step = self._sync.step + 1 if applied else self._sync.step
+            self._sync.forget(message.names)
+        tensors = self.store.release(message.names)
+        for name in message.names:
+            self.moved_away[name] = message.target
+        self._answer_moved(set(message.names))
+        if self._sync is not None:
+            self._apply_completed_shards()  # the rest of the step may be complete without them
+        log.info("%s released %d shards (%.1f MB) of step %d to ps:%d", self.task_name, len(message.names),
+                 sum(v.nbytes for v in tensors.values()) / 1e6, step, message.target)
+        return Reply(request, ReleaseReply(step), tensors)
+
+    def _answer_moved(self, moved: set[str]) -> None:
+        """Answer MOVED every waiting request that names a released shard, so none waits for ever."""
+        still = []
+        for w in self._waiting:
+            hit = tuple(n for n in (*w.names, *w.pushed) if n in moved)
+            if not hit:
+                still.append(w)
+            elif w.outcome is None:
+                self._released.append(Reply(w.request, PullReply(self.step, self.incarnation, tuple(dict.fromkeys(hit)))))
+            else:
+                self._released.append(Reply(w.request, PushReply(self.step, PushOutcome.MOVED,
+                                                                 moved=tuple(dict.fromkeys(hit)))))
+        self._waiting = still
+
+    def _place(self, request: Request, message: PlaceRequest) -> Reply:
+        known = tuple(self.history)
+        if message.history[:len(known)] != known:
+            raise PsError(f"{self.task_name}'s placement history {[c.fields() for c in known][:6]} is not a prefix of "
+                          f"the one sent {[c.fields() for c in message.history][:6]}; every placement change goes "
+                          "through the chief, one at a time")
+        self.history = list(message.history)
+        return Reply(request, Empty())
 
     def _adopted_push(self, request: Request, message: PushRequest, names: Sequence[str]) -> Reply | Deferred | None:
         """A sync push of adopted shards that lag a step (their gradient of that step, resent

@@ -93,6 +93,20 @@ class ShardStore:
                 out[slot_key(name, slot)] = value.copy()
         return out
 
+    def release(self, names: Collection[str]) -> dict[str, np.ndarray]:
+        """Remove shards `names` (they move to another ps) and return their values and slots
+        ("<shard>@<slot>"). The arrays are handed over, not copied: no update touches them any
+        more (a reply still sending one reads it unchanged)."""
+        out = {}
+        for name in names:
+            shard = self.check_name(name)
+            out[name] = shard.value
+            for slot, value in shard.state.items():
+                out[slot_key(name, slot)] = value
+        for name in names:
+            self._nbytes -= self._shards.pop(name).value.nbytes
+        return out
+
     def check(self, name: str, shape, dtype) -> Shard:
         """The shard `name`, after checking a worker's idea of its shape and dtype."""
         shard = self._shards.get(name)

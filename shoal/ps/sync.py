@@ -88,6 +88,15 @@ class SyncAggregator:
         complete now."""
         self._applied.update(names)
 
+    def forget(self, names: Iterable[str]) -> None:
+        """Shards `names` left this ps (released to another): their partial sums of the current
+        step are dropped (their pushers send them again to the new ps). Call `take` next: the
+        step may be complete without them."""
+        for name in names:
+            self._sums.pop(name, None)
+            self._contributors.pop(name, None)
+            self._applied.discard(name)
+
     def applied(self, names: Iterable[str], step: int) -> bool:
         """Whether the update of `step` is applied to every shard of `names`."""
         return step < self.step or (step == self.step and all(name in self._applied for name in names))

@@ -162,6 +162,11 @@ class ChiefDuties:
                  "before the rebuild), at step %d", self._task, ps, replica.holder, replica.step, len(replica.tensors),
                  replica.nbytes / 1e3, replica.reply.age_ms / 1000, step)
 
+    def join_request(self, step: int, done: tuple[str, ...], members: tuple[str, ...]) -> InitRequest:
+        """The `init` of a ps that joined the running job (shoal/train/growing.py): this job's
+        rule and mode, at `step`, following the other ps tasks' membership."""
+        return self._init_request(step, done, None, members)
+
     def _init_request(self, step: int, done: tuple[str, ...] = (), leases: dict | None = None,
                       members: tuple[str, ...] | None = None) -> InitRequest:
         return InitRequest(self._optimizer.to_config(), self._training, step, done, leases, members)

@@ -53,6 +53,7 @@ class Heartbeats:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._versions: list[int | None] = [None] * len(self.addresses)
+        self._lock = threading.Lock()  # guards `addresses`, which `add` extends from the session's thread
         self.live_members: int | None = None  # how many replicas ps 0 counts as training, last we heard
 
     def start(self) -> "Heartbeats":
@@ -68,6 +69,14 @@ class Heartbeats:
         self._thread.start()
         return self
 
+    def add(self, address: str) -> None:
+        """Heartbeat one more ps (one that joined the running job) from the next beat on. Does not
+        block; thread-safe."""
+        with self._lock:
+            if address not in self.addresses:
+                self.addresses = (*self.addresses, address)
+                self._versions.append(None)
+
     def stop(self) -> None:
         """Stop sending. Waits up to 1 s for the thread (it waits between heartbeats, so it
         ends at once unless a ps is not answering; then it ends by itself within an interval)."""
@@ -81,6 +90,10 @@ class Heartbeats:
         fields = HeartbeatRequest(self.task, incarnation, max(1, round(self.timeout_s * 1000))).fields()
         try:
             while not stop.is_set():
+                with self._lock:
+                    added = self.addresses[len(clients):]
+                clients += [RpcClient(address, self._secret, f"ps:{len(clients) + i}", self.interval_s,
+                                      security=self._security) for i, address in enumerate(added)]
                 started = time.monotonic()
                 self._beat(clients, fields, started + self.interval_s)
                 stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))

@@ -31,10 +31,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from shoal.ps.client import PsClient
-from shoal.ps.protocol import SLOT_SEPARATOR, AdoptRequest, ClosureTag, Hyper, StatusReply
+from shoal.ps.protocol import SLOT_SEPARATOR, AdoptRequest, ClosureTag, Hyper
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.placement import Placement
+from shoal.train.placement_history import PlacementBook, PlacementChanged, learn_history
 from shoal.train.recovery import PsRecovery
 from shoal.train.rehome_placement import moved_to, rehome
 from shoal.train.waiting import log_waiting, poll_until
@@ -48,35 +49,44 @@ ps's shards to move: the chief's last probes of the ps, reading a replica or a c
 sending the shards to the survivors."""
 
 
-class PsRehomed(TrainError):
+class PsRehomed(PlacementChanged):
     """Raised out of a request while a lost ps was re-homed: the client no longer talks to it,
     and `placement` is where every shard lives now (`moved`: the shards that moved, by the ps
     of `placement` that holds them). The request was given up; the caller adopts the placement
     and does again what the request did."""
 
     def __init__(self, message: str, ps: int, old: Placement, placement: Placement):
-        super().__init__(message)
+        super().__init__(message, old, placement)
         self.ps = ps
-        self.old = old
-        self.placement = placement
         self.moved = moved_to(old, placement, ps)
 
 
 class Rehoming:
     """The `on_lost` handler that re-homes a ps that does not come back (see module docstring).
     `chief` (the chief's duties) on the chief, None on other workers. `placement` is the job's
-    placement at the start; `placement` (the attribute) is the current one."""
+    placement at the start, or the task's PlacementBook (shared with the session's other parts
+    that change the placement: shoal/train/growing.py); `placement` (the attribute) is the
+    current one."""
 
-    def __init__(self, task: str, chief_task: str, timeout_s: float, recovery: PsRecovery, placement: Placement,
-                 chief: ChiefDuties | None, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, task: str, chief_task: str, timeout_s: float, recovery: PsRecovery,
+                 placement: Placement | PlacementBook, chief: ChiefDuties | None, *,
+                 clock: Callable[[], float] = time.monotonic):
         self._task = task
         self._chief_task = chief_task
         self._timeout_s = timeout_s
         self._recovery = recovery
         self._chief = chief
         self._clock = clock
-        self.placement = placement
-        self.retired: list[int] = []  # cluster indices of the ps tasks re-homed so far
+        self.book = placement if isinstance(placement, PlacementBook) else PlacementBook(placement)
+
+    @property
+    def placement(self) -> Placement:
+        return self.book.placement
+
+    @property
+    def retired(self) -> list[int]:
+        """Cluster indices of the ps tasks re-homed so far, in that order."""
+        return self.book.retired
 
     def recover(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         """The PsClient's `on_lost`: return once ps `ps` serves again, or raise PsRehomed once
@@ -97,30 +107,11 @@ class Rehoming:
             self._move(client, ps)
 
     def learn(self, client: PsClient, deadline: float) -> Placement | None:
-        """At start: the ps tasks re-homed before this worker started, as the first ps tasks to
-        answer `status` list them (polling until one does, up to `deadline`). Each is dropped from
-        the client, in the order they were re-homed, and the placement computed without it.
-        Returns the new placement, or None if no ps was re-homed. Blocks."""
-        def probe() -> list[StatusReply] | None:
-            return [s for s in client.status_each(0.5) if isinstance(s, StatusReply)] or None
-
-        try:
-            statuses = poll_until(probe, deadline=deadline, interval_s=0.1,
-                                  timed_out=lambda: TrainError("no ps answered"))
-        except TrainError:
-            return None  # waiting for the ps at start says who is missing
-        retired = [i for i in max((s.retired for s in statuses), key=len) if i not in self.retired]
-        for cluster_id in retired:
-            ps = [client.ps_id(k) for k in range(client.num_ps)].index(cluster_id)
-            self.placement = rehome(self.placement, ps)
-            self.retired.append(cluster_id)
-            client.drop(ps)
-        if not retired:
-            return None
-        log.info("%s starts without %s (re-homed before it started): their shards are on %s", self._task,
-                 ", ".join(f"ps:{i}" for i in retired),
-                 ", ".join(f"ps:{client.ps_id(k)}" for k in range(client.num_ps)))
-        return self.placement
+        """At start: the placement changes made before this worker started (ps tasks re-homed or
+        joined), as the first ps tasks to answer `status` report them (polling until one does,
+        up to `deadline`); see `learn_history`. Returns the new placement, or None if none
+        changed. Blocks."""
+        return learn_history(self.book, client, deadline, self._task)
 
     # --- the chief ---------------------------------------------------------------------------
 
@@ -217,10 +208,8 @@ class Rehoming:
 
     def _leave(self, client: PsClient, ps: int) -> None:
         name = f"ps:{client.ps_id(ps)}"
-        old, new = self.placement, rehome(self.placement, ps)
-        self.retired.append(client.ps_id(ps))
-        client.drop(ps)
-        self.placement = new
+        old = self.placement
+        new = self.book.retire(client, ps)
         survivors = ", ".join(f"ps:{client.ps_id(k)}" for k in range(client.num_ps))
         log.info("%s trains on without %s: its shards are on %s now", self._task, name, survivors)
         raise PsRehomed(f"{self._task}: {name} was re-homed to {survivors}", ps, old, new)

@@ -48,11 +48,18 @@ def fetch_replica(client: PsClient, placement: Placement, params: Mapping[str, n
     """ps `ps`'s replica from its successor, or None and why there is none to use (the
     successor is down, holds none, or one that does not fit this job's model, placement,
     optimizer or mode)."""
-    holder = successor(ps, client.num_ps)
-    if holder is None:
+    cluster_id = client.ps_id(ps)
+    if cluster_id >= client.ring:
+        return None, f"ps:{cluster_id} joined the running job and is not in the replica ring"
+    holder_id = successor(cluster_id, client.ring)  # the ring is the cluster's, by cluster index
+    if holder_id is None:
         return None, "the job has one ps, so no other ps holds a replica"
+    ids = [client.ps_id(k) for k in range(client.num_ps)]
+    if holder_id not in ids:
+        return None, f"ps:{holder_id}, which held its replica, was re-homed"
+    holder = ids.index(holder_id)
     try:
-        answer = client.replica(holder, ps, timeout_s)
+        answer = client.replica(holder, cluster_id, timeout_s)
     except WireError as e:
         return None, f"ps:{holder}, which holds its replica, did not give it ({e})"
     reply: ReplicaReply = answer.body

@@ -21,6 +21,7 @@ import numpy as np
 from shoal.cluster import ClusterConfig
 from shoal.logs_default import show_shoal_logs
 from shoal.ps.client import Answer, PsClient
+from shoal.ps.errors import ShardsMoved
 from shoal.ps.optimizers import UpdateRule
 from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode, UsedPositions
 from shoal.train.checkpointer import Checkpointer, SaveReason
@@ -35,7 +36,9 @@ from shoal.train.options import CheckpointOptions, SessionState, StepResult, Syn
 from shoal.train.ps_watch import DEFAULT_EVERY_S, PsWatch, WatchState
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
-from shoal.train.rehoming import PsRehomed, Rehoming, resend_moved
+from shoal.train.growing import Growing
+from shoal.train.placement_history import PlacementBook, PlacementChanged, learn_history
+from shoal.train.rehoming import MOVE_GRACE_S, PsRehomed, Rehoming, resend_moved
 from shoal.train.stalls import StallReporter
 from shoal.train.shutdown import GracefulStop, TrainingTerminated
 from shoal.train.summaries import TaskSummaries
@@ -129,9 +132,11 @@ class TrainingSession:
         self._recovering = threading.Lock()  # the session's own recovery and its ps watch's, one at a time
         self._watch: PsWatch | None = None
         self._secret, self._security = secret, security
+        # the placement and its changes (re-homed and joined ps tasks), shared by the parts that change it
+        self._book = PlacementBook(self.placement)
         # what happens to a lost ps that does not come back in time: the job fails, or it is re-homed
         self._recovery: PsRecovery | Rehoming = recovery if not rehome_lost_ps else Rehoming(
-            self.task, str(config.chief_task), ps_recovery_timeout_s, recovery, self.placement, self._chief)
+            self.task, str(config.chief_task), ps_recovery_timeout_s, recovery, self._book, self._chief)
         stalls = StallReporter(self.task, self.training, request_timeout_s)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=self._lost_ps,
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
@@ -142,6 +147,9 @@ class TrainingSession:
                              f"{MAX_TIMEOUT_S:g} seconds (--heartbeat_timeout; default {DEFAULT_HEARTBEAT_TIMEOUT_S:g})")
         self._heartbeats = Heartbeats(self.task, config.ps_addresses, secret, timeout_s=heartbeat_timeout_s,
                                       security=security)
+        # a ps added to the running job: the chief moves shards onto it, every worker follows
+        self._growing = Growing(self.task, str(config.chief_task), self._book, self._chief,
+                                on_joined=self._heartbeats.add, wait_s=request_timeout_s * 2 + MOVE_GRACE_S)
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
         self._state = SessionState.NEW
@@ -183,9 +191,12 @@ class TrainingSession:
             if self.checkpointer is not None:
                 self.checkpointer.open()
             deadline = time.monotonic() + self.init_timeout_s
-            rehomed = self._recovery.learn(self.ps, deadline)  # ps tasks re-homed before this replica started
-            if rehomed is not None:
-                self._use_placement(rehomed)
+            known = len(self._book.history)
+            # ps tasks re-homed or joined before this replica started
+            changed = learn_history(self._book, self.ps, deadline, self.task)
+            if changed is not None:
+                self._growing.learned(self.ps, self._book.history[known:])
+                self._use_placement(changed)
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
             if not all(s.ready for s in statuses):
                 if self._chief is not None:
@@ -315,6 +326,13 @@ class TrainingSession:
         try:
             answers = self.ps.push_all(self.task, self._step, parts, self._targets,
                                        self._shard_hyper(hyper) if hyper is not None else None, used, closure=closure)
+        except ShardsMoved as moved:  # shards moved to a ps that joined: send those parts to their new home
+            resent = self._growing.resend(self.ps, self.task, self._step, moved, parts,
+                                          self._shard_hyper(hyper) if hyper is not None else None, used, self._targets)
+            self._use_placement(self._book.placement)
+            self.pull(min_step=self._step + 1 if self.sync else 0)
+            result = StepResult(self._step, all(a.body.outcome in (PushOutcome.APPLIED, PushOutcome.DUPLICATE)
+                                                for a in resent))
         except PsRehomed as moved:  # a ps's shards moved while this push waited: finish the step on their new ps
             self._use_placement(moved.placement)
             if self.sync:  # the gradients that went to the lost ps, resent for the step in flight
@@ -341,6 +359,10 @@ class TrainingSession:
             learning_rate = (next(iter(hyper.values())).learning_rate if hyper
                              else getattr(self.optimizer, "learning_rate", None))
             self.summaries.step_done(self._step, learning_rate)
+        if self._chief is not None:  # a ps that joined the job: move shards onto it
+            grown = self._growing.check(self.ps)
+            if grown is not None:
+                self._use_placement(grown)
         if self.checkpointer is not None:
             self._rehomed_retry(lambda: self.checkpointer.save_if_due(self.ps, self._step))
         self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)
@@ -485,12 +507,15 @@ class TrainingSession:
             self.checkpointer.use_placement(placement)
 
     def _rehomed_retry(self, call: Callable[[], Any]) -> Any:
-        """`call()`, once more after a lost ps was re-homed while it ran (with the new placement)."""
+        """`call()`, once more after the placement changed while it ran (a lost ps was re-homed,
+        or shards moved to a ps that joined), with the new placement."""
         try:
             return call()
-        except PsRehomed as moved:
+        except PlacementChanged as moved:
             self._use_placement(moved.placement)
-            return call()
+        except ShardsMoved as moved:
+            self._use_placement(self._growing.follow(self.ps, moved).placement)
+        return call()
 
     def _save_on_term(self) -> Path:
         assert self.checkpointer is not None

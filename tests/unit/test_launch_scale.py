@@ -87,11 +87,10 @@ def test_a_bad_range_in_yaml_names_its_line(tmp_path):
 
 
 @pytest.mark.parametrize("role, words", [
-    ("ps", ["roles.ps.count", "only workers scale", "re-homing", "another issue"]),
     ("chief", ["roles.chief.count", "one chief"]),
     ("evaluator", ["roles.evaluator.count", "only workers scale"]),
 ])
-def test_a_range_for_a_role_other_than_worker_is_refused_saying_why(role, words):
+def test_a_range_for_a_role_other_than_worker_or_ps_is_refused_saying_why(role, words):
     with pytest.raises(SpecError) as e:
         spec(1, **{role: {"count": "1..2"}})
     for word in words:

@@ -195,7 +195,7 @@ def test_a_request_outside_the_range_changes_nothing_and_says_the_range(tmp_path
     assert supervisor.run().state is JobState.SUCCEEDED
     assert [o.ok for o in outcomes] == [False, False, False]
     assert "outside this job's range 1..2" in outcomes[0].error
-    assert "only workers scale" in outcomes[2].error
+    assert "this job's ps count is fixed at 0" in outcomes[2].error  # ps scale (up) only with a range
     assert [name for name, _ in executor.starts] == ["worker.0"]
 
 

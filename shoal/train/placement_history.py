@@ -1,0 +1,141 @@
+"""The placement as a history of changes (issue 14): replayed in order from the job's initial
+placement, the ps tasks re-homed (`rehome`) and joined (`grow`) give every task the same
+placement and the same numbering of its ps, whenever it started.
+
+`PlacementBook` holds one task's current placement and the history it applied, and applies a
+change to it and to the task's PsClient together (`drop` for a retirement, `add` for a join), so
+the placement's ps k is always the client's ps k. `replay` is the pure part.
+
+Not thread-safe (the session's thread).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from shoal.ps.client import PsClient
+from shoal.ps.protocol import ChangeKind, PlacementChange, StatusReply
+from shoal.train.errors import TrainError
+from shoal.train.grow_placement import grow
+from shoal.train.placement import Placement
+from shoal.train.rehome_placement import rehome
+from shoal.train.waiting import poll_until
+
+log = logging.getLogger("shoal.train.session")
+
+
+class PlacementChanged(TrainError):
+    """Raised out of a request while the job's placement changed (a ps re-homed: PsRehomed, or
+    shards moved to a ps that joined: PsGrown): `placement` is where every shard lives now,
+    `old` where they lived. The request was given up; the caller adopts the placement and does
+    again what the request did."""
+
+    def __init__(self, message: str, old: Placement, placement: Placement):
+        super().__init__(message)
+        self.old = old
+        self.placement = placement
+
+
+def replay(placement: Placement, ids: Sequence[int], history: Sequence[PlacementChange]) -> tuple[Placement, list[int]]:
+    """The placement and the cluster index of each of its ps after `history`, from `placement`
+    whose ps k is cluster ps `ids[k]`. Pure."""
+    ids = list(ids)
+    for change in history:
+        if change.kind is ChangeKind.RETIRE:
+            if change.ps not in ids:
+                raise TrainError(f"the placement history retires ps:{change.ps}, which is not in the placement "
+                                 f"(ps {ids}); every task must start from the same cluster")
+            k = ids.index(change.ps)
+            placement = rehome(placement, k)
+            del ids[k]
+        else:
+            if change.ps in ids:
+                raise TrainError(f"ps:{change.ps} joins the placement, which has it already (ps {ids}); a ps "
+                                 "added to a running job takes an index above the highest that ever ran")
+            placement = grow(placement)
+            ids.append(change.ps)
+    return placement, ids
+
+
+class PlacementBook:
+    """One task's placement and the history of changes it applied (see module docstring)."""
+
+    def __init__(self, placement: Placement):
+        self.placement = placement
+        self.history: list[PlacementChange] = []
+
+    @property
+    def retired(self) -> list[int]:
+        """The ps tasks re-homed so far, in that order."""
+        return [c.ps for c in self.history if c.kind is ChangeKind.RETIRE]
+
+    def retire(self, client: PsClient, ps: int) -> Placement:
+        """Client ps `ps` was re-homed: drop it; returns the new placement."""
+        change = PlacementChange(ChangeKind.RETIRE, client.ps_id(ps))
+        self.placement = rehome(self.placement, ps)
+        client.drop(ps)
+        self.history.append(change)
+        return self.placement
+
+    def join(self, client: PsClient, cluster_id: int, address: str) -> Placement:
+        """ps `cluster_id` at `address` joined: add it to the client; returns the new placement."""
+        self.placement = grow(self.placement)
+        client.add(address, cluster_id)
+        self.history.append(PlacementChange(ChangeKind.JOIN, cluster_id, address))
+        return self.placement
+
+    def catch_up(self, client: PsClient, history: Sequence[PlacementChange]) -> list[PlacementChange]:
+        """Apply the changes of `history` (the job's, as a ps reports it) this task has not applied
+        yet. Returns them. Raises TrainError if this task's history is not a prefix of it."""
+        known = len(self.history)
+        if tuple(history[:known]) != tuple(self.history):
+            raise TrainError(f"this task's placement history {[c.fields() for c in self.history]} differs from the "
+                             f"job's {[c.fields() for c in history]}; restart the task")
+        new = list(history[known:])
+        for change in new:
+            if change.kind is ChangeKind.RETIRE:
+                ids = [client.ps_id(k) for k in range(client.num_ps)]
+                if change.ps not in ids:
+                    raise TrainError(f"the job's placement history retires ps:{change.ps}, which this task does not "
+                                     f"talk to (ps {ids})")
+                self.retire(client, ids.index(change.ps))
+            else:
+                self.join(client, change.ps, change.address)
+        return new
+
+
+def job_history(statuses: Sequence[StatusReply]) -> tuple[PlacementChange, ...]:
+    """The job's placement history as the ps tasks that answered report it: the longest one (a
+    ps re-homed before `place` existed reports only `retired`: read as retirements)."""
+    longest = max((s.history for s in statuses), key=len, default=())
+    if longest:
+        return tuple(longest)
+    retired = max((s.retired for s in statuses), key=len, default=())
+    return tuple(PlacementChange(ChangeKind.RETIRE, i) for i in retired)
+
+
+def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: str) -> Placement | None:
+    """At start: apply the placement changes made before this task started (ps tasks re-homed or
+    joined), as the first ps tasks to answer `status` report them (polling until one does, up to
+    `deadline`). Returns the new placement, or None if nothing changed. Blocks."""
+    def probe() -> list[StatusReply] | None:
+        return [s for s in client.status_each(0.5) if isinstance(s, StatusReply)] or None
+
+    try:
+        statuses = poll_until(probe, deadline=deadline, interval_s=0.1, timed_out=lambda: TrainError("no ps answered"))
+    except TrainError:
+        return None  # waiting for the ps at start says who is missing
+    new = book.catch_up(client, job_history(statuses))
+    if not new:
+        return None
+    retired = [c.ps for c in new if c.kind is ChangeKind.RETIRE]
+    joined = [c.ps for c in new if c.kind is ChangeKind.JOIN]
+    where = ", ".join(f"ps:{client.ps_id(k)}" for k in range(client.num_ps))
+    if retired:
+        log.info("%s starts without %s (re-homed before it started): their shards are on %s", task,
+                 ", ".join(f"ps:{i}" for i in retired), where)
+    if joined:
+        log.info("%s starts with %s (joined before it started): its shards are on %s", task,
+                 ", ".join(f"ps:{i}" for i in joined), where)
+    return book.placement
