@@ -3,7 +3,7 @@
 Every figure is a ratio (or sits next to its reference) measured in one run, interleaving the
 two sides, because the machines we run on are small and shared. See bench/README.md.
 
-Shared here: where the repository is, free ports, the median, and what machine ran the figures.
+Shared here: where the repository is, free ports, the median, a table cell (`fmt`), and what machine ran the figures.
 Every process a benchmark starts goes through bench/jobrun.py; what is sampled of it (peak
 RSS, CPU) is defined in bench/usage.py.
 """
@@ -32,6 +32,11 @@ def rounded(value, digits: int = 0):
     if value is None:
         return None
     return round(value, digits) if digits else round(value)
+
+
+def fmt(value, spec: str = "", empty: str = "-") -> str:
+    """`value` formatted with `spec`, or `empty` for None (a figure not measured)."""
+    return empty if value is None else format(value, spec)
 
 
 def median(values) -> float:

@@ -30,6 +30,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 if __package__ in (None, ""):  # run as `python bench/elastic.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -64,17 +65,23 @@ class Cluster:
         return PsClient(self.ps, JobSecret(self.secret.encode(), "bench"), timeout_s=10)
 
 
-def _wait_step(client: PsClient, at_least: int, timeout_s: float) -> int:
+def wait_step(client: PsClient, at_least: int, timeout_s: float, *, ps: int = 0,
+              check: Callable[[], None] | None = None) -> int:
+    """Poll ps `ps`'s status until its step reaches `at_least`; returns that step. `check`, if
+    given, runs before each poll (raise there to stop waiting: a task ended early).
+    RuntimeError after `timeout_s`. Blocks."""
     deadline = time.monotonic() + timeout_s
     while True:
+        if check is not None:
+            check()
         try:
-            step = client.status(0, 5.0).step
+            step = client.status(ps, 5.0).step
         except WireError:
             step = -1
         if step >= at_least:
             return step
         if time.monotonic() > deadline:
-            raise RuntimeError(f"ps:0 did not reach step {at_least} within {timeout_s}s")
+            raise RuntimeError(f"ps:{ps} did not reach step {at_least} within {timeout_s}s")
         time.sleep(0.1)
 
 
@@ -87,7 +94,7 @@ def death(heartbeat_s: float) -> dict:
         cluster.start("ps", 0, argv, 3)
         for i in range(3):
             cluster.start("worker", i, argv, 3)
-        _wait_step(client, 500, 120)
+        wait_step(client, 500, 120)
         victim = cluster.job.task("worker:2")
         os.killpg(victim.pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -124,7 +131,7 @@ def rescale(phase_s: float) -> dict:
         cluster.start("ps", 0, argv, 2)
         for i in range(2):
             cluster.start("worker", i, argv, 2)
-        _wait_step(client, 200, 120)
+        wait_step(client, 200, 120)
         result["examples_per_s_2_workers"] = round(_rate(client, phase_s))
         started = time.monotonic()
         for i in (2, 3):

@@ -48,7 +48,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/replication.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import free_ports, machine, median, median_of_present  # noqa: E402
+from bench import fmt, free_ports, machine, median, median_of_present  # noqa: E402
+from bench.elastic import wait_step  # noqa: E402
 from bench.jobrun import Job, Launch, Output, clean_env  # noqa: E402
 from bench.usage import SAMPLE_PERIOD_S, UsageSampler, interpolate  # noqa: E402
 from shoal.ps.client import PsClient  # noqa: E402
@@ -113,21 +114,6 @@ class Cluster:
             raise RuntimeError(f"{name} ended early (exit {ended[name]}):\n{self.job.task(name).tail(30)}")
 
 
-def _wait_step(cluster: Cluster, client: PsClient, ps: int, at_least: int, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        cluster.check_alive()
-        try:
-            step = client.status(ps, 5.0).step
-        except WireError:
-            step = -1
-        if step >= at_least:
-            return step
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"ps:{ps} did not reach step {at_least} within {timeout_s}s")
-        time.sleep(0.1)
-
-
 def cost(name: str, model: Model, every_s: float | None, phase_s: float) -> dict:
     """One job at one replication setting: examples/s over `phase_s`, CPU per example and the
     replicas sent. Blocks."""
@@ -136,7 +122,7 @@ def cost(name: str, model: Model, every_s: float | None, phase_s: float) -> dict
     client = cluster.client()
     try:
         cluster.start_all()
-        _wait_step(cluster, client, 0, model.warm_steps, 300)
+        wait_step(client, model.warm_steps, 300, ps=0, check=cluster.check_alive)
         first, t0 = client.status(0, 5.0).step, time.monotonic()
         time.sleep(phase_s)
         last, t1 = client.status(0, 5.0).step, time.monotonic()
@@ -175,7 +161,7 @@ def recovery(name: str, model: Model, scenario: str, kill_after_s: float, ckpt_s
         client = cluster.client()
         try:
             cluster.start_all()
-            _wait_step(cluster, client, 1, model.warm_steps, 300)
+            wait_step(client, model.warm_steps, 300, ps=1, check=cluster.check_alive)
             time.sleep(kill_after_s)
             cluster.check_alive()
             before = client.status(1, 5.0).step
@@ -268,10 +254,6 @@ def _csv(text: str, kind=str) -> list:
     return [kind(x) for x in text.split(",") if x.strip()]
 
 
-def _fmt(value, spec: str = "") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="softmax,mlp,big", help="cost: models (softmax, mlp, big); '' for none")
@@ -304,8 +286,8 @@ def main(argv=None) -> int:
             for every in settings[round_ % len(settings):] + settings[:round_ % len(settings)]:
                 run = {"round": round_, **cost(name, catalog[name], every, args.phase_s)}
                 results["runs"].append(run)
-                print(f"round {round_} {name:8} every {_fmt(every, 'g'):>3}s: {run['examples_per_s']:>8} examples/s, "
-                      f"{_fmt(run['cpu_us_per_example'])} CPU us/ex, {run['replicas']} replicas (others "
+                print(f"round {round_} {name:8} every {fmt(every, 'g'):>3}s: {run['examples_per_s']:>8} examples/s, "
+                      f"{fmt(run['cpu_us_per_example'])} CPU us/ex, {run['replicas']} replicas (others "
                       f"{run['cpu_share_others']:.2f} of the cores, load {run['loadavg_1m']})", flush=True)
     results["summary"] = summarize(results["runs"]) if results["runs"] else []
     results["recovery"] = []
@@ -319,17 +301,17 @@ def main(argv=None) -> int:
               f"{'CPU vs off':>10} {'others':>6} {'replicas':>8} {'copy ms':>8} {'send ms':>8} {'MB':>6}")
     for row in results["summary"]:
         every = "off" if row["every_s"] is None else f"{row['every_s']:g} s"
-        print(f"{row['model']:8} {every:>11} {row['examples_per_s']:>10} {_fmt(row['vs_off'], '.3f'):>7} "
-              f"{_fmt(row['cpu_us_per_example'], '.1f'):>9} {_fmt(row['cpu_us_per_example_ps'], '.1f'):>7} "
-              f"{_fmt(row['cpu_vs_off'], '.3f'):>10} {row['cpu_share_others']:>6.2f} {row['replicas_per_window']:>8g} "
-              f"{_fmt(row['copy_ms'], '.2f'):>8} {_fmt(row['send_ms'], '.1f'):>8} {_fmt(row['replica_mb'], '.2f'):>6}")
+        print(f"{row['model']:8} {every:>11} {row['examples_per_s']:>10} {fmt(row['vs_off'], '.3f'):>7} "
+              f"{fmt(row['cpu_us_per_example'], '.1f'):>9} {fmt(row['cpu_us_per_example_ps'], '.1f'):>7} "
+              f"{fmt(row['cpu_vs_off'], '.3f'):>10} {row['cpu_share_others']:>6.2f} {row['replicas_per_window']:>8g} "
+              f"{fmt(row['copy_ms'], '.2f'):>8} {fmt(row['send_ms'], '.1f'):>8} {fmt(row['replica_mb'], '.2f'):>6}")
     if results["recovery"]:
         print(f"\n{'model':8} {'scenario':10} {'source':10} {'answer s':>8} {'ready s':>8} {'applied s':>9} "
               f"{'lost':>6} {'rolled back (log)':>17}")
     for r in results["recovery"]:
         print(f"{r['model']:8} {r['scenario']:10} {r['source']:10} {r['kill_to_answer_s']:>8.3f} "
-              f"{r['kill_to_ready_s']:>8.3f} {r['kill_to_first_applied_s']:>9.3f} {_fmt(r['updates_lost']):>6} "
-              f"{_fmt(r['rolled_back_logged']):>17}")
+              f"{r['kill_to_ready_s']:>8.3f} {r['kill_to_first_applied_s']:>9.3f} {fmt(r['updates_lost']):>6} "
+              f"{fmt(r['rolled_back_logged']):>17}")
     if args.json:
         print(json.dumps(results))
     return 0

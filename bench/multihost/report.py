@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from bench import median_of_present, rounded
+from bench import fmt, median_of_present, rounded
 
 GOAL_FRACTION = 0.85
 GOAL_VS_DDP = 1.0
@@ -120,7 +120,7 @@ def goals(summary: list[dict], found: dict[str, list[dict]]) -> dict:
 
 
 def _fmt(value, spec: str = "", empty: str = "") -> str:
-    return empty if value is None else format(value, spec)
+    return fmt(value, spec, empty)
 
 
 def markdown(result: dict) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench import median_of_present, rounded
+from bench import fmt, median_of_present, rounded
 from bench.peers.systems import SYSTEMS
 
 # (Shoal system, peer, minimum Shoal/peer throughput ratio), on the softmax (issue 5; issue 15: in-graph
@@ -106,7 +106,7 @@ def scaling(runs: list[dict]) -> list[dict]:
 
 
 def _fmt(value, spec=""):
-    return "n/a" if value is None else format(value, spec)
+    return fmt(value, spec, "n/a")
 
 
 def markdown(summary, ratio_rows, rss_rows, scaling_rows, ladder, machine: dict) -> str:

@@ -13,6 +13,10 @@ With `heartbeat=S` both ends watch the line: the agent (`--heartbeat S` in its c
 line from the agent the connection counts as lost (a host that vanished from the network sends
 no FIN, so ssh itself would wait for minutes): the command is killed, and every task on it ends
 with LOST after a last output line that says why. The agent, hearing nothing, stops its tasks.
+
+Each task's output waits for the console in an `OutputBuffer` of `output_buffer_bytes` (8 MiB
+by default): the reader thread never blocks on a console that falls behind; the oldest output is
+dropped instead, and the task's log says how much (shoal/launch/output_buffer.py).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, Optional, Union
 from shoal.launch.agent_protocol import AGENT_TYPES, AgentProtocolError, decode, encode, line_bytes
 from shoal.launch.errors import LaunchError, StartError
 from shoal.launch.executor import TaskRef
+from shoal.launch.output_buffer import DEFAULT_LIMIT_BYTES, OutputBuffer
 from shoal.launch.parent_death import die_with_parent
 from shoal.launch.processes import signal_group
 
@@ -69,8 +74,9 @@ class AgentConnection:
     (idempotent). Thread-safe, but `launch` must run on a thread that outlives the job."""
 
     def __init__(self, argv: Sequence[str], name: str, kind: str, *, env: Optional[Mapping[str, str]] = None,
-                 heartbeat: Optional[float] = None):
+                 heartbeat: Optional[float] = None, output_buffer_bytes: int = DEFAULT_LIMIT_BYTES):
         self.name = name
+        self._output_buffer_bytes = output_buffer_bytes
         self._argv = list(argv)
         self._kind = kind
         self._env = dict(env) if env is not None else None
@@ -135,7 +141,7 @@ class AgentConnection:
         """Start a task through the agent; StartError if its program cannot be run there, AgentError
         if the agent does not answer. `inherit_env`: the task gets the agent's environment under
         `env`. `extra` goes into the task's TaskRef."""
-        handle = AgentTask(self, task)
+        handle = AgentTask(self, task, self._output_buffer_bytes)
         with self._tasks_lock:
             self._tasks[task] = handle
         try:
@@ -241,7 +247,7 @@ class AgentConnection:
             if kind == "heartbeat":
                 continue
             if kind == "output" and task is not None:
-                task._chunks.put(line_bytes(str(message.get("data", ""))))
+                task._chunks.put(line_bytes(str(message.get("data", ""))))  # never blocks (bounded, drops)
             elif kind == "exit" and task is not None and task._started:
                 task._exited(int(message.get("code", LOST)))
             else:
@@ -291,12 +297,13 @@ class AgentConnection:
 
 class AgentTask:
     """One task started through an agent (see executor.TaskHandle). `wait` and `output` are
-    for one thread each; `signal` and `close` are thread-safe."""
+    for one thread each; `signal` and `close` are thread-safe. Its output waits for `output` in
+    a buffer of `output_buffer_bytes` that drops the oldest (see the module docstring)."""
 
-    def __init__(self, connection: AgentConnection, name: str):
+    def __init__(self, connection: AgentConnection, name: str, output_buffer_bytes: int = DEFAULT_LIMIT_BYTES):
         self._connection = connection
         self._name = name
-        self._chunks: queue.Queue = queue.Queue()
+        self._chunks = OutputBuffer(name, output_buffer_bytes)
         self._done = threading.Event()
         self._code: Optional[int] = None
         self._started = False  # set by the reader thread when the agent said "started"
@@ -313,7 +320,7 @@ class AgentTask:
             self.lost_host = lost_host
             if last_words and self._started:
                 self._chunks.put(last_words.encode())
-            self._chunks.put(_END)
+            self._chunks.end()
             self._done.set()
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
@@ -329,7 +336,7 @@ class AgentTask:
     def output(self) -> Iterator[bytes]:
         while True:
             chunk = self._chunks.get()
-            if chunk is _END:
+            if chunk is None:
                 return
             yield chunk
 

@@ -22,7 +22,7 @@ This module is pure data and protocols: no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
 
@@ -211,12 +211,13 @@ class TaskPlacer(Protocol):
     """An executor that can add a task to a job that runs (`shoal scale`): it places the new
     task — a host of the job and a fresh port there — and then `start` starts it as any other."""
 
-    def place_task(self, job: "JobPlan", task: "TaskId",
-                   running: Sequence["TaskPlan"]) -> "TaskAllocation":
+    def place_task(self, job: "JobPlan", task: "TaskId", running: Sequence["TaskPlan"],
+                   avoid: Collection[str] = ()) -> "TaskAllocation":
         """Where `task` (a new index, never one that ran) runs; PlanError if it cannot be
         placed. `running` are the job's tasks that hold their place now (running, starting or
         waiting to restart; those scaled down or ended are not), so slots they left are free
-        again. Called from the thread that starts tasks; blocks briefly."""
+        again. `avoid` names hosts (TaskAllocation.node) not to use: ones that could not start
+        it (relocation.py). Called from the thread that starts tasks; blocks briefly."""
         ...
 
 

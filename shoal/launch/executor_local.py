@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Optional
 
 import psutil
@@ -23,6 +23,7 @@ import psutil
 from shoal.cluster import TaskId
 from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
 from shoal.launch import job_processes
+from shoal.launch.errors import PlanError
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
 from shoal.launch.local_process import LocalProcess
 from shoal.launch.local_reaper import Reaper
@@ -133,9 +134,13 @@ class LocalExecutor:
             master_host=self._host, master_port=ports[-1], python=self._python,
         )
 
-    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan]) -> TaskAllocation:
+    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan],
+                   avoid: Collection[str] = ()) -> TaskAllocation:
         """A task added to the running job (`shoal scale`): a free port of this host (see
-        executor.TaskPlacer). GPUs are not given to added tasks."""
+        executor.TaskPlacer). GPUs are not given to added tasks. This host is the only one:
+        PlanError if `avoid` names it ("")."""
+        if "" in avoid:
+            raise PlanError(f"{task} has no other host to run on: the local executor runs every task on this machine")
         port = free_ports(1, self._host)[0]
         return TaskAllocation(task, self._host, port, (), gpu_host=any(t.gpus for t in job.tasks))
 

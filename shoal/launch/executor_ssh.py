@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -150,13 +150,15 @@ class SshExecutor:
         return Allocation(tasks=tuple(places[t] for t in ids), master_host=master[0], master_port=master[1],
                           python=self._python, env=tuple(self._forward.items()))
 
-    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan]) -> TaskAllocation:
+    def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan],
+                   avoid: Collection[str] = ()) -> TaskAllocation:
         """Where a task added to the running job runs (see the module docstring): PlanError if
-        no connected host of the job has a free slot or its agent cannot bind a port. `running`
-        are the tasks that hold their place now (executor.TaskPlacer)."""
+        no connected host of the job outside `avoid` has a free slot or its agent cannot bind a
+        port. `running` are the tasks that hold their place now (executor.TaskPlacer)."""
         with self._lock:
             conns = {name: c for name, c in self._conns.items() if c.alive and c.hello is not None}
-        host = host_for_added(task, self._hosts, conns, [(t.node, t.task.job) for t in running])
+        eligible = [name for name in conns if name not in avoid]  # hosts that could not start it are left out
+        host = host_for_added(task, self._hosts, eligible, [(t.node, t.task.job) for t in running])
         conn = conns[host.name]
         assert conn.hello is not None
         try:

@@ -11,12 +11,17 @@ keep vanishing still exhaust `max_restarts`.
 Only non-primary workers move. Every task's TF_CONFIG names the ps tasks' addresses, so a ps
 restarts where it was; the primary (chief:0, else worker:0) owns the checkpoints and the job's
 end. When no connected host has a free slot, the task is restarted on its own host once that
-answers again, as before.
+answers again, as before. When the replacement cannot be started on the host it was placed on
+(its agent refused, the program is missing there), it is placed again on another eligible host,
+never one tried already; once none is left the job ends (START_FAILED), naming every host tried
+and its error.
 
 Pure functions; thread-safe.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from shoal.cluster import TaskId
 
@@ -45,4 +50,18 @@ def unplaced_note(label: str, lost_host: str, why: str) -> str:
             f" {lost_host} once that answers again")
 
 
-__all__ = ["MOVABLE_ROLES", "movable", "moved_detail", "moved_note", "unplaced_note"]
+def retry_note(lost_host: str, new_task: str, node: str, why: str) -> str:
+    """The launcher's line when a replacement could not start on `node` and another host is tried."""
+    return f"shoal | {lost_host} was lost: {new_task} could not be started on {node} ({why}); trying another host"
+
+
+def unstarted_detail(lost_host: str, new_task: str, tried: Sequence[tuple[str, str]]) -> str:
+    """Why the job ends when no host started a lost task's replacement: each host tried, with
+    its error ("host3 was lost and its replacement worker:4 could not be started on any other
+    host: host1 (...), host2 (...)")."""
+    hosts = ", ".join(f"{node} ({why})" for node, why in tried)
+    return f"{lost_host} was lost and its replacement {new_task} could not be started on any other host: {hosts}"
+
+
+__all__ = ["MOVABLE_ROLES", "movable", "moved_detail", "moved_note", "retry_note", "unplaced_note",
+           "unstarted_detail"]

@@ -30,7 +30,9 @@ initial placement. An added ps is a ps like the others for the teardown and rest
 ones count, scaled-down ones do not); the restart policy applies to added tasks as to any.
 Relocation (shoal/launch/relocation.py): a worker whose host was lost (its handle says so) is
 restarted elsewhere when the restart policy allows: a replacement with a fresh index, placed
-and started as a scaled-up task, while the lost one ends MOVED.
+and started as a scaled-up task, while the lost one ends MOVED. A replacement that cannot start
+where it was placed is placed on the next eligible host; when none is left the job ends
+(START_FAILED) naming each host tried and its error.
 
 Policy only: processes, hosts and pipes are the executor's (executor.py), so the policies
 are tested with a fake executor and an injected clock. The job ends with an `EndReason`;
@@ -60,7 +62,7 @@ from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan, added_task
 from shoal.launch.ps_roster import PsRoster
-from shoal.launch.relocation import movable, moved_detail, moved_note, unplaced_note
+from shoal.launch.relocation import movable, moved_detail, moved_note, retry_note, unplaced_note, unstarted_detail
 from shoal.launch.scaling import (ScaleOutcome, ScaleRequest, check_request, new_indices, task_word,
                                   to_stop)
 from shoal.launch.root_cause import TaskFailure
@@ -258,10 +260,7 @@ class Supervisor:
         self._on_exit(*event)
 
     def _start(self, slot: _Slot) -> None:
-        self._move(slot, TaskState.STARTING, "")
-        slot.attempt += 1
-        slot.stopping = False
-        slot.started_at = self._clock()
+        self._starting(slot)
         try:
             handle = self._executor.start(self._plan, slot.plan)
         except StartError as e:
@@ -269,6 +268,16 @@ class Supervisor:
             self._failed(slot, None, str(e))
             self._finish(EndReason.START_FAILED, str(e))
             return
+        self._running(slot, handle)
+
+    def _starting(self, slot: _Slot) -> None:
+        self._move(slot, TaskState.STARTING, "")
+        slot.attempt += 1
+        slot.stopping = False
+        slot.started_at = self._clock()
+
+    def _running(self, slot: _Slot, handle: TaskHandle) -> None:
+        """`slot` (STARTING) runs as `handle`: record it and watch it."""
         slot.handle = handle
         self._move(slot, TaskState.RUNNING, handle.ref.describe(), ref=handle.ref)
         if slot.attempt > 1 and self._watchdog is not None:  # a restarted task: a fresh window to catch up
@@ -423,17 +432,28 @@ class Supervisor:
             raise ScaleError(f"{task_word(task)} cannot be placed: {e}") from e
         return self._start_added(place)
 
-    def _start_added(self, place: TaskAllocation, restarts: int = 0) -> _Slot:
+    def _start_added(self, place: TaskAllocation) -> _Slot:
         """Plan, record and start a task the executor placed while the job runs; its slot. An
         added ps joins the job's ps list first, so that it finds itself there."""
-        peers = [s.plan for s in self._slots.values() if not s.state.is_terminal and not s.scaled_down]
         if place.task.job == "ps":
             self._ps = self._ps.added(place.task, place.address)
-        ps = self._ps if place.task.job == "ps" else self._started_ps
-        slot = _Slot(added_task(self._plan, place, peers, ps.addresses), restarts=restarts)
-        self._slots[slot.plan.name] = slot
-        self._observer.task_added(slot.plan)
+        slot = self._added_slot(self._added_plan(place))
         self._start(slot)
+        return slot
+
+    def _added_plan(self, place: TaskAllocation, leaving: Optional[_Slot] = None) -> TaskPlan:
+        """The plan of a task placed while the job runs: its TF_CONFIG lists the tasks that
+        hold their place now, less `leaving` (a lost task it replaces), plus itself."""
+        peers = [s.plan for s in self._slots.values()
+                 if not s.state.is_terminal and not s.scaled_down and s is not leaving]
+        ps = self._ps if place.task.job == "ps" else self._started_ps
+        return added_task(self._plan, place, peers, ps.addresses)
+
+    def _added_slot(self, plan: TaskPlan, restarts: int = 0) -> _Slot:
+        """Record a task added while the job runs (PENDING); its slot."""
+        slot = _Slot(plan, restarts=restarts)
+        self._slots[plan.name] = slot
+        self._observer.task_added(plan)
         return slot
 
     def _move_elsewhere(self, slot: _Slot, detail: str) -> bool:
@@ -450,16 +470,42 @@ class Supervisor:
         index = new_indices((s.plan.task.index for s in self._slots.values() if s.plan.task.job == role), 1)[0]
         task = TaskId(role, index)
         running = [s.plan for s in self._slots.values() if not s.state.is_terminal and s is not slot]
-        try:
-            place = self._executor.place_task(self._plan, task, running)
-        except PlanError as e:
-            self._mux.note(unplaced_note(slot.plan.label, lost, str(e)))
-            return False
+        tried: list[tuple[str, str]] = []  # (host, why the replacement could not start there)
+        while True:  # the replacement is recorded once it started: a host that cannot start it leaves no trace
+            avoid = tuple(node for node, _ in tried)
+            try:
+                place = self._executor.place_task(self._plan, task, running, avoid=avoid)
+            except PlanError as e:
+                if tried:
+                    self._no_host_started(slot, detail, lost, task, tried)
+                    return True
+                self._mux.note(unplaced_note(slot.plan.label, lost, str(e)))
+                return False
+            if place.node in avoid:  # a placer that cannot place elsewhere: none is left
+                self._no_host_started(slot, detail, lost, task, tried)
+                return True
+            plan = self._added_plan(place, leaving=slot)
+            try:
+                handle = self._executor.start(self._plan, plan)
+                break
+            except StartError as e:
+                tried.append((place.node, str(e)))
+                self._mux.note(retry_note(lost, task_word(task), place.node or place.host, str(e)))
         self._move(slot, TaskState.MOVED, moved_detail(detail, lost, place.node, task_word(task)))
         self._mux.note(moved_note(lost, task_word(slot.plan.task), place.node, task_word(task), slot.restarts + 1,
                                   self._plan.restart.max_restarts))
-        self._start_added(place, restarts=slot.restarts + 1)
+        replacement = self._added_slot(plan, restarts=slot.restarts + 1)
+        self._starting(replacement)
+        self._running(replacement, handle)
         return True
+
+    def _no_host_started(self, slot: _Slot, detail: str, lost: str, task: TaskId,
+                         tried: list[tuple[str, str]]) -> None:
+        """No eligible host could start the replacement of `slot`: it fails, and so does the job."""
+        why = unstarted_detail(lost, task_word(task), tried)
+        self._move(slot, TaskState.FAILED, f"{detail}; {why}")
+        self._failed(slot, None, why)
+        self._finish(EndReason.START_FAILED, f"{slot.plan.label}: {why}")
 
     # --- the watchdog -----------------------------------------------------------------
 

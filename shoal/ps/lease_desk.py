@@ -12,7 +12,7 @@ import logging
 from typing import Any, Mapping
 
 from shoal.ps.errors import PsError
-from shoal.ps.leases import EpochSummary, LeaseBook, LeaseError
+from shoal.ps.leases import EpochSummary, LeaseBook, LeaseError, Sorted
 from shoal.ps.protocol import LeaseCounts, LeaseReply, LeaseRequest, LeaseState, PushOutcome, PushRequest
 
 log = logging.getLogger("shoal.ps.service")
@@ -63,18 +63,22 @@ class LeaseDesk:
         return LeaseReply(LeaseState.GRANTED, self.book_id, lease.id, lease.epoch, lease.start, lease.end,
                           released=grant.released)
 
-    def check_push(self, message: PushRequest) -> None:
+    def check_push(self, message: PushRequest) -> Sorted | None:
         """Before a push is applied: refuse malformed `used` positions (LeaseError: outside the
         data set, of a lease never issued or another task's, outside their lease, named twice).
-        What is merely no longer leased is decided by `account`, once the outcome is known."""
+        What is merely no longer leased is decided by `account`, once the outcome is known:
+        pass it what this returns (the positions sorted; None when there is nothing to sort)."""
         if message.used is not None and self.serves and self.book is not None:
-            self.book.sort(message.task, message.used.book, message.used.ranges)
+            return self.book.sort(message.task, message.used.book, message.used.ranges)
+        return None
 
-    def account(self, message: PushRequest, outcome: PushOutcome, sync_step: int | None) -> None:
-        """After a push's outcome is known (checked by `check_push` before). Fresh positions
-        (leased, not reported yet): APPLIED in async mode -> consumed; APPLIED or ACCUMULATED in
-        sync mode -> pending in `sync_step`; STALE, DUPLICATE or ROLLED_BACK -> back to the queue.
-        Positions reported before by the same task (a resent push) are left as they are; those the book
+    def account(self, message: PushRequest, outcome: PushOutcome, sync_step: int | None,
+                checked: Sorted | None = None) -> None:
+        """After a push's outcome is known (checked by `check_push` before, which returned
+        `checked`; without it the positions are sorted here). Fresh positions (leased, not
+        reported yet): APPLIED in async mode -> consumed; APPLIED or ACCUMULATED in sync mode ->
+        pending in `sync_step`; STALE, DUPLICATE or ROLLED_BACK -> back to the queue. Positions
+        reported before by the same task (a resent push) are left as they are; those the book
         cannot place (another book's or no book's, or leases given back since) are lost if applied."""
         book, used = self.book, message.used
         if used is None or not self.serves:
@@ -87,16 +91,10 @@ class LeaseDesk:
                 log.warning("%s: %s used %d positions leased before this ps started, which has no lease book; "
                             "counted lost (they may be used again this epoch)", self.task_name, message.task, lost)
             return
-        sorted_ = book.sort(message.task, used.book, used.ranges)
-        if dropped:
-            book.requeue(message.task, sorted_.fresh)
-            return
-        if sync_step is None:
-            self._log_completed(book.consume(message.task, sorted_.fresh))
-        else:
-            book.hold(message.task, sorted_.fresh, sync_step)
-        if sorted_.lost:
-            lost = book.lose(sorted_.lost)
+        sorted_ = checked if checked is not None else book.sort(message.task, used.book, used.ranges)
+        self._log_completed(book.count_push(message.task, sorted_, not dropped, sync_step))
+        if sorted_.lost and not dropped:
+            lost = sum(end - start for _, start, end in sorted_.lost)
             why = "leased before this ps started" if sorted_.foreign else "given back when it left or restarted"
             log.warning("%s: %s used %d positions %s; counted lost (they may be used again this epoch)",
                         self.task_name, message.task, lost, why)

@@ -23,7 +23,8 @@ schedule: a request waits only once that many are open (a task sitting on leases
 others run through epochs) or at its `until_epoch`.
 
 `sort` tells a push's positions apart: fresh (leased, not reported), reported before by the
-same task (a resent push: nothing to count), and lost. `lose` counts positions a push used that
+same task (a resent push: nothing to count), and lost; `count_push` then counts them by the
+push's outcome, with no second check (one check per push). `lose` counts positions a push used that
 this book cannot place: their lease came from another book (ps 0 restarted since) or was given
 back (the task was dropped for a missed heartbeat, or restarted) — their use was applied but is
 not recorded as consumed, so the example may be used again this epoch. `export` / `restore` carry the open epochs' consumed
@@ -90,13 +91,12 @@ class EpochSummary:
 @dataclass(frozen=True)
 class Sorted:
     """A push's `used` positions as this book can count them (`LeaseBook.sort`): `fresh` ones
-    are leased and not yet reported (consume, hold or requeue them); `reported` positions were
-    reported by the same task before (a resent push: nothing to do); `lost` ones cannot be
+    are leased and not yet reported (consume, hold or requeue them); positions reported by the
+    same task before (a resent push) are in neither list: nothing to do; `lost` ones cannot be
     placed: leases of this book given back (the task left or restarted since) or of another
     book (ps 0 restarted since)."""
 
     fresh: tuple[tuple[int, int, int], ...]
-    reported: int
     lost: tuple[tuple[int, int, int], ...]
     foreign: bool
 
@@ -228,11 +228,7 @@ class LeaseBook:
         lease is open and `task`'s, the range is inside it and not reported before, and no two
         ranges overlap. Returns False for ranges of another book (only their bounds are
         checked: they can only be `lose`d), True otherwise. Changes nothing."""
-        ranges = list(ranges)
-        for lease_id, start, end in ranges:
-            if not 0 <= start < end <= self.num_examples:
-                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id}; positions must "
-                                 f"satisfy 0 <= start < end <= {self.num_examples} (the data set's size)")
+        ranges = self._in_bounds(task, ranges)
         if book != self.book_id:
             return False
         seen: dict[int, RangeSet] = {}
@@ -242,8 +238,7 @@ class LeaseBook:
                 raise LeaseError(f"{task} reported positions of lease {lease_id}, which is not open on this ps "
                                  f"(never issued, used up, or given back when {task} left or restarted)")
             lease = open_lease.lease
-            if lease.task != task:
-                raise LeaseError(f"{task} reported positions of lease {lease_id}, which is leased to {lease.task}")
+            _require_owner(task, lease_id, lease)
             mine = seen.setdefault(lease_id, RangeSet())
             if not open_lease.outstanding.covers(start, end) or mine.overlaps(start, end):
                 raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} (epoch "
@@ -256,16 +251,11 @@ class LeaseBook:
         """Sort the `used` positions of `task`'s push (see `Sorted`); changes nothing. Raises
         LeaseError for malformed ones only: outside the data set, of a lease this book never
         issued, of another task's lease, outside their lease, or named twice in one push."""
-        ranges = [tuple(r) for r in ranges]
-        for lease_id, start, end in ranges:
-            if not 0 <= start < end <= self.num_examples:
-                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id}; positions must "
-                                 f"satisfy 0 <= start < end <= {self.num_examples} (the data set's size)")
+        ranges = self._in_bounds(task, ranges)
         if book != self.book_id:
-            return Sorted((), 0, tuple(ranges), True)
+            return Sorted((), tuple(ranges), True)
         fresh: list[tuple[int, int, int]] = []
         lost: list[tuple[int, int, int]] = []
-        reported = 0
         seen: dict[int, RangeSet] = {}
         for lease_id, start, end in ranges:
             if not 1 <= lease_id < self._next_lease:
@@ -273,8 +263,8 @@ class LeaseBook:
                                  "ps (the leases of ps 0 are numbered from 1 in the order it issued them)")
             open_lease = self._leases.get(lease_id)
             lease = open_lease.lease if open_lease is not None else self._closed.get(lease_id)
-            if lease is not None and lease.task != task:
-                raise LeaseError(f"{task} reported positions of lease {lease_id}, which is leased to {lease.task}")
+            if lease is not None:
+                _require_owner(task, lease_id, lease)
             if lease is not None and not lease.start <= start < end <= lease.end:
                 raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} (epoch "
                                  f"{lease.epoch}, [{lease.start}, {lease.end})), but they are outside it")
@@ -285,30 +275,41 @@ class LeaseBook:
             if lease is None:
                 lost.append((lease_id, start, end))  # given back when the task left or restarted
                 continue
-            got = 0
             for s, t in (open_lease.outstanding if open_lease is not None else ()):
                 s, t = max(s, start), min(t, end)
                 if s < t:
                     fresh.append((lease_id, s, t))
-                    got += t - s
-            reported += end - start - got
-        return Sorted(tuple(fresh), reported, tuple(lost), False)
+        return Sorted(tuple(fresh), tuple(lost), False)
+
+    def count_push(self, task: str, used: Sorted, applied: bool, sync_step: int | None) -> list[EpochSummary]:
+        """Count `task`'s push's positions as `sort` sorted them (for this push, just now: no
+        second check). Fresh ones: not `applied` -> back to the queue (requeue); applied in
+        async mode (`sync_step` None) -> consumed; in sync mode -> pending in `sync_step`
+        (hold). Lost ones, if applied, are counted lost. Returns the epochs this completed."""
+        if not applied:
+            self._requeue(self._take(task, used.fresh))
+            return []
+        completed = self._consume(self._take(task, used.fresh)) if sync_step is None else []
+        if sync_step is not None:
+            self._hold(self._take(task, used.fresh), sync_step)
+        if used.lost:
+            self.lose(used.lost)
+        return completed
 
     def consume(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[EpochSummary]:
-        """LEASED -> CONSUMED (an applied gradient used them). Returns the epochs this completed."""
-        for open_lease, start, end in self._take(task, ranges):
-            self._open[open_lease.lease.epoch].consumed.add(start, end)
-        return self._close_complete()
+        """LEASED -> CONSUMED (an applied gradient used them). Returns the epochs this completed.
+        Raises LeaseError (see `check`)."""
+        return self._consume(self._take(task, self._checked(task, ranges)))
 
     def hold(self, task: str, ranges: Iterable[tuple[int, int, int]], step: int) -> None:
-        """LEASED -> PENDING: used by a gradient counted in sync step `step`, not applied yet."""
-        for open_lease, start, end in self._take(task, ranges):
-            self._pending.append(_Pending(step, open_lease.lease.epoch, start, end))
+        """LEASED -> PENDING: used by a gradient counted in sync step `step`, not applied yet.
+        Raises LeaseError (see `check`)."""
+        self._hold(self._take(task, self._checked(task, ranges)), step)
 
     def requeue(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> None:
-        """LEASED -> FREE: the gradient was not applied (stale, duplicate)."""
-        for open_lease, start, end in self._take(task, ranges):
-            self._free(open_lease.lease.epoch, start, end)
+        """LEASED -> FREE: the gradient was not applied (stale, duplicate). Raises LeaseError
+        (see `check`)."""
+        self._requeue(self._take(task, self._checked(task, ranges)))
 
     def lose(self, ranges: Iterable[tuple[int, int, int]]) -> int:
         """Count positions a push used that this book cannot place (another book's, or leases
@@ -427,12 +428,38 @@ class LeaseBook:
 
     # --- internals -------------------------------------------------------------------------
 
-    def _take(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[tuple[_OpenLease, int, int]]:
-        """Check `ranges` (this book's) and take them out of their leases' outstanding
-        positions; a lease with none left is closed."""
+    def _in_bounds(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """`ranges` as a list; LeaseError for one outside the data set."""
+        ranges = [tuple(r) for r in ranges]
+        for lease_id, start, end in ranges:
+            if not 0 <= start < end <= self.num_examples:
+                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id}; positions must "
+                                 f"satisfy 0 <= start < end <= {self.num_examples} (the data set's size)")
+        return ranges
+
+    def _checked(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """`ranges` (this book's), once `check` accepted them."""
         ranges = list(ranges)
         if not self.check(task, self.book_id, ranges):
             raise AssertionError("unreachable")
+        return ranges
+
+    def _consume(self, taken: list[tuple[_OpenLease, int, int]]) -> list[EpochSummary]:
+        for open_lease, start, end in taken:
+            self._open[open_lease.lease.epoch].consumed.add(start, end)
+        return self._close_complete()
+
+    def _hold(self, taken: list[tuple[_OpenLease, int, int]], step: int) -> None:
+        for open_lease, start, end in taken:
+            self._pending.append(_Pending(step, open_lease.lease.epoch, start, end))
+
+    def _requeue(self, taken: list[tuple[_OpenLease, int, int]]) -> None:
+        for open_lease, start, end in taken:
+            self._free(open_lease.lease.epoch, start, end)
+
+    def _take(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[tuple[_OpenLease, int, int]]:
+        """Take `ranges` (checked already: outstanding positions of `task`'s open leases, no two
+        overlapping) out of their leases' outstanding positions; a lease with none left is closed."""
         taken = []
         for lease_id, start, end in ranges:
             open_lease = self._leases[lease_id]
@@ -475,3 +502,8 @@ class LeaseBook:
         if any(p.epoch < limit for p in self._pending):
             tasks.add("(a sync step not yet applied)")
         return tuple(sorted(tasks))
+
+
+def _require_owner(task: str, lease_id: int, lease: Lease) -> None:
+    if lease.task != task:
+        raise LeaseError(f"{task} reported positions of lease {lease_id}, which is leased to {lease.task}")

@@ -298,18 +298,18 @@ class PsService:
                           f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
         if message.hyper is not None:
             self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
-        self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
+        checked = self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         self.membership.seen(message.task, self._clock())
         if self._sync is None and message.basis and message.basis != self.incarnation:
             # computed on values of an earlier process of this ps, which a failover rolled back: the
             # restored values may already hold it (it reached the replica), so it is never applied
-            self._leases.account(message, PushOutcome.ROLLED_BACK, None)
+            self._leases.account(message, PushOutcome.ROLLED_BACK, None, checked)
             return self._reply_values(_Waiting(request, names, 0, PushOutcome.ROLLED_BACK))
         if message.closure is not None and self.closures.is_duplicate(message.closure, grads.keys()):
             log.info("%s: %s pushed %s again (a re-run closure); already applied, answered duplicate",
                      self.task_name, message.task, message.closure)
-            self._leases.account(message, PushOutcome.DUPLICATE, None if self._sync is None else message.step)
+            self._leases.account(message, PushOutcome.DUPLICATE, None if self._sync is None else message.step, checked)
             if self._sync is None:
                 return self._reply_values(_Waiting(request, names, 0, PushOutcome.DUPLICATE))
             # answered as the original is: once its step is applied to these shards, with those
@@ -320,7 +320,7 @@ class PsService:
         if self._sync is None:
             self._record_closure(message, grads)
             self.store.apply(grads, message.hyper)
-            self._leases.account(message, PushOutcome.APPLIED, None)
+            self._leases.account(message, PushOutcome.APPLIED, None, checked)
             if message.ends_step:
                 self.membership.count_applied(message.task)
                 self._async_step += 1
@@ -333,7 +333,7 @@ class PsService:
             raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
         outcome = self._sync.add(message.task, message.step, grads)
-        self._leases.account(message, outcome, message.step)
+        self._leases.account(message, outcome, message.step, checked)
         if outcome is PushOutcome.DUPLICATE:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed

@@ -81,17 +81,19 @@ class Checkpointer:
             return True
         return bool(every_s) and time.monotonic() - self._saved_at >= every_s
 
-    def save_if_due(self, client: PsClient, step: int) -> None:
-        """Take a periodic checkpoint if one is due. A save that fails is logged as a warning
-        and tried again at the next interval, so a full disk never stops training."""
+    def save_if_due(self, client: PsClient, step: int) -> bool:
+        """Take a periodic checkpoint if one is due; returns whether one was. A save that fails
+        is logged as a warning and tried again at the next interval, so a full disk never stops
+        training."""
         if not self.due(step):
-            return
+            return False
         try:
             self.save(client, reason=SaveReason.PERIODIC)
         except CheckpointError as e:
             self.mark_saved(step)  # retry at the next interval, not on every step
             log.warning("%s could not save a periodic checkpoint (will try again in one interval): %s",
                         self._task, e)
+        return True
 
     def use_placement(self, placement: Placement) -> None:
         """Gather snapshots by `placement` from now on (the job re-homed a ps: shoal/train/rehoming.py)."""

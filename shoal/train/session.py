@@ -327,10 +327,10 @@ class TrainingSession:
         parts = [(ps, {sh.name: sh.rows(arrays[sh.variable]) for sh in shards}) for ps, shards in self._push_parts]
         if isinstance(used, LeasedBatch):
             used = used.used
+        closure = self._closure_tags.next_tag()
         try:
             answers = self.ps.push_all(self.task, self._step, parts, self._targets,
-                                       self._shard_hyper(hyper) if hyper is not None else None, used,
-                                       closure=self._closure_tags.next_tag())
+                                       self._shard_hyper(hyper) if hyper is not None else None, used, closure=closure)
         except ShardsMoved as moved:  # shards moved to a ps that joined: send those parts to their new home
             resent = self._growing.resend(self.ps, self.task, self._step, moved, parts,
                                           self._shard_hyper(hyper) if hyper is not None else None, used, self._targets)
@@ -342,7 +342,7 @@ class TrainingSession:
             self._use_placement(moved.placement)
             if self.sync:  # the gradients that went to the lost ps, resent for the step in flight
                 resend_moved(self.ps, self.task, self._step, moved, arrays,
-                             self._shard_hyper(hyper) if hyper is not None else None, self._targets)
+                             self._shard_hyper(hyper) if hyper is not None else None, self._targets, closure=closure)
                 self.pull(min_step=self._step + 1)
             else:  # async: the replica may hold them already; never applied twice
                 self.pull()
@@ -439,7 +439,7 @@ class TrainingSession:
         client = PsClient(self.config.ps_addresses, self._secret, timeout_s=self.request_timeout_s,
                           security=self._security)
         self._watch = PsWatch(self.task, client, self._watched_ps_lost, recovery_timeout_s=self.ps_recovery_timeout_s,
-                              every_s=every_s)
+                              every_s=every_s, serialize=self._recovering, retired=self._retired_ps)
         return self._watch.start()
 
     def save_checkpoint(self, export: bool = False) -> Path:
@@ -467,9 +467,7 @@ class TrainingSession:
             log.warning("%s could not ask ps:0 for the global step (no periodic checkpoint now): %s", self.task, e)
             return False
         self._step = max(self._step, step)
-        due = self.checkpointer.due(step)
-        self.checkpointer.save_if_due(self.ps, step)
-        return due
+        return self.checkpointer.save_if_due(self.ps, step)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -484,8 +482,14 @@ class TrainingSession:
     def _lost_ps(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         # After SIGTERM a ps that goes away is the job ending, not a ps to wait for.
         self._stop.stop(self._step, None)
+        asked = time.monotonic()
         with self._recovering:
+            deadline += time.monotonic() - asked  # the watch's recovery held the lock: not this ps's time
             self._recovery.recover(client, ps, deadline, cause)
+
+    def _retired_ps(self) -> tuple[int, ...]:
+        """The cluster indices of the ps tasks re-homed so far (read by the ps watch's thread)."""
+        return tuple(self._recovery.retired) if isinstance(self._recovery, Rehoming) else ()
 
     def _watched_ps_lost(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         if self._stop.requested:  # the job is ending (SIGTERM): its ps go away, none is rebuilt
@@ -494,8 +498,7 @@ class TrainingSession:
             if self._watch is not None:
                 self._watch.close()
             return
-        with self._recovering:
-            self._rebuild.recover(client, ps, deadline, cause)
+        self._rebuild.recover(client, ps, deadline, cause)  # the watch holds the recovery lock (its `serialize`)
 
     def _use_placement(self, placement: Placement) -> None:
         """Where every shard lives, from the start or after a lost ps was re-homed (its shard

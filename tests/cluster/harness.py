@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -28,6 +29,18 @@ class Task:
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout=timeout)
+
+    def kill(self, timeout: float = 10) -> int:
+        """SIGKILL the task's process group and wait for it (up to `timeout`); its exit code."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return self.wait(timeout)
+
+    def highest_step(self, pattern: str = r"step=(\d+)") -> int:
+        """The highest step the task printed so far (`pattern`'s group, per line); 0 before any."""
+        return max([int(s) for s in re.findall(pattern, self.output(), re.M)] or [0])
 
     def wait_for_output(self, text: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -95,6 +108,15 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 raise AssertionError(f"{t.name} still running after {timeout}s\n{self.dump()}") from None
         return codes
+
+    def wait_for(self, predicate, timeout: float, what: str) -> None:
+        """Poll `predicate()` until it is true; fail naming `what` after `timeout` seconds, or at
+        once if a task ended meanwhile (with every log)."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, f"{what} within {timeout}s\n{self.dump()}"
+            assert all(t.proc.poll() is None for t in self.tasks), f"a task ended early\n{self.dump()}"
+            time.sleep(0.05)
 
     def dump(self) -> str:
         return "\n".join(f"--- {t.name} (rc={t.proc.poll()})\n{t.output()[-2000:]}" for t in self.tasks)

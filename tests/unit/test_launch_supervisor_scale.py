@@ -65,6 +65,17 @@ def ask(supervisor, outcomes, role, count):
     supervisor.request_scale(ScaleRequest(role, count), outcomes.append)
 
 
+def ask_then_end(supervisor, executor, outcomes, requests, ender="worker.0"):
+    """A hook: ask for each (role, count) of `requests`, serve them at once, then end `ender`
+    (exit 0)."""
+    def hook() -> None:
+        for role, count in requests:
+            ask(supervisor, outcomes, role, count)
+        supervisor._serve_scales()
+        executor.handle(ender).exit(0)
+    return hook
+
+
 def test_scale_up_starts_new_workers_with_fresh_indices_and_their_own_tf_config(tmp_path):
     supervisor, executor, recorder, out = scaled(
         tmp_path, {"ps": {}, "worker": {"count": "2..4"}}, {})
@@ -179,13 +190,8 @@ def test_a_request_outside_the_range_changes_nothing_and_says_the_range(tmp_path
     supervisor, executor, recorder, _ = scaled(tmp_path, {"worker": {"count": "1..2"}}, {})
     outcomes: list = []
 
-    def ask_then_end() -> None:
-        for role, count in (("worker", 5), ("worker", 0), ("ps", 2)):
-            ask(supervisor, outcomes, role, count)
-        supervisor._serve_scales()
-        executor.handle("worker.0").exit(0)
-
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end(
+        supervisor, executor, outcomes, (("worker", 5), ("worker", 0), ("ps", 2)))
     assert supervisor.run().state is JobState.SUCCEEDED
     assert [o.ok for o in outcomes] == [False, False, False]
     assert "outside this job's range 1..2" in outcomes[0].error
@@ -198,12 +204,7 @@ def test_a_job_on_an_executor_that_cannot_add_tasks_says_scale_is_not_supported(
                                                executor_class=FakeExecutor)
     outcomes: list = []
 
-    def ask_then_end() -> None:
-        ask(supervisor, outcomes, "worker", 2)
-        supervisor._serve_scales()
-        executor.handle("worker.0").exit(0)
-
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end(supervisor, executor, outcomes, [("worker", 2)])
     assert supervisor.run().state is JobState.SUCCEEDED
     assert "shoal scale is not supported for fake jobs yet" in outcomes[0].error
 
@@ -247,12 +248,7 @@ def test_an_unexpected_error_in_a_scale_request_is_answered_and_the_job_goes_on(
                                                executor_class=BrokenPlacer)
     outcomes: list = []
 
-    def ask_then_end() -> None:
-        ask(supervisor, outcomes, "worker", 2)
-        supervisor._serve_scales()
-        executor.handle("worker.0").exit(0)
-
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = ask_then_end(supervisor, executor, outcomes, [("worker", 2)])
     assert supervisor.run().state is JobState.SUCCEEDED
     assert len(outcomes) == 1 and "worker=2" in outcomes[0].error
     assert "RuntimeError: the placer broke" in outcomes[0].error
@@ -284,12 +280,8 @@ def test_scale_up_from_zero_workers_of_a_gpu_role_is_refused_saying_why(tmp_path
         tmp_path, {"chief": {}, "worker": {"count": "0..2", "gpus": 1}}, {})
     outcomes: list = []
 
-    def ask_then_end() -> None:
-        ask(supervisor, outcomes, "worker", 1)
-        supervisor._serve_scales()
-        executor.handle("chief.0").exit(0)
-
-    recorder.hooks[("chief.0", TaskState.RUNNING)] = ask_then_end
+    recorder.hooks[("chief.0", TaskState.RUNNING)] = ask_then_end(supervisor, executor, outcomes, [("worker", 1)],
+                                                                  ender="chief.0")
     assert supervisor.run().state is JobState.SUCCEEDED
     assert "the worker tasks use GPUs" in outcomes[0].error
     assert [name for name, _ in executor.starts] == ["chief.0"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from shoal.ps.errors import PsError
-from shoal.ps.leases import LeaseError
+from shoal.ps.leases import LeaseBook, LeaseError
 from shoal.ps.optimizers import SGD
 from shoal.ps.protocol import (ASYNC, DoneRequest, FailedRequest, InitRequest, LeaseReply, LeaseRequest, LeaseState,
                                Mode, ProtocolFieldError, PushOutcome, PushRequest, ReadyRequest, SnapshotReply,
@@ -151,3 +151,29 @@ def test_init_with_a_damaged_lease_state_changes_nothing_and_a_retry_restores_th
     service.handle(request(InitRequest(SGD(1.0).to_config(), ASYNC, leases=good), {"w": np.zeros(3, np.float32)}))
     service.handle(request(ReadyRequest()))
     assert counts(service).consumed == 25  # the retried init restored the book
+
+
+class CountingBook(LeaseBook):
+    """A real lease book that counts how often a push's positions are checked."""
+
+    checks = 0
+
+    def check(self, *args, **kwargs):
+        CountingBook.checks += 1
+        return super().check(*args, **kwargs)
+
+    def sort(self, *args, **kwargs):
+        CountingBook.checks += 1
+        return super().sort(*args, **kwargs)
+
+
+@pytest.mark.parametrize("training", [ASYNC, SYNC2])
+def test_a_push_checks_its_used_positions_once(monkeypatch, training):
+    monkeypatch.setattr("shoal.ps.lease_desk.LeaseBook", CountingBook)
+    service = make_service(training=training)
+    reply = lease(service)
+    CountingBook.checks = 0
+    push(service, "worker:0", 0, reply)
+    assert CountingBook.checks == 1
+    c = counts(service)
+    assert (c.consumed, c.pending) == ((10, 0) if training is ASYNC else (0, 10))

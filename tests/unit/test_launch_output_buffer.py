@@ -1,0 +1,46 @@
+"""`OutputBuffer` (issue 11): a remote task's output held for a slow console, bounded, dropping the
+oldest, with a note in the stream where output went missing."""
+
+import threading
+
+from shoal.launch.output_buffer import OutputBuffer, dropped_note
+
+
+def drain(buffer):
+    out = []
+    while (chunk := buffer.get()) is not None:
+        out.append(chunk)
+    return out
+
+
+def test_put_drops_the_oldest_past_the_limit_and_get_notes_the_gap_where_it_was():
+    buffer = OutputBuffer("worker.1", limit_bytes=10)
+    for chunk in (b"aaaa\n", b"bbbb\n", b"cccc\n"):
+        buffer.put(chunk)
+    assert buffer.get() == dropped_note("worker.1", 5, 10)  # "aaaa\n" went; the note comes first
+    assert buffer.get() == b"bbbb\n"
+    for chunk in (b"dddd\n", b"eeee\n"):
+        buffer.put(chunk)  # "cccc\n" goes: a second gap, after what was read
+    buffer.end()
+    assert drain(buffer) == [dropped_note("worker.1", 5, 10), b"dddd\n", b"eeee\n"]
+    assert buffer.dropped == 10
+
+
+def test_a_chunk_larger_than_the_limit_is_kept_whole_and_put_after_end_is_ignored():
+    buffer = OutputBuffer("worker.1", limit_bytes=4)
+    buffer.put(b"ab\n")
+    buffer.put(b"0123456789\n")
+    buffer.end()
+    buffer.put(b"late\n")
+    assert drain(buffer) == [dropped_note("worker.1", 3, 4), b"0123456789\n"]
+
+
+def test_get_waits_for_a_put_from_another_thread_and_returns_none_at_the_end():
+    buffer = OutputBuffer("worker.1")
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(drain(buffer)))
+    reader.start()
+    buffer.put(b"hello\n")
+    buffer.end()
+    reader.join(10)
+    assert not reader.is_alive() and got == [b"hello\n"]
