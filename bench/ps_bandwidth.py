@@ -25,6 +25,9 @@ B C D A, ...) and each figure is the median of the samples:
 
 ratio_vs_raw = raw_s / shoal_s (a throughput ratio: > 1 means Shoal is faster), taken as the
 median over rounds of the ratio within each round; the *_s figures are plain medians.
+cpu_vs_raw = CPU seconds per Shoal push (this process and the ps, all threads) / CPU seconds
+per raw round trip (this process and the TCP echo): what the push costs the machine, which
+other processes' load moves much less than wall time (medians of each; `cpu_s` has them all).
 
 Tiny messages: a bare zmq DEALER/ROUTER round trip of 8 bytes (no auth, no msgpack) against
 a Shoal 'status' request (header only) and a 4-byte push through TrainingSession; wall time
@@ -332,6 +335,7 @@ def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | Non
 
         tiny_grad = np.ones(1, np.float32)
         zmq_pid, ps_pid = echoes.task("zmq-echo").pid, shoal_side.ps_pid
+        tcp_pid = echoes.task("tcp-echo").pid
         tiny_cpu: dict[str, list[float]] = {}
         tiny = interleaved({"bare_zmq": lambda: bare.roundtrip(b"01234567"),
                             "shoal_status": shoal_side.status,
@@ -364,12 +368,19 @@ def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | Non
                 param -= 0.0 * grad  # exactly what shoal.SGD.apply runs on the ps
 
             iters, samples = plan(n)
+            cpu: dict[str, list[float]] = {}
             times = interleaved({"shoal": lambda: shoal_side.push(name, grad),
                                  "rpc": lambda: shoal_side.rpc_push(name, grad),
                                  "zmq": lambda: bare.roundtrip_frames(chunks),
                                  "raw": lambda: raw.roundtrip(payload, rx),
-                                 "update": update}, iters, samples)
+                                 "update": update}, iters, samples,
+                                cpu={"shoal": lambda: cpu_seconds() + cpu_seconds(ps_pid),
+                                     "rpc": lambda: cpu_seconds() + cpu_seconds(ps_pid),
+                                     "zmq": lambda: cpu_seconds() + cpu_seconds(zmq_pid),
+                                     "raw": lambda: cpu_seconds() + cpu_seconds(tcp_pid),
+                                     "update": cpu_seconds}, cpu_out=cpu)
             t = {k: median(v) for k, v in times.items()}
+            cpu_s = {k: median(v) for k, v in cpu.items()}
             goal = GOALS.get(n)
             ratio = paired_ratio(times["raw"], times["shoal"])
             faults = page_faults(lambda: shoal_side.push(name, grad), shoal_side.ps_pid)
@@ -380,6 +391,8 @@ def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | Non
                    "zmq_ratio_vs_raw": round(paired_ratio(times["raw"], times["zmq"]), 3),
                    "page_faults_per_push": faults, "rpc_page_faults_per_push": rpc_faults, "pages": n // 4096,
                    "update_share_of_raw": round(t["update"] / t["raw"], 3),
+                   "cpu_s": cpu_s, "cpu_vs_raw": round(cpu_s["shoal"] / cpu_s["raw"], 3),
+                   "rpc_cpu_vs_raw": round(cpu_s["rpc"] / cpu_s["raw"], 3),
                    "shoal_gbps": round(2 * n / t["shoal"] / 1e9, 3), "raw_gbps": round(2 * n / t["raw"] / 1e9, 3),
                    "iters_per_sample": iters, "samples": samples,
                    "goal": goal, "met": None if goal is None else ratio >= goal}
@@ -428,7 +441,7 @@ def _human(n: int) -> str:
 
 
 _COLUMNS = f"{'size':>8} {'shoal_ms':>9} {'rpc_ms':>8} {'zmq_ms':>8} {'raw_ms':>8} {'update_ms':>9} " \
-           f"{'shoal/raw':>9} {'rpc/raw':>8} {'zmq/raw':>8} {'faults c/ps':>12} {'rpc faults':>11}  goal"
+           f"{'shoal/raw':>9} {'rpc/raw':>8} {'zmq/raw':>8} {'cpu/raw':>8} {'faults c/ps':>12} {'rpc faults':>11}  goal"
 
 
 def _row(r: dict) -> str:
@@ -437,7 +450,7 @@ def _row(r: dict) -> str:
     rpc_faults = f"{r['rpc_page_faults_per_push']['client']}/{r['rpc_page_faults_per_push']['ps']}"
     return (f"{_human(r['bytes']):>8} {r['shoal_s'] * 1e3:9.3f} {r['rpc_s'] * 1e3:8.3f} {r['zmq_s'] * 1e3:8.3f} "
             f"{r['raw_s'] * 1e3:8.3f} {r['update_s'] * 1e3:9.3f} {r['ratio_vs_raw']:9.2f} {r['rpc_ratio_vs_raw']:8.2f} "
-            f"{r['zmq_ratio_vs_raw']:8.2f} {faults:>12} {rpc_faults:>11}  {goal}")
+            f"{r['zmq_ratio_vs_raw']:8.2f} {r['cpu_vs_raw']:8.2f} {faults:>12} {rpc_faults:>11}  {goal}")
 
 
 def main(argv=None) -> int:
