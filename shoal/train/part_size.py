@@ -4,10 +4,11 @@ A push goes in parts so that a ps updates and answers one part while the next is
 (the upload of part k+1 overlaps the download of part k). That pays on a link that is slow next
 to what a request costs the two processes: at 1 Gbit/s a 256 KiB part is ~2 ms on the wire, and
 parts of that size made the MLP example 1.26x faster (bench.multihost_throughput). On loopback a
-256 KiB part moves in ~0.1 ms while its request costs both processes ~0.8 ms of CPU (header,
-dispatch, reply, zmq frames; bench/README.md, "ps_bandwidth, issue 16, part size"), so the
-push is as many times slower as it has parts. There, parts of one wire chunk (4 MiB) still
-overlap a large push's update with its transfer, at a 16th of the requests.
+256 KiB part moves in ~0.1 ms while its request costs both processes 0.25-0.55 ms of CPU beyond
+its bytes (header, dispatch, reply, zmq frames and thread wake-ups; bench/README.md, "ps_bandwidth,
+issue 16, part size"), so a push was about as many times slower as it had parts. There, parts of
+one wire chunk (4 MiB) still overlap a large push's update with its transfer, at a 16th of the
+requests.
 
 Every task of a job computes the placement itself, so the choice depends only on what every
 task sees alike: the ps addresses of the cluster spec. Pure; thread-safe.
