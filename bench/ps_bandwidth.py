@@ -9,9 +9,11 @@ B C D A, ...) and each figure is the median of the samples:
 
     shoal_s    TrainingSession.push of one float32 variable of that size: the gradient goes
                to the ps, the ps applies SGD (learning rate 0) and sends the new value back in
-               the same round trip, the session copies it into `session.params`. With the
-               default --push_part_bytes the variable is cut into shards of 256 KiB and the push
-               travels in that many messages (a 128 MiB push is 512 requests, pipelined)
+               the same round trip, the session copies it into `session.params`. The variable
+               is cut into shards of the session's part size and the push travels in that many
+               messages, pipelined: by default (the ps is on loopback) 4 MiB, so a 128 MiB push
+               is 32 requests; `--part_bytes 262144` gives the part size used between hosts
+               (512 requests at 128 MiB)
     rpc_s      the same 'push' (pull=True) of the whole variable in one message (4 MiB chunks)
                through a bare RpcClient: no copy into params
     zmq_s      a bare zmq DEALER/ROUTER echo of the same bytes in Shoal's chunks (no auth, no
@@ -23,6 +25,9 @@ B C D A, ...) and each figure is the median of the samples:
 
 ratio_vs_raw = raw_s / shoal_s (a throughput ratio: > 1 means Shoal is faster), taken as the
 median over rounds of the ratio within each round; the *_s figures are plain medians.
+cpu_vs_raw = CPU seconds per Shoal push (this process and the ps, all threads) / CPU seconds
+per raw round trip (this process and the TCP echo): what the push costs the machine, which
+other processes' load moves much less than wall time (medians of each; `cpu_s` has them all).
 
 Tiny messages: a bare zmq DEALER/ROUTER round trip of 8 bytes (no auth, no msgpack) against
 a Shoal 'status' request (header only) and a 4-byte push through TrainingSession; wall time
@@ -49,6 +54,7 @@ import numpy as np
 
 import shoal
 from bench import free_ports, machine, median
+from shoal.train.part_size import PartSize
 from bench.jobrun import Job, JobState, Launch, clean_env
 from shoal.ps.protocol import ASYNC, InitRequest
 from shoal.wire import CHUNK_BYTES, RpcClient
@@ -179,7 +185,8 @@ class ShoalSide:
     the ps ends the job and exits 0 by itself, as in training.
     """
 
-    def __init__(self, sizes: list[int]):
+    def __init__(self, sizes: list[int], push_part_bytes: int | None | PartSize = PartSize.AUTO):
+        self.push_part_bytes = push_part_bytes
         self.values = {"tiny": np.zeros(1, np.float32), **{f"v{n}": np.zeros(n // 4, np.float32) for n in sizes}}
         ports = free_ports(1 + len(self.values))
         self.spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
@@ -204,10 +211,10 @@ class ShoalSide:
         for i, (name, value) in enumerate(self.values.items()):
             config = shoal.ClusterConfig(spec, shoal.TaskId("worker", i))
             self.sessions[name] = shoal.TrainingSession(config, {name: value}, shoal.SGD(0.0), secret=self.secret,
-                                                        request_timeout_s=120)
+                                                        request_timeout_s=120, push_part_bytes=self.push_part_bytes)
         rule = shoal.SGD(0.0).to_config()
         for name, value in self.values.items():
-            # the session's shards (a large variable travels in parts of DEFAULT_PUSH_PART_BYTES),
+            # the session's shards (a large variable travels in parts of the session's part size),
             # and the whole variable under "rpc/<name>" for the bare RpcClient's one-message push
             shards = {s.name: s.rows(value) for s in self.sessions[name].placement.shards}
             self.client.call("init", InitRequest(rule, ASYNC).fields(), {**shards, f"rpc/{name}": value})
@@ -311,7 +318,7 @@ def paired_ratio(num: list[float], den: list[float]) -> float:
     return median([a / b for a, b in zip(num, den)])
 
 
-def run(sizes: list[int], log: Callable[[str], None]) -> dict:
+def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | None | PartSize = PartSize.AUTO) -> dict:
     echoes = Job()
     shoal_side = raw = bare = None
     tcp_port, zmq_port = free_ports(2)
@@ -319,7 +326,7 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
         for kind, port in (("tcp", tcp_port), ("zmq", zmq_port)):
             echoes.start(Launch(f"{kind}-echo", ("-m", "bench.ps_bandwidth", "--serve", kind, str(port)),
                                 clean_env(os.environ)))
-        shoal_side = ShoalSide(sizes)
+        shoal_side = ShoalSide(sizes, push_part_bytes)
         shoal_side.start()
         raw = RawClient(tcp_port)
         raw.connect()
@@ -328,6 +335,7 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
 
         tiny_grad = np.ones(1, np.float32)
         zmq_pid, ps_pid = echoes.task("zmq-echo").pid, shoal_side.ps_pid
+        tcp_pid = echoes.task("tcp-echo").pid
         tiny_cpu: dict[str, list[float]] = {}
         tiny = interleaved({"bare_zmq": lambda: bare.roundtrip(b"01234567"),
                             "shoal_status": shoal_side.status,
@@ -360,12 +368,19 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
                 param -= 0.0 * grad  # exactly what shoal.SGD.apply runs on the ps
 
             iters, samples = plan(n)
+            cpu: dict[str, list[float]] = {}
             times = interleaved({"shoal": lambda: shoal_side.push(name, grad),
                                  "rpc": lambda: shoal_side.rpc_push(name, grad),
                                  "zmq": lambda: bare.roundtrip_frames(chunks),
                                  "raw": lambda: raw.roundtrip(payload, rx),
-                                 "update": update}, iters, samples)
+                                 "update": update}, iters, samples,
+                                cpu={"shoal": lambda: cpu_seconds() + cpu_seconds(ps_pid),
+                                     "rpc": lambda: cpu_seconds() + cpu_seconds(ps_pid),
+                                     "zmq": lambda: cpu_seconds() + cpu_seconds(zmq_pid),
+                                     "raw": lambda: cpu_seconds() + cpu_seconds(tcp_pid),
+                                     "update": cpu_seconds}, cpu_out=cpu)
             t = {k: median(v) for k, v in times.items()}
+            cpu_s = {k: median(v) for k, v in cpu.items()}
             goal = GOALS.get(n)
             ratio = paired_ratio(times["raw"], times["shoal"])
             faults = page_faults(lambda: shoal_side.push(name, grad), shoal_side.ps_pid)
@@ -376,6 +391,8 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
                    "zmq_ratio_vs_raw": round(paired_ratio(times["raw"], times["zmq"]), 3),
                    "page_faults_per_push": faults, "rpc_page_faults_per_push": rpc_faults, "pages": n // 4096,
                    "update_share_of_raw": round(t["update"] / t["raw"], 3),
+                   "cpu_s": cpu_s, "cpu_vs_raw": round(cpu_s["shoal"] / cpu_s["raw"], 3),
+                   "rpc_cpu_vs_raw": round(cpu_s["rpc"] / cpu_s["raw"], 3),
                    "shoal_gbps": round(2 * n / t["shoal"] / 1e9, 3), "raw_gbps": round(2 * n / t["raw"] / 1e9, 3),
                    "iters_per_sample": iters, "samples": samples,
                    "goal": goal, "met": None if goal is None else ratio >= goal}
@@ -391,7 +408,7 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
                 "tiny_cpu_vs_bare_zmq": round(tiny_cpu_s["shoal_status"] / tiny_cpu_s["bare_zmq"], 3),
                 "tiny_push_cpu_vs_bare_zmq": round(tiny_cpu_s["shoal_push_4B"] / tiny_cpu_s["bare_zmq"], 3),
                 "goals_met": all(r["met"] for r in results if r["met"] is not None) and tiny_ratio <= TINY_GOAL,
-                "ps_exit_code": ps_exit, "machine": machine()}
+                "push_part_bytes": part_bytes_name(push_part_bytes), "ps_exit_code": ps_exit, "machine": machine()}
     finally:
         if raw is not None:
             raw.close()
@@ -402,12 +419,29 @@ def run(sizes: list[int], log: Callable[[str], None]) -> dict:
         echoes.close()
 
 
+def part_bytes_name(part_bytes: int | None | PartSize) -> int | str | None:
+    """How the report names the sessions' part size: "auto", bytes, or None (one message)."""
+    return part_bytes.value if isinstance(part_bytes, PartSize) else part_bytes
+
+
+def _part_bytes(text: str) -> int | None | PartSize:
+    if text == "auto":
+        return PartSize.AUTO
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or a number of bytes >= 0 (0: one message)")
+    return value or None
+
+
 def _human(n: int) -> str:
     return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
 
 
 _COLUMNS = f"{'size':>8} {'shoal_ms':>9} {'rpc_ms':>8} {'zmq_ms':>8} {'raw_ms':>8} {'update_ms':>9} " \
-           f"{'shoal/raw':>9} {'rpc/raw':>8} {'zmq/raw':>8} {'faults c/ps':>12} {'rpc faults':>11}  goal"
+           f"{'shoal/raw':>9} {'rpc/raw':>8} {'zmq/raw':>8} {'cpu/raw':>8} {'faults c/ps':>12} {'rpc faults':>11}  goal"
 
 
 def _row(r: dict) -> str:
@@ -416,7 +450,7 @@ def _row(r: dict) -> str:
     rpc_faults = f"{r['rpc_page_faults_per_push']['client']}/{r['rpc_page_faults_per_push']['ps']}"
     return (f"{_human(r['bytes']):>8} {r['shoal_s'] * 1e3:9.3f} {r['rpc_s'] * 1e3:8.3f} {r['zmq_s'] * 1e3:8.3f} "
             f"{r['raw_s'] * 1e3:8.3f} {r['update_s'] * 1e3:9.3f} {r['ratio_vs_raw']:9.2f} {r['rpc_ratio_vs_raw']:8.2f} "
-            f"{r['zmq_ratio_vs_raw']:8.2f} {faults:>12} {rpc_faults:>11}  {goal}")
+            f"{r['zmq_ratio_vs_raw']:8.2f} {r['cpu_vs_raw']:8.2f} {faults:>12} {rpc_faults:>11}  {goal}")
 
 
 def main(argv=None) -> int:
@@ -424,6 +458,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="end with one line holding a JSON object")
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
                         help="comma-separated tensor sizes in bytes (multiples of 4)")
+    parser.add_argument("--part_bytes", type=_part_bytes, default=PartSize.AUTO,
+                        help="the sessions' push_part_bytes: auto (default: 4 MiB on loopback), bytes, or 0 "
+                             "(one message); 262144 is the part size between hosts")
     parser.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -437,10 +474,11 @@ def main(argv=None) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    log(f"ps_bandwidth: Shoal push+pull vs raw TCP, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
+    log(f"ps_bandwidth: Shoal push+pull vs raw TCP, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}, "
+        f"session part size {part_bytes_name(args.part_bytes)}")
     log(_COLUMNS)
     started = time.monotonic()
-    report = run(sizes, log)
+    report = run(sizes, log, args.part_bytes)
     report["wall_s"] = round(time.monotonic() - started, 1)
     log(f"tiny_vs_bare_zmq = {report['tiny_vs_bare_zmq']} (goal <= {TINY_GOAL}); "
         f"goals met: {report['goals_met']}; {report['wall_s']} s")

@@ -10,7 +10,7 @@ chief, rebuilds it); then whatever went to that ps is sent again.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -233,18 +233,14 @@ class PsClient:
         `closure` (the scheduled closure and push this gradient belongs to), if given, travels
         with every part: a ps applies it at most once. Blocks."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
-        if hyper is None:
-            middle, final = PushRequest(task, step, ends_step=False), PushRequest(task, step)
-            requests = [final if last[ps] == k else middle for k, (ps, _) in enumerate(parts)]
-        else:
-            requests = [PushRequest(task, step, ends_step=last[ps] == k, hyper={n: hyper[n] for n in grads})
-                        for k, (ps, grads) in enumerate(parts)]
-        if used is not None:
-            requests[last[0]] = replace(requests[last[0]], used=used)
-        requests = [replace(r, basis=self._incarnations[ps] or "") for r, (ps, _) in zip(requests, parts)]
-        if closure is not None:
-            requests = [replace(r, closure=closure) for r in requests]
-        return self._all([(ps, request, grads) for request, (ps, grads) in zip(requests, parts)], into)
+        used_at = last[0] if used is not None else -1
+        # one request object per part, built once (a push of many parts pays this per part)
+        requests = [(ps, PushRequest(task, step, ends_step=last[ps] == k,
+                                     hyper=None if hyper is None else {n: hyper[n] for n in grads},
+                                     used=used if k == used_at else None, basis=self._incarnations[ps] or "",
+                                     closure=closure), grads)
+                    for k, (ps, grads) in enumerate(parts)]
+        return self._all(requests, into)
 
     def lease(self, request: LeaseRequest) -> LeaseReply:
         """Ask ps 0 for leased positions (a lost ps 0 is recovered as for any request). Blocks."""

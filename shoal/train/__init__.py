@@ -17,6 +17,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.train.coordinator_service": ("serve_steps",),
     "shoal.train.remote_value": ("ClosureState", "RemoteValue"),
     "shoal.train.errors": ("TrainError",),
+    "shoal.train.part_size": ("PartSize",),
     "shoal.train.placement": ("Placement", "PlacementStrategy", "place_variables"),
     "shoal.train.options": ("CheckpointOptions", "SessionState", "StepResult", "SyncOptions"),
     "shoal.train.session": ("TrainingSession",),

@@ -17,7 +17,7 @@ from shoal.ps.replicator import ReplicationOptions
 from shoal.ps.membership import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S
 from shoal.train.options import CheckpointOptions, SyncOptions
-from shoal.train.placement import DEFAULT_PUSH_PART_BYTES
+from shoal.train.part_size import LINK_PART_BYTES, LOOPBACK_PART_BYTES, PartSize
 from shoal.wire.security import Security
 
 
@@ -55,9 +55,10 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                         help="seconds without a heartbeat after which the ps drop this replica from the job's "
                              "membership: a sync step then completes without it (default: "
                              f"{DEFAULT_HEARTBEAT_TIMEOUT_S:g})")
-    parser.add_argument("--push_part_bytes", type=int, default=DEFAULT_PUSH_PART_BYTES,
+    parser.add_argument("--push_part_bytes", type=int, default=None,
                         help="send a push in parts of about this many bytes, so the upload of one part overlaps "
-                             f"the download of the one before (default: {DEFAULT_PUSH_PART_BYTES}; 0: one message per ps)")
+                             f"the download of the one before (default: {LOOPBACK_PART_BYTES} when every ps is on "
+                             f"loopback, else {LINK_PART_BYTES}; 0: one message per ps)")
     parser.add_argument("--wire_security", choices=[s.value for s in Security], default=Security.AUTO.value,
                         help="how tasks authenticate to the ps (every task of the job must say the same): auto "
                              "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
@@ -83,8 +84,8 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                                               every_s=args.checkpoint_every_secs or None,
                                               keep=args.keep_checkpoints),
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
-                push_part_bytes=args.push_part_bytes or None, heartbeat_timeout_s=args.heartbeat_timeout,
-                rehome_lost_ps=args.lost_ps == "rehome")
+                push_part_bytes=PartSize.AUTO if args.push_part_bytes is None else args.push_part_bytes or None,
+                heartbeat_timeout_s=args.heartbeat_timeout, rehome_lost_ps=args.lost_ps == "rehome")
 
 
 def replication_options(args: argparse.Namespace) -> ReplicationOptions:

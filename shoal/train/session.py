@@ -34,7 +34,8 @@ from shoal.train.leased_data import LeasedBatch, LeasedBatches
 from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
 from shoal.train.ps_watch import DEFAULT_EVERY_S, PsWatch, WatchState
-from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, DEFAULT_PUSH_PART_BYTES, Placement, PlacementStrategy, place_variables
+from shoal.train.part_size import PartSize, part_bytes_for
+from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.growing import Growing
 from shoal.train.placement_history import PlacementBook, PlacementChanged, learn_history
@@ -68,6 +69,10 @@ class TrainingSession:
     other ps tasks and training goes on without it (shoal/train/rehoming.py; `placement` is
     then the new one); without it, or for ps 0, they fail with a clear error.
 
+    A push travels in parts of about `push_part_bytes` (None: one message per ps); large
+    variables are cut into shards of that size. AUTO picks by where the ps tasks are
+    (shoal/train/part_size.py): 4 MiB parts when every ps is on loopback, 256 KiB otherwise.
+
     `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
     (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
     the variables, exported, and restored when the chief initializes the job from a checkpoint.
@@ -89,7 +94,7 @@ class TrainingSession:
                  secret: JobSecret, sync: bool | SyncOptions = False, max_steps: int | None = None,
                  placement: PlacementStrategy = PlacementStrategy.GREEDY,
                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
-                 push_part_bytes: int | None = DEFAULT_PUSH_PART_BYTES,
+                 push_part_bytes: int | None | PartSize = PartSize.AUTO,
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
@@ -109,10 +114,11 @@ class TrainingSession:
         # sync without an explicit replicas_to_aggregate: join whatever quorum the ps runs
         self._elastic_sync = sync is True or (isinstance(sync, SyncOptions) and sync.replicas_to_aggregate is None)
         self.max_steps = max_steps
-        self._push_part_bytes = push_part_bytes
+        self._push_part_bytes = part_bytes_for(push_part_bytes, config.ps_addresses)
         self._chief: ChiefDuties | None = None
         self.checkpointer: Checkpointer | None = None
-        self._use_placement(place_variables(self.params, config.num_ps, placement, min_shard_bytes, push_part_bytes))
+        self._use_placement(place_variables(self.params, config.num_ps, placement, min_shard_bytes,
+                                            self._push_part_bytes))
         self.model_dir = Path(model_dir) if model_dir else None
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
