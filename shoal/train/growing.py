@@ -32,7 +32,7 @@ import numpy as np
 
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.errors import ShardsMoved
-from shoal.ps.protocol import (AdoptRequest, ChangeKind, Hyper, PlacementChange, PlaceRequest, ReleaseRequest,
+from shoal.ps.protocol import (AdoptRequest, ChangeKind, ClosureTag, Hyper, PlacementChange, PlaceRequest, ReleaseRequest,
                                StatusReply, UsedPositions)
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
@@ -191,7 +191,8 @@ class Growing:
 
     def resend(self, client: PsClient, task: str, step: int, moved: ShardsMoved,
                parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], hyper: Mapping[str, Hyper] | None,
-               used: UsedPositions | None, into: Mapping[str, np.ndarray]) -> list[Answer]:
+               used: UsedPositions | None, into: Mapping[str, np.ndarray], *,
+               closure: ClosureTag | None = None) -> list[Answer]:
         """A push was answered MOVED: follow the new placement and send the parts answered MOVED
         again by it (`resend_moved_parts`), following again if shards moved once more meanwhile.
         Returns the answers of the parts sent. Blocks."""
@@ -199,7 +200,8 @@ class Growing:
             self.follow(client, moved)
             again, used_again = _regroup(self._book.placement, moved, parts, used)
             try:
-                return resend_moved_parts(client, task, step, self._book.placement, moved, parts, hyper, used, into)
+                return resend_moved_parts(client, task, step, self._book.placement, moved, parts, hyper, used, into,
+                                          closure=closure)
             except ShardsMoved as once_more:
                 moved, parts, used = once_more, again, used_again
 
@@ -222,7 +224,8 @@ class Growing:
 
 def resend_moved_parts(client: PsClient, task: str, step: int, placement: Placement, moved: ShardsMoved,
                        parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], hyper: Mapping[str, Hyper] | None,
-                       used: UsedPositions | None, into: Mapping[str, np.ndarray]) -> list[Answer]:
+                       used: UsedPositions | None, into: Mapping[str, np.ndarray], *,
+                       closure: ClosureTag | None = None) -> list[Answer]:
     """Send the push parts answered MOVED (`moved.parts`, positions in `parts`) again, whole, by
     `placement` (the grown one), for `step`: a shard the old ps had counted before it released
     the rest is answered `duplicate` there; the moved ones are counted once by their new ps.
@@ -232,7 +235,8 @@ def resend_moved_parts(client: PsClient, task: str, step: int, placement: Placem
     if not again:
         return []
     return client.push_all(task, step, again, into,
-                           {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used)
+                           {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used,
+                           closure=closure)
 
 
 def _regroup(placement: Placement, moved: ShardsMoved, parts: Sequence[tuple[int, Mapping[str, np.ndarray]]],

@@ -339,7 +339,8 @@ class TrainingSession:
                                        self._shard_hyper(hyper) if hyper is not None else None, used, closure=closure)
         except ShardsMoved as moved:  # shards moved to a ps that joined: send those parts to their new home
             resent = self._growing.resend(self.ps, self.task, self._step, moved, parts,
-                                          self._shard_hyper(hyper) if hyper is not None else None, used, self._targets)
+                                          self._shard_hyper(hyper) if hyper is not None else None, used, self._targets,
+                                          closure=closure)
             self._use_placement(self._book.placement)
             self.pull(min_step=self._step + 1 if self.sync else 0)
             result = StepResult(self._step, all(a.body.outcome in (PushOutcome.APPLIED, PushOutcome.DUPLICATE)
