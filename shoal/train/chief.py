@@ -15,7 +15,7 @@ import numpy as np
 
 from shoal.ps.client import PsClient
 from shoal.ps.optimizers import UpdateRule
-from shoal.ps.protocol import InitRequest, Mode, PlacementChange, TrainingMode
+from shoal.ps.protocol import InitRequest, Mode, PlaceRequest, PlacementChange, TrainingMode
 from shoal.train.checkpointer import Checkpointer
 from shoal.train.local_state import LocalState
 from shoal.train.placement import Placement
@@ -106,6 +106,19 @@ class ChiefDuties:
                  sum(r.created for r in replies), client.num_ps)
 
     def rebuild_ps(self, client: PsClient, ps: int) -> None:
+        """Rebuild a restarted ps (`_rebuild`), then tell it the placement history, which it forgot
+        in the restart: it replicates by the ring that history makes (shoal/ps/ring.py). Blocks."""
+        self._rebuild(client, ps)
+        history = tuple(self._history())
+        if not history:
+            return
+        try:
+            client.place(ps, PlaceRequest(history))
+        except WireError as e:  # it serves its shards; only its replication waits for the next rebuild
+            log.warning("%s: could not tell the rebuilt ps:%d the placement history (%s); it sends no replicas "
+                        "until it learns it", self._task, client.ps_id(ps), e)
+
+    def _rebuild(self, client: PsClient, ps: int) -> None:
         """Recreate a restarted ps's shards from the replica its successor holds (values, slots,
         step; issue 14) unless the newest checkpoint is newer; else from the newest checkpoint
         (else the chief's copy), warning what was lost. Logs which source was used and its step.
