@@ -204,11 +204,11 @@ class Server:
         replicas from the new predecessor and send them to the new successor (shoal/ps/ring.py).
         A send in flight to the former successor is abandoned: blocks up to about
         replicator.CLOSE_CHECK_EVERY_S for that."""
-        history = list(self.service.history)
-        key = (self._start_ps, len(history))
+        key = (self._start_ps, len(self.service.history))  # the history only grows (a prefix is checked)
         if key == self._ring_key:
             return
         self._ring_key = key
+        history = list(self.service.history)
         start, me = range(key[0]), self.config.task.index
         self._in_ring = me in ring_members(start, history)
         self.service.replicas.follow(ring_predecessor(start, history, me))
