@@ -87,8 +87,8 @@ def fetch_replica(client: PsClient, placement: Placement, params: Mapping[str, n
     for name, s in want.items():
         model = s.rows(params[s.variable])
         if values[name].shape != model.shape or values[name].dtype != model.dtype:
-            return None, (f"ps:{holder_id}'s replica of shard {name!r} is {values[name].dtype}{list(values[name].shape)}, "
-                          f"this job's is {model.dtype}{list(model.shape)}")
+            return None, (f"ps:{holder_id}'s replica of shard {name!r} is "
+                          f"{values[name].dtype}{list(values[name].shape)}, this job's is {model.dtype}{list(model.shape)}")
     if reply.rule != optimizer.to_config() or reply.training != training:
         return None, (f"ps:{holder_id}'s replica was trained with {reply.rule} in {reply.training} mode, this job "
                       f"uses {optimizer.to_config()} in {training} mode")

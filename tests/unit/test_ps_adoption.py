@@ -9,9 +9,9 @@ import pytest
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import SGD
-from shoal.ps.protocol import (ASYNC, AdoptReply, AdoptRequest, ChangeKind, InitRequest, Mode, ProtocolFieldError, PullRequest,
-                               PlacementChange, PlaceRequest, PushOutcome, PushRequest, ReadyRequest, StatusReply,
-                               StatusRequest, TrainingMode)
+from shoal.ps.protocol import (ASYNC, AdoptReply, AdoptRequest, ChangeKind, InitRequest, Mode, ProtocolFieldError,
+                               PlacementChange, PlaceRequest, PullRequest, PushOutcome, PushRequest, ReadyRequest,
+                               StatusReply, StatusRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.wire import Message, Request
 

@@ -90,7 +90,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
     config = shoal.resolve_cluster_config(None, os.environ)
     if config.task.job == "ps":
-        replication = shoal.ReplicationOptions(every_s=args.replicate_every_secs, every_steps=args.replicate_every_steps)
+        replication = shoal.ReplicationOptions(every_s=args.replicate_every_secs,
+                                               every_steps=args.replicate_every_steps)
         shoal.Server.for_task(config, secret=shoal.resolve_job_secret(os.environ), replication=replication).join()
         return 0
     x, y = load_digits_data()
