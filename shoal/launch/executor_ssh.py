@@ -38,6 +38,7 @@ job (the agents' ssh commands die with it); `close` and the control calls from a
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -183,6 +184,7 @@ class SshExecutor:
             return conn.start(task.name, task.argv, task.env_dict, job.workdir, _port(task.address),
                               _REQUEST_TIMEOUT, inherit_env=True, extra=extra)
         except AgentError as e:
+            _kill_unconfirmed(conn, task.name)
             raise StartError(f"{task.label} could not be started on {task.node}: {e}") from e
 
     def _reconnect(self, task: TaskPlan) -> AgentConnection:
@@ -333,3 +335,14 @@ def _leftover(proc: JobProcess) -> Leftover:
 
 def _port(address: str) -> int:
     return int(address.rpartition(":")[2])
+
+
+def _kill_unconfirmed(conn: AgentConnection, task: str) -> None:
+    """A start the agent did not confirm may still have run (a slow agent answers late): tell it
+    to SIGKILL the task, so that the caller may start it elsewhere without a second copy. The
+    agent reads its requests in order, so the kill follows the start; an agent whose connection
+    is gone kills its tasks by itself. Best effort; does not block."""
+    try:
+        conn.signal(task, signal.SIGKILL)
+    except AgentError:
+        pass

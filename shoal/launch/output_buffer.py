@@ -15,11 +15,14 @@ from typing import Optional
 
 DEFAULT_LIMIT_BYTES = 8 * 1024 * 1024
 """How much of one task's output the launcher holds for a console that falls behind."""
+CHUNK_OVERHEAD_BYTES = 64
+"""What a held chunk costs beyond its bytes (the bytes object and its deque slot), counted
+against the limit so that many tiny chunks (a task flushing short lines) stay bounded too."""
 
 
 class OutputBuffer:
-    """Output chunks of task `task`, oldest first, up to `limit_bytes` (a single larger chunk is
-    kept whole, alone). `put` and `end` never block; `get` blocks until a chunk or the end.
+    """Output chunks of task `task`, oldest first, up to `limit_bytes` counting
+    CHUNK_OVERHEAD_BYTES per chunk (a single larger chunk is kept whole, alone). `put` and `end` never block; `get` blocks until a chunk or the end.
     Thread-safe: one producer and one consumer (or more of each). No I/O."""
 
     def __init__(self, task: str, limit_bytes: int = DEFAULT_LIMIT_BYTES):
@@ -31,6 +34,7 @@ class OutputBuffer:
         self._held = 0
         self._gap = 0  # bytes dropped just before the oldest chunk held, not yet reported
         self._ended = False
+        self._mid_line = False  # the last chunk `get` returned did not end its line
         self._ready = threading.Condition()
         self.dropped = 0
         """Bytes of output dropped so far, in all."""
@@ -42,10 +46,10 @@ class OutputBuffer:
             if self._ended:
                 return
             self._chunks.append(chunk)
-            self._held += len(chunk)
+            self._held += len(chunk) + CHUNK_OVERHEAD_BYTES
             while self._held > self.limit_bytes and len(self._chunks) > 1:
                 old = self._chunks.popleft()
-                self._held -= len(old)
+                self._held -= len(old) + CHUNK_OVERHEAD_BYTES
                 self._gap += len(old)
                 self.dropped += len(old)
             self._ready.notify()
@@ -64,10 +68,13 @@ class OutputBuffer:
                 self._ready.wait()
             if self._gap:
                 gap, self._gap = self._gap, 0
-                return dropped_note(self.task, gap, self.limit_bytes)
+                note = dropped_note(self.task, gap, self.limit_bytes)
+                note, self._mid_line = (b"\n" + note if self._mid_line else note), False  # a line of its own
+                return note
             if self._chunks:
                 chunk = self._chunks.popleft()
-                self._held -= len(chunk)
+                self._held -= len(chunk) + CHUNK_OVERHEAD_BYTES
+                self._mid_line = not chunk.endswith(b"\n")
                 return chunk
             return None
 

@@ -55,12 +55,13 @@ def retry_note(lost_host: str, new_task: str, node: str, why: str) -> str:
     return f"shoal | {lost_host} was lost: {new_task} could not be started on {node} ({why}); trying another host"
 
 
-def unstarted_detail(lost_host: str, new_task: str, tried: Sequence[tuple[str, str]]) -> str:
+def unstarted_detail(lost_host: str, new_task: str, tried: Sequence[tuple[str, str]], gave_up: bool = False) -> str:
     """Why the job ends when no host started a lost task's replacement: each host tried, with
     its error ("host3 was lost and its replacement worker:4 could not be started on any other
     host: host1 (...), host2 (...)")."""
     hosts = ", ".join(f"{node} ({why})" for node, why in tried)
-    return f"{lost_host} was lost and its replacement {new_task} could not be started on any other host: {hosts}"
+    where = f"the {len(tried)} hosts tried (the most a move tries)" if gave_up else "any other host"
+    return f"{lost_host} was lost and its replacement {new_task} could not be started on {where}: {hosts}"
 
 
 __all__ = ["MOVABLE_ROLES", "movable", "moved_detail", "moved_note", "retry_note", "unplaced_note",

@@ -5,8 +5,8 @@ worker succeeding without one, makes the job SUCCEEDED and stops the rest (ps se
 evaluators); any chief/worker/ps task failing for good stops every task and makes the job
 FAILED (CHIEF_FAILED with the chief's exit code if the chief failed, else TASK_FAILED); an
 evaluator's failure is reported and ignored. Restart policy: a task exiting non-zero is
-restarted with the same identity (argv, address, TF_CONFIG — whose `cluster.ps` lists a ps
-added since, see below) after a doubling backoff, up
+restarted with the same identity (argv, address, TF_CONFIG: the ps list the job started with,
+or for an added ps the list it was added with, see below) after a doubling backoff, up
 to max_restarts times, except a task that exits 2 (a usage error, as argparse and Python
 give for bad arguments or a missing script) within its first second: running it again would
 fail the same way. Deadline: past it every task stops and the job FAILS (DEADLINE).
@@ -78,6 +78,9 @@ _POLL = 0.1
 _READER_JOIN = 2.0
 USAGE_EXIT = 2
 """The exit code of a usage error (argparse, `python missing.py`)."""
+MOVE_TRIES = 3
+"""How many hosts a lost worker's replacement is tried on (each try may wait for an agent's
+answers, while nothing else of the job is served)."""
 USAGE_WINDOW_S = 1.0
 """A task that exits USAGE_EXIT this soon after it started is not restarted."""
 
@@ -434,19 +437,22 @@ class Supervisor:
 
     def _start_added(self, place: TaskAllocation) -> _Slot:
         """Plan, record and start a task the executor placed while the job runs; its slot. An
-        added ps joins the job's ps list first, so that it finds itself there."""
-        if place.task.job == "ps":
-            self._ps = self._ps.added(place.task, place.address)
-        slot = self._added_slot(self._added_plan(place))
+        added ps is in the ps list it gets, so that it finds itself there; the job's list takes it
+        once its slot exists (a failure before leaves the next ps the same index)."""
+        roster = self._ps.added(place.task, place.address) if place.task.job == "ps" else self._ps
+        slot = self._added_slot(self._added_plan(place, roster=roster))
+        self._ps = roster
         self._start(slot)
         return slot
 
-    def _added_plan(self, place: TaskAllocation, leaving: Optional[_Slot] = None) -> TaskPlan:
+    def _added_plan(self, place: TaskAllocation, leaving: Optional[_Slot] = None,
+                    roster: Optional[PsRoster] = None) -> TaskPlan:
         """The plan of a task placed while the job runs: its TF_CONFIG lists the tasks that
-        hold their place now, less `leaving` (a lost task it replaces), plus itself."""
+        hold their place now, less `leaving` (a lost task it replaces), plus itself; an added ps
+        lists `roster` (the job's ps with it), any other task the ps the job started with."""
         peers = [s.plan for s in self._slots.values()
                  if not s.state.is_terminal and not s.scaled_down and s is not leaving]
-        ps = self._ps if place.task.job == "ps" else self._started_ps
+        ps = (roster or self._ps) if place.task.job == "ps" else self._started_ps
         return added_task(self._plan, place, peers, ps.addresses)
 
     def _added_slot(self, plan: TaskPlan, restarts: int = 0) -> _Slot:
@@ -472,6 +478,11 @@ class Supervisor:
         running = [s.plan for s in self._slots.values() if not s.state.is_terminal and s is not slot]
         tried: list[tuple[str, str]] = []  # (host, why the replacement could not start there)
         while True:  # the replacement is recorded once it started: a host that cannot start it leaves no trace
+            if self._stop_reason is not None:
+                return False  # the job stops: nothing moves
+            if len(tried) >= MOVE_TRIES:
+                self._no_host_started(slot, detail, lost, task, tried, gave_up=True)
+                return True
             avoid = tuple(node for node, _ in tried)
             try:
                 place = self._executor.place_task(self._plan, task, running, avoid=avoid)
@@ -500,9 +511,10 @@ class Supervisor:
         return True
 
     def _no_host_started(self, slot: _Slot, detail: str, lost: str, task: TaskId,
-                         tried: list[tuple[str, str]]) -> None:
-        """No eligible host could start the replacement of `slot`: it fails, and so does the job."""
-        why = unstarted_detail(lost, task_word(task), tried)
+                         tried: list[tuple[str, str]], gave_up: bool = False) -> None:
+        """No eligible host could start the replacement of `slot` (or none of the MOVE_TRIES tried:
+        `gave_up`): it fails, and so does the job."""
+        why = unstarted_detail(lost, task_word(task), tried, gave_up)
         self._move(slot, TaskState.FAILED, f"{detail}; {why}")
         self._failed(slot, None, why)
         self._finish(EndReason.START_FAILED, f"{slot.plan.label}: {why}")

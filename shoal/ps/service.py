@@ -290,6 +290,9 @@ class PsService:
         grads = request.tensors
         moved = tuple(n for n in grads if n in self.moved_away)
         if moved:  # not applied, not counted: the worker sends the part again by the new placement
+            if message.used is not None:  # ps 0's part: the resend may go to the new ps only, so count them now
+                self._leases.account(message, PushOutcome.APPLIED, None if self._sync is None else message.step,
+                                     self._leases.check_push(message))
             return Reply(request, PushReply(self.step, PushOutcome.MOVED, moved=moved))
         for name, grad in grads.items():
             self.store.check(name, grad.shape, grad.dtype)
@@ -544,6 +547,7 @@ class PsService:
         if ready:
             hyper = {name: self._sync_hyper[name] for name in ready} if self._sync_hyper.keys() >= ready.keys() else None
             self.store.apply(ready, hyper)
+        if ready or self._sync.step > step:  # a release can complete the step with nothing to apply
             self._release()
         if self._sync.step > step:
             self._sync_hyper = {}

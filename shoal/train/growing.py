@@ -110,13 +110,23 @@ class Growing:
             log.warning("%s: %s joined at %s, but no shard moving onto it would lower the largest ps's load; it "
                         "stays out of the placement", self._task, name, address)
             return None
-        statuses = [client.status(k, min(client.timeout_s, 5.0)) for k in range(client.num_ps)]
+        try:
+            statuses = [client.status(k, min(client.timeout_s, 5.0)) for k in range(client.num_ps)]
+        except WireError as e:  # a ps of the job is lost: its recovery comes first, the move later
+            log.info("%s: not moving shards onto %s yet: %s", self._task, name, e)
+            return None
         done = tuple(sorted({t for s in statuses for t in s.done}))
         members = tuple(sorted({t for s in statuses for t in s.members}))
         new = self._book.join(client, index, address)
         k = client.num_ps - 1
         try:
             status = client.status(k, min(client.timeout_s, 10.0))
+        except WireError as e:  # registered, then gone or stalled: nothing moved yet, try again later
+            self._book.undo_join(client, old)
+            log.warning("%s: %s registered at %s but does not answer (%s); no shard moves onto it until it does",
+                        self._task, name, address, e)
+            return None
+        try:
             if status.shards:
                 raise TrainError(f"{self._task}: {name} at {address} joined but holds {status.shards} shards "
                                  "already; start a fresh ps process to add one")

@@ -10,6 +10,10 @@ issue 16, part size"), so a push was about as many times slower as it had parts.
 one wire chunk (4 MiB) still overlap a large push's update with its transfer, at a 16th of the
 requests.
 
+The part size also bounds a shard (`place_variables` cuts variables at it), and shards move
+whole when a ps is re-homed or joins: on loopback, with 4 MiB shards, a ps added to a job of
+small variables may get little or nothing (pass a smaller `push_part_bytes` to cut finer).
+
 Every task of a job computes the placement itself, so the choice depends only on what every
 task sees alike: the ps addresses of the cluster spec. Pure; thread-safe.
 """

@@ -85,6 +85,16 @@ class PlacementBook:
         self.history.append(PlacementChange(ChangeKind.JOIN, cluster_id, address))
         return self.placement
 
+    def undo_join(self, client: PsClient, before: Placement) -> None:
+        """Take back the last change, a join nothing has moved onto yet (the ps that joined did
+        not answer): the client drops it and the placement is `before` again."""
+        change = self.history.pop()
+        if change.kind is not ChangeKind.JOIN:
+            self.history.append(change)
+            raise TrainError(f"cannot undo {change.fields()}: only a join that moved nothing is undone")
+        client.drop(client.num_ps - 1)
+        self.placement = before
+
     def catch_up(self, client: PsClient, history: Sequence[PlacementChange]) -> list[PlacementChange]:
         """Apply the changes of `history` (the job's, as a ps reports it) this task has not applied
         yet. Returns them. Raises TrainError if this task's history is not a prefix of it."""

@@ -143,6 +143,8 @@ class PsWatch:
             return
         self._known[cluster_id] = None  # the rebuilt process is adopted once it answers ready
         with self._serialize:  # the session's own recovery may have run meanwhile, and re-homed a ps
+            if self._stopping.is_set():
+                return  # closed while it waited for the lock: no recovery after the chief left
             self._forget_retired()
             ps = self._index(cluster_id)
             if ps is None:

@@ -321,7 +321,10 @@ class TrainingSession:
         (a PyTorch optimizer's param groups, read every step). `used` (a batch from
         `leased_batches`, or its `used`) tells ps 0 which leased positions this gradient used, so
         it counts them consumed once the gradient is applied. After SIGTERM, once the step is
-        done: the chief saves a checkpoint and every replica raises TrainingTerminated. Blocks.
+        done: the chief saves a checkpoint and every replica raises TrainingTerminated. Sync: if
+        the ps tasks answer from different steps, the session goes on at the oldest (a ps still
+        there may need this replica's gradient; the others answer the next push stale), unlike
+        `pull`, which waits for the newest. Blocks.
         """
         self._require(SessionState.STARTED, "push")
         if grads.keys() != self.params.keys():

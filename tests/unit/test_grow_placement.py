@@ -105,3 +105,20 @@ def test_client_add_is_the_inverse_of_drop_and_refuses_a_ps_it_has():
     client.drop(2)
     assert client.addresses == ("127.0.0.1:1", "127.0.0.1:2")
     client.close()
+
+
+def test_book_undo_join_restores_the_placement_and_the_client_and_undoes_nothing_else():
+    """The chief takes back a join when the ps that registered does not answer (nothing moved)."""
+    start = place_variables({"W": np.zeros((64, 10)), "b": np.zeros(10)}, 2, PlacementStrategy.GREEDY, 1024)
+    client = PsClient(["127.0.0.1:1", "127.0.0.1:2"], SECRET, timeout_s=1.0)
+    book = PlacementBook(start)
+    book.join(client, 2, "127.0.0.1:3")
+    assert book.placement.num_ps == 3 and client.num_ps == 3
+    book.undo_join(client, start)
+    assert book.placement == start and book.history == []
+    assert client.addresses == ("127.0.0.1:1", "127.0.0.1:2") and [client.ps_id(k) for k in range(2)] == [0, 1]
+    book.retire(client, 1)
+    with pytest.raises(TrainError, match="only a join that moved nothing is undone"):
+        book.undo_join(client, start)
+    assert book.retired == [1]
+    client.close()

@@ -13,7 +13,7 @@ from shoal.launch.executor import HostLossAware
 from shoal.launch.logmux import LogMux
 from shoal.launch.relocation import movable
 from shoal.launch.states import JobState, TaskState
-from shoal.launch.supervisor import EndReason, Supervisor
+from shoal.launch.supervisor import MOVE_TRIES, EndReason, Supervisor
 from tests.unit.test_launch_supervisor import FakeClock, FakeHandle, plan_of
 from tests.unit.test_launch_supervisor_scale import AddRecorder, PlacingExecutor, end_all
 
@@ -193,3 +193,15 @@ def test_only_non_primary_workers_move_and_handles_report_a_lost_host():
     assert not movable(TaskId("worker", 0), TaskId("worker", 0))
     assert not movable(TaskId("ps", 1), TaskId("chief", 0)) and not movable(TaskId("chief", 0), TaskId("chief", 0))
     assert isinstance(HostHandle("w", 1, None, False), HostLossAware)
+
+
+def test_a_replacement_is_tried_on_at_most_move_tries_hosts_then_the_job_ends_naming_them(tmp_path):
+    hosts = ("host5", "host6", "host7", "host8", "host9")
+    supervisor, executor, recorder, _ = relocating(tmp_path, {"ps": {}, "worker": {"count": 2}}, hosts=hosts,
+                                                   broken=hosts)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").lose_host("host2")
+    result = supervisor.run()
+    assert result.state is JobState.FAILED and result.reason is EndReason.START_FAILED
+    assert len(executor.avoided) == MOVE_TRIES == 3  # each try waits on an agent: a bounded number of them
+    assert "could not be started on the 3 hosts tried (the most a move tries): host5 (" in result.detail, result.detail
+    assert "host8" not in result.detail and recorder.added == []

@@ -177,3 +177,17 @@ def test_a_push_checks_its_used_positions_once(monkeypatch, training):
     assert CountingBook.checks == 1
     c = counts(service)
     assert (c.consumed, c.pending) == ((10, 0) if training is ASYNC else (0, 10))
+
+
+def test_a_push_answered_moved_on_ps0_still_counts_its_used_positions():
+    """ps 0's last push part held only shards that moved to a ps that joined: answered MOVED,
+    the part goes to the new ps without `used` (ps 0 gets no part again), so ps 0 counts the
+    positions now, as applied; they are neither left leased nor requeued and trained twice."""
+    from shoal.ps.protocol import ReleaseRequest
+
+    service = make_service()
+    reply = lease(service, count=100)
+    service.handle(request(ReleaseRequest(("w",), 1)))
+    (moved,) = push(service, "worker:0", 0, reply, 0, 60)
+    assert moved.body.outcome is PushOutcome.MOVED
+    assert counts(service).consumed == 60 and counts(service).leased == 40

@@ -142,6 +142,19 @@ def test_sync_step_completes_without_the_released_shards():
     assert status(service).step == 1
 
 
+def test_a_pull_waiting_for_the_next_step_is_answered_when_a_release_completes_the_step():
+    """The release advances the step with nothing left to apply: the pull that waited for that
+    step must be answered then, not at some later apply (a quorum member waiting there would
+    never push the gradient that apply needs)."""
+    service = make_service()
+    push(service, "worker:0", 0, a=1.0, b=1.0)
+    push(service, "worker:1", 0, a=1.0)  # "a" applied for step 0; the step waits for "b"
+    assert service.handle(request(PullRequest(("a",), 1))) == []  # waits for step 1
+    replies = service.handle(request(ReleaseRequest(("b",), 2)))
+    pulls = [r for r in replies if isinstance(r.body, PullReply)]
+    assert [p.body.step for p in pulls] == [1], replies
+
+
 def test_sync_gradients_are_applied_exactly_once_when_a_shard_moves_mid_step():
     """ps A holds a and b; b moves to ps N mid-step: worker:0 had pushed (counted at A, answered
     MOVED), worker:1 pushes after the release (MOVED). Both send the part again by the new
