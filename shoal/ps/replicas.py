@@ -1,9 +1,14 @@
 """`ReplicaBook`: the copies of other ps tasks' shards one ps holds (shard replication, issue 14).
 
-The ps tasks form a ring: ps k sends a whole copy of its shards to ps (k + 1) % n every so often
-(`replicate`, shoal/ps/replicator.py); ps (k + 1) % n holds it here, apart from its own shards,
-until the chief asks for it (`replica`) to rebuild ps k after a restart. The book is bounded:
-it holds exactly one replica, of its predecessor in the ring, and a new one replaces it whole.
+The ps tasks form a ring (shoal/ps/ring.py): ps k sends a whole copy of its shards to its
+successor every so often (`replicate`, shoal/ps/replicator.py); the successor holds it here, apart
+from its own shards, until the chief asks for it (`replica`) to rebuild ps k after a restart.
+Without placement changes ps k's successor is ps (k + 1) % n; when the ring changes (a ps re-homed
+or joined) the server tells the book its new predecessor (`follow`). The book is bounded: it
+holds exactly one replica and takes replicas only from its current predecessor; a new one replaces
+the held one whole. A replica of a former predecessor stays held until the new predecessor's
+first one replaces it, and `reply` answers only for the source a replica is of, so it is never
+handed out as another ps's.
 A replica of the same process (incarnation) that is older than the one held is refused, so
 replies that overtake each other never roll the held copy back; one from a new process of the
 predecessor (rebuilt after a restart) replaces the held one whatever its step.
@@ -41,8 +46,9 @@ class HeldReplica:
 
 
 class ReplicaBook:
-    """The replica ps `ps_index` of a ring of `num_ps` holds: its predecessor's, at most one.
-    `clock` is time.monotonic unless a test injects one. Not thread-safe."""
+    """The replica ps `ps_index` of a ring of `num_ps` holds: its predecessor's, at most one
+    (ps (ps_index - 1) % num_ps until `follow` names another). `clock` is time.monotonic unless a
+    test injects one. Not thread-safe."""
 
     def __init__(self, ps_index: int, num_ps: int, *, clock: Callable[[], float] = time.monotonic):
         if not 0 <= ps_index < num_ps:
@@ -51,11 +57,18 @@ class ReplicaBook:
         self.num_ps = num_ps
         self._clock = clock
         self._held: HeldReplica | None = None
+        self._predecessor: int | None = (ps_index - 1) % num_ps if num_ps > 1 else None
 
     @property
     def predecessor(self) -> int | None:
-        """The ps whose replica this one holds; None when the job has a single ps."""
-        return (self.ps_index - 1) % self.num_ps if self.num_ps > 1 else None
+        """The ps whose replicas this one takes; None when it takes none (a single ps, or this ps
+        is not in the ring)."""
+        return self._predecessor
+
+    def follow(self, predecessor: int | None) -> None:
+        """Take replicas from ps `predecessor` from now on (the ring changed: shoal/ps/ring.py);
+        None: from no ps. The held replica stays until the new predecessor's replaces it."""
+        self._predecessor = predecessor
 
     @property
     def held(self) -> HeldReplica | None:
@@ -68,9 +81,12 @@ class ReplicaBook:
         predecessor or tensors that are not a ps's shards."""
         me = f"ps:{self.ps_index}"
         if self.predecessor is None or request.source != self.predecessor:
-            want = "none (the job has one ps)" if self.predecessor is None else f"only ps:{self.predecessor}'s"
+            want = ("none (the job has one ps, or the ring has no place for this ps)" if self.predecessor is None
+                    else f"only ps:{self.predecessor}'s")
             raise ReplicaError(f"{me} got a replica of ps:{request.source}, but holds {want}; every ps task must "
-                               f"be started with the same cluster (ps k replicates to ps (k + 1) % {self.num_ps})")
+                               "be started with the same cluster and follow the same placement history (the ring "
+                               "is the live ps by cluster index: shoal/ps/ring.py); a sender whose ring changed "
+                               "first tries again at its next interval")
         values, slots = split_slots(tensors)
         if not values:
             raise ReplicaError(f"{me} got a replica of ps:{request.source} without any shard values")

@@ -16,6 +16,7 @@ from shoal.ps.errors import PsError
 from shoal.ps.joining import Joiner
 from shoal.ps.protocol import JoinReply, Op
 from shoal.ps.replicator import ReplicationOptions, Replicator
+from shoal.ps.ring import joined_address, ring_members, ring_predecessor, ring_successor
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
 from shoal.wire.memory import keep_freed_memory, share_main_arena
@@ -61,9 +62,12 @@ class Server:
     loopback address, CURVE otherwise); the job's workers must resolve the same.
 
     `replication` (default: off) makes this ps send a copy of its shards to the next ps of the
-    ring (ps k -> ps (k + 1) % n) at its intervals, and a ps restarted after a crash is then
-    rebuilt by the chief from that copy rather than the older checkpoint (docs/checkpoints.md).
-    Every ps of the job should get the same options.
+    ring at its intervals, and a ps restarted after a crash is then rebuilt by the chief from that
+    copy rather than the older checkpoint (docs/checkpoints.md). The ring is the live ps of the
+    placement history by cluster index (shoal/ps/ring.py; ps k -> ps (k + 1) % n while nothing
+    was re-homed or joined): when the history this ps learns (`place`, `adopt`) changes it, the
+    ps sends to its new successor and takes replicas from its new predecessor. Every ps of the
+    job should get the same options.
     """
 
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str = "ps", task_index: int = 0,
@@ -90,7 +94,10 @@ class Server:
                                  replica_names=[str(t) for t in self.config.replica_tasks],
                                  ps_index=task_index, num_ps=num_ps)
         self.replication = replication
-        self._in_ring = True  # False once ps 0 says this ps was added to the running job (not in the ring)
+        self._in_ring = True  # whether the ring (shoal/ps/ring.py) has this ps, as of the history last followed
+        # how many ps the job started with (the ring's start): ps 0 says so when this ps was added to the job
+        self._start_ps = num_ps
+        self._ring_key: tuple[int, int] | None = None  # (start ps, history length) the ring was last followed at
         self.joiner: Joiner | None = None
         if task_index > 0:  # registers with ps 0, so a chief finds a ps added to the running job
             self.joiner = Joiner(task_index, self.address, self.config.ps_addresses[0], secret,
@@ -169,6 +176,7 @@ class Server:
                 self._send(self.service.tick())
                 self._note_replicas()
                 self.service.log_sync_wait()
+                self._follow_ring()
                 self._replicate_if_due()
                 if self._drain.is_set() and not drained:
                     drained = True
@@ -183,19 +191,52 @@ class Server:
 
     def _registered(self, reply: JoinReply) -> None:
         """ps 0 took this ps's `join` (the joiner's thread). A ps beyond ps 0's cluster was added
-        to the running job: it is not in the replica ring (no ps expects its replicas)."""
+        to the running job: the ring starts from ps 0's cluster, and has this ps once the placement
+        history says it joined (the serving thread follows it: `_follow_ring`)."""
         if self.config.task.index >= reply.num_ps:
-            self._in_ring = False
-            if self.replicator is not None:
-                log.info("%s was added to the running job (ps 0's cluster has %d ps): it sends no replicas",
-                         self.config.task, reply.num_ps)
+            self._start_ps = reply.num_ps  # one int, read by the serving thread
+            if self.replication.enabled:
+                log.info("%s was added to the running job (ps 0's cluster has %d ps): it replicates once the "
+                         "placement history says it joined", self.config.task, reply.num_ps)
+
+    def _follow_ring(self) -> None:
+        """Serving thread: when the placement history (or the ring's start) changed, take
+        replicas from the new predecessor and send them to the new successor (shoal/ps/ring.py).
+        A send in flight to the former successor is abandoned: blocks up to about
+        replicator.CLOSE_CHECK_EVERY_S for that."""
+        key = (self._start_ps, len(self.service.history))  # the history only grows (a prefix is checked)
+        if key == self._ring_key:
+            return
+        self._ring_key = key
+        history = list(self.service.history)
+        start, me = range(key[0]), self.config.task.index
+        self._in_ring = me in ring_members(start, history)
+        self.service.replicas.follow(ring_predecessor(start, history, me))
+        successor = ring_successor(start, history, me)
+        if not self.replication.enabled or (self.replicator is not None and self.replicator.successor == successor):
+            return
+        if self.replicator is not None:
+            self.replicator.close()
+            self.replicator = None
+        if successor is None:
+            if self._in_ring:
+                log.info("%s is the only ps left in the replica ring: it sends no replicas", self.config.task)
+            return
+        address = joined_address(history, successor)
+        if address is None and successor < len(self.config.ps_addresses):
+            address = self.config.ps_addresses[successor]
+        if address is None:
+            log.warning("%s: its successor in the replica ring, ps:%d, is neither in its cluster nor joined in the "
+                        "placement history; it sends no replicas", self.config.task, successor)
+            return
+        self.replicator = Replicator(me, successor, address, self._secret, self.replication,
+                                     security=self._security).start()
 
     def _replicate_if_due(self) -> None:
         """Hand the replicator a copy of the shards when one is due (serving thread: the copy is
-        consistent because no request runs meanwhile). Not to a successor that was re-homed
-        (it never came back: shoal/ps/adoption.py), nor from a ps added to the running job."""
-        if (self.replicator is None or not self._in_ring or self.replicator.successor in self.service.retired
-                or not self.replicator.due(self.service.step)):
+        consistent because no request runs meanwhile). Not from a ps that is not in the ring
+        (added to the running job, until the placement history says it joined)."""
+        if self.replicator is None or not self._in_ring or not self.replicator.due(self.service.step):
             return
         started = time.perf_counter()
         replica = self.service.own_replica()

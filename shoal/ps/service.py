@@ -473,6 +473,10 @@ class PsService:
                           f"the one sent {[c.fields() for c in message.history][:6]}; every placement change goes "
                           "through the chief, one at a time")
         self.history = list(message.history)
+        # a ps rebuilt after a restart learns the retirements here: a later `adopt` must not add them again
+        for change in self.history:
+            if change.kind is ChangeKind.RETIRE and change.ps not in self.retired:
+                self.retired.append(change.ps)
         return Reply(request, Empty())
 
     def _adopted_push(self, request: Request, message: PushRequest, names: Sequence[str]) -> Reply | Deferred | None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from shoal.ps.client import PsClient
 from shoal.ps.optimizers import UpdateRule
-from shoal.ps.protocol import InitRequest, Mode, TrainingMode
+from shoal.ps.protocol import InitRequest, Mode, PlaceRequest, PlacementChange, TrainingMode
 from shoal.train.checkpointer import Checkpointer
 from shoal.train.local_state import LocalState
 from shoal.train.placement import Placement
@@ -45,11 +45,14 @@ class ChiefDuties:
     `checkpoints` is None without a model dir; `current_step()` is the chief's global step.
     `local_state` (the chief's buffers), if any, is in every checkpoint and is restored from the
     one that initializes the job (not when a ps is rebuilt: the chief's own values are newer).
+    `history()` is the chief's placement history (its PlacementBook's): the replica ring follows
+    it (shoal/ps/ring.py), so a lost ps's replica is asked of its successor by that history.
     """
 
     def __init__(self, task: str, placement: Placement, params: Mapping[str, np.ndarray], optimizer: UpdateRule,
                  training: TrainingMode, checkpoints: Checkpointer | None, current_step: Callable[[], int],
-                 local_state: LocalState | None = None):
+                 local_state: LocalState | None = None,
+                 history: Callable[[], Sequence[PlacementChange]] = tuple):
         self._task = task
         self._placement = placement
         self._params = params
@@ -58,6 +61,7 @@ class ChiefDuties:
         self._checkpoints = checkpoints
         self._current_step = current_step
         self._local_state = local_state
+        self._history = history
 
     @property
     def placement(self) -> Placement:
@@ -72,7 +76,7 @@ class ChiefDuties:
         newest checkpoint is newer; else from the newest checkpoint; else from the chief's copy
         (its optimizer state fresh). Blocks on one replica request and reading a checkpoint."""
         replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
-                                         timeout_s=min(client.timeout_s, 30.0))
+                                         timeout_s=min(client.timeout_s, 30.0), history=self._history())
         checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
         if replica is not None and checkpoint is not None and checkpoint.step > replica.step:
             why_not = (f"the replica ps:{client.ps_id(replica.holder)} holds is of step {replica.step}, older than "
@@ -102,6 +106,19 @@ class ChiefDuties:
                  sum(r.created for r in replies), client.num_ps)
 
     def rebuild_ps(self, client: PsClient, ps: int) -> None:
+        """Rebuild a restarted ps (`_rebuild`), then tell it the placement history, which it forgot
+        in the restart: it replicates by the ring that history makes (shoal/ps/ring.py). Blocks."""
+        self._rebuild(client, ps)
+        history = tuple(self._history())
+        if not history:
+            return
+        try:
+            client.place(ps, PlaceRequest(history))
+        except WireError as e:  # it serves its shards; only its replication waits for the next rebuild
+            log.warning("%s: could not tell the rebuilt ps:%d the placement history (%s); it sends no replicas "
+                        "until it learns it", self._task, client.ps_id(ps), e)
+
+    def _rebuild(self, client: PsClient, ps: int) -> None:
         """Recreate a restarted ps's shards from the replica its successor holds (values, slots,
         step; issue 14) unless the newest checkpoint is newer; else from the newest checkpoint
         (else the chief's copy), warning what was lost. Logs which source was used and its step.
@@ -128,7 +145,7 @@ class ChiefDuties:
             client.ready(ps)
             return
         replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
-                                         timeout_s=min(client.timeout_s, 30.0))
+                                         timeout_s=min(client.timeout_s, 30.0), history=self._history())
         checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
         if replica is not None and checkpoint is not None and checkpoint.step > replica.step:
             why_not = (f"the replica ps:{replica.holder} holds is of step {replica.step}, older than checkpoint "
@@ -159,8 +176,8 @@ class ChiefDuties:
         client.init(ps, self._init_request(step, done, leases, members), replica.tensors)
         client.ready(ps)
         log.info("%s rebuilt ps:%d from the replica ps:%d holds: step %d (%d tensors, %.1f kB, replicated %.1fs "
-                 "before the rebuild), at step %d", self._task, ps, replica.holder, replica.step, len(replica.tensors),
-                 replica.nbytes / 1e3, replica.reply.age_ms / 1000, step)
+                 "before the rebuild), at step %d", self._task, client.ps_id(ps), client.ps_id(replica.holder),
+                 replica.step, len(replica.tensors), replica.nbytes / 1e3, replica.reply.age_ms / 1000, step)
 
     def join_request(self, step: int, done: tuple[str, ...], members: tuple[str, ...]) -> InitRequest:
         """The `init` of a ps that joined the running job (shoal/train/growing.py): this job's

@@ -130,7 +130,8 @@ class TrainingSession:
             if config.is_chief:
                 self.checkpointer = Checkpointer(self.model_dir, checkpoints, self.placement, self.task, local_state)
         self._chief = ChiefDuties(self.task, self.placement, self.params, optimizer, self.training,
-                                  self.checkpointer, lambda: self._step, local_state) if config.is_chief else None
+                                  self.checkpointer, lambda: self._step, local_state,
+                                  history=lambda: self._book.history) if config.is_chief else None
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
         self._stop = GracefulStop(self.task)

@@ -9,8 +9,9 @@ import pytest
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import SGD
-from shoal.ps.protocol import (ASYNC, AdoptReply, AdoptRequest, InitRequest, Mode, ProtocolFieldError, PullRequest,
-                               PushOutcome, PushRequest, ReadyRequest, StatusReply, StatusRequest, TrainingMode)
+from shoal.ps.protocol import (ASYNC, AdoptReply, AdoptRequest, ChangeKind, InitRequest, Mode, ProtocolFieldError,
+                               PlacementChange, PlaceRequest, PullRequest, PushOutcome, PushRequest, ReadyRequest,
+                               StatusReply, StatusRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.wire import Message, Request
 
@@ -128,3 +129,11 @@ def test_async_adopted_shards_just_join_the_store():
     (reply,) = push(service, "worker:0", 0, b=1.0)
     assert reply.body.outcome is PushOutcome.APPLIED
     np.testing.assert_array_equal(service.store.values(["b"])["b"], np.zeros(2))
+
+
+def test_an_adopt_after_a_place_does_not_repeat_a_retirement_the_history_holds():
+    service = make_service(training=ASYNC)  # rebuilt after a restart: the chief tells it the history
+    service.handle(request(PlaceRequest((PlacementChange(ChangeKind.RETIRE, 2),))))
+    service.handle(request(AdoptRequest(1, 0, (2, 1)), {"b": np.zeros(2)}))
+    assert status(service).history == (PlacementChange(ChangeKind.RETIRE, 2), PlacementChange(ChangeKind.RETIRE, 1))
+    assert status(service).retired == (2, 1)

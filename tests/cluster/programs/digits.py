@@ -82,6 +82,7 @@ def main() -> int:
     parser.add_argument("--leave_at", type=int, help="stop training (leave the job, done) at this global step")
     parser.add_argument("--rehome_lost_ps", action="store_true", help="re-home a lost ps that does not come back")
     parser.add_argument("--replicate_every_steps", type=int, help="ps: replicate shards to the next ps every N steps")
+    parser.add_argument("--replicate_every_secs", type=float, help="ps: replicate shards to the next ps every N s")
     parser.add_argument("--kill_ps1_at", type=int,
                         help="chief: at this global step, once ps:0 holds ps:1's replica of it, SIGKILL ps:1 "
                              "(its pid is in OUT/ps1.pid) before pushing the step")
@@ -89,7 +90,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
     config = shoal.resolve_cluster_config(None, os.environ)
     if config.task.job == "ps":
-        replication = shoal.ReplicationOptions(every_steps=args.replicate_every_steps)
+        replication = shoal.ReplicationOptions(every_s=args.replicate_every_secs,
+                                               every_steps=args.replicate_every_steps)
         shoal.Server.for_task(config, secret=shoal.resolve_job_secret(os.environ), replication=replication).join()
         return 0
     x, y = load_digits_data()
