@@ -71,10 +71,10 @@ class ChiefDuties:
         """Place shards by `placement` from now on (the job re-homed a ps: shoal/train/rehoming.py)."""
         self._placement = placement
 
-    def lost_shards(self, client: PsClient, ps: int) -> ShardSource:
-        """ps `ps`'s shards, to re-home them: from the replica its successor holds unless the
-        newest checkpoint is newer; else from the newest checkpoint; else from the chief's copy
-        (its optimizer state fresh). Blocks on one replica request and reading a checkpoint."""
+    def _newest_source(self, client: PsClient, ps: int):
+        """ps `ps`'s replica from its successor unless the newest checkpoint is newer: (replica or
+        None, why there is none to use, the newest checkpoint or None). Blocks on one replica
+        request."""
         replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
                                          timeout_s=min(client.timeout_s, 30.0), history=self._history())
         checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
@@ -82,6 +82,13 @@ class ChiefDuties:
             why_not = (f"the replica ps:{client.ps_id(replica.holder)} holds is of step {replica.step}, older than "
                        f"checkpoint step {checkpoint.step}")
             replica = None
+        return replica, why_not, checkpoint
+
+    def lost_shards(self, client: PsClient, ps: int) -> ShardSource:
+        """ps `ps`'s shards, to re-home them: from the replica its successor holds unless the
+        newest checkpoint is newer; else from the newest checkpoint; else from the chief's copy
+        (its optimizer state fresh). Blocks on one replica request and reading a checkpoint."""
+        replica, why_not, checkpoint = self._newest_source(client, ps)
         if replica is not None:
             return ShardSource(replica.tensors, replica.step,
                                f"ps:{client.ps_id(replica.holder)}'s replica at step {replica.step}")
@@ -144,13 +151,7 @@ class ChiefDuties:
                                                members=members), {})
             client.ready(ps)
             return
-        replica, why_not = fetch_replica(client, self._placement, self._params, ps, self._optimizer, self._training,
-                                         timeout_s=min(client.timeout_s, 30.0), history=self._history())
-        checkpoint = self._checkpoints.latest() if self._checkpoints is not None else None
-        if replica is not None and checkpoint is not None and checkpoint.step > replica.step:
-            why_not = (f"the replica ps:{replica.holder} holds is of step {replica.step}, older than checkpoint "
-                       f"step {checkpoint.step}")
-            replica = None
+        replica, why_not, checkpoint = self._newest_source(client, ps)
         if replica is not None:
             self._rebuild_from_replica(client, ps, replica, others, done, members)
             return

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.ps.protocol import StatusReply
+from shoal.errors import ShoalError
 from shoal.wire import JobSecret, RpcClient
 from tests.cluster.harness import LocalCluster
 
@@ -31,6 +34,16 @@ def status(cluster: LocalCluster, index: int = 0, timeout_s: float = 10) -> Stat
         return StatusReply.decode(client.call("status").header)
     finally:
         client.close()
+
+
+def wait_until_serving(cluster: LocalCluster, index: int = 0, timeout: float = 30) -> StatusReply:
+    """ps `index`'s status once it answers; AssertionError (with every task's log) after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return status(cluster, index, timeout_s=2)
+        except ShoalError:
+            assert time.monotonic() < deadline, cluster.dump()
 
 
 def variables() -> dict[str, np.ndarray]:

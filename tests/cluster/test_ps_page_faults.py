@@ -7,13 +7,12 @@ is one minor fault and the count tells how much memory a push took from the kern
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 import pytest
 
 import shoal
-from tests.cluster.ps_process import PS_ONLY, config_for, secret_of, status
+from tests.cluster.ps_process import PS_ONLY, config_for, secret_of, wait_until_serving
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts faults in /proc (Linux)")
 
@@ -29,13 +28,7 @@ def minor_faults(pid: int) -> int:
 def faults_per_push(make_cluster, nbytes: int, push_part_bytes: int | None, pushes: int = 4) -> float:
     cluster = make_cluster(1, 1)
     ps = cluster.start("ps", 0, PS_WITHOUT_THP)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            status(cluster, timeout_s=2)
-            break
-        except shoal.ShoalError:
-            assert time.monotonic() < deadline, cluster.dump()
+    wait_until_serving(cluster)
     value = np.zeros(nbytes // 4, np.float32)
     grad = np.full_like(value, 0.5)
     session = shoal.TrainingSession(config_for(cluster, "worker", 0), {"w": value}, shoal.SGD(0.0),

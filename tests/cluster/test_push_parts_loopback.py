@@ -4,31 +4,20 @@ and comes back into `params`, as single-process SGD computes it."""
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
 import shoal
 from shoal.train.part_size import LOOPBACK_PART_BYTES
-from tests.cluster.ps_process import config_for, secret_of, start_ps, status
+from tests.cluster.ps_process import config_for, secret_of, start_ps, wait_until_serving
 
 MiB = 1 << 20
-
-
-def wait_for_ps(cluster) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            status(cluster, timeout_s=2)
-            return
-        except shoal.ShoalError:
-            assert time.monotonic() < deadline, cluster.dump()
 
 
 def test_default_parts_on_loopback_apply_every_row_of_a_large_variable(make_cluster):
     cluster = make_cluster(1, 1)
     ps = start_ps(cluster)
-    wait_for_ps(cluster)
+    wait_until_serving(cluster)
     rng = np.random.default_rng(0)
     value = rng.normal(size=(3001, 1000)).astype(np.float32)  # ~11.4 MiB: 3 parts of ~3.8 MiB
     grads = [rng.normal(size=value.shape).astype(np.float32) for _ in range(3)]
