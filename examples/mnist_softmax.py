@@ -99,7 +99,7 @@ def main(argv=None) -> int:
             loss, result = session.run_step(softmax_loss_and_grad, data.train_x[idx], data.train_y[idx],
                                             used=batch if leased else None)
             progress.step_done(loss, result.global_step, result.applied)
-            if config.is_chief and args.eval_every and progress.local_steps % args.eval_every == 0:
+            if args.eval_every and config.is_chief and progress.local_steps % args.eval_every == 0:
                 eval_started = time.monotonic()
                 acc = accuracy(session.params, data.test_x, data.test_y)
                 print(f"eval_step={result.global_step} accuracy={acc:.4f} eval_s={time.monotonic() - eval_started:.3f}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Optional
 
 from shoal.cluster.errors import ClusterError
@@ -72,18 +73,19 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         check_task(self.cluster, self.task)
 
-    @property
+    @cached_property
     def chief_task(self) -> Optional[TaskId]:
-        """chief:0 if there is a chief job, else worker:0 if it exists, else None."""
+        """chief:0 if there is a chief job, else worker:0 if it exists, else None. Worked out
+        once (the config is immutable; a training loop may ask every step)."""
         if "chief" in self.cluster.jobs:
             return TaskId("chief", 0)
         if 0 in self.cluster.task_indices("worker"):
             return TaskId("worker", 0)
         return None
 
-    @property
+    @cached_property
     def is_chief(self) -> bool:
-        """Whether this task is the chief (see `chief_task`)."""
+        """Whether this task is the chief (see `chief_task`); worked out once."""
         return self.task == self.chief_task
 
     @property

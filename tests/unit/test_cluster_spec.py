@@ -251,6 +251,13 @@ def test_config_is_chief_true_for_chief_when_chief_job_exists():
     assert not config(TF_DOC_CLUSTER, "worker", 0).is_chief
 
 
+def test_config_stays_equal_and_hashable_after_chief_is_read():
+    read, fresh = config(TF_DOC_CLUSTER, "worker", 0), config(TF_DOC_CLUSTER, "worker", 0)
+    assert read.chief_task == TaskId("chief", 0) and not read.is_chief
+    assert read == fresh and hash(read) == hash(fresh)
+    assert {read: 1}[fresh] == 1
+
+
 def test_config_is_chief_true_for_worker_zero_without_chief_job():
     cluster = {"worker": ["a:1", "b:1"], "ps": ["c:1"]}
     assert config(cluster, "worker", 0).is_chief
