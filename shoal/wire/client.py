@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -224,11 +225,7 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
     if len(clients) == 1:
         poller, owner = clients[0]._poller, None
     else:
-        poller, owner = zmq.Poller(), {}
-        for client in clients:
-            for sock in (client._sock, client._monitor):
-                poller.register(sock, zmq.POLLIN)
-                owner[sock] = client
+        poller, owner = _group_poller(clients)
     while True:
         missing = [(client, rid) for client, rid in pending if not client._has(rid)]
         if not missing:
@@ -250,3 +247,24 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
         # replies and monitor events queued before this wait make the poll answer at once
         for sock, _ in poller.poll(max(1, int(wake * 1000))):
             (clients[0] if owner is None else owner[sock])._on_readable(sock)
+
+
+_groups = threading.local()  # per thread: the sockets of the last group of clients waited on, and their poller
+
+
+def _group_poller(clients: Sequence[RpcClient]) -> tuple[zmq.Poller, dict]:
+    """A poller of the (connected) clients' sockets and monitors, and which client owns each
+    socket. The last one built on this thread is reused while the group's sockets are the
+    same objects (a worker waits on the same ps connections every step; a reconnect makes new
+    sockets, and so a new poller). Does not block; each thread has its own."""
+    socks = tuple(sock for client in clients for sock in (client._sock, client._monitor))
+    last = getattr(_groups, "last", None)
+    if last is not None and len(last[0]) == len(socks) and all(a is b for a, b in zip(last[0], socks)):
+        return last[1], last[2]
+    poller, owner = zmq.Poller(), {}
+    for client in clients:
+        for sock in (client._sock, client._monitor):
+            poller.register(sock, zmq.POLLIN)
+            owner[sock] = client
+    _groups.last = (socks, poller, owner)
+    return poller, owner
