@@ -157,9 +157,14 @@ class LeasedBatches:
                 self._held.popleft()
         if not parts:
             return None
-        indices = np.concatenate([self._order(p.epoch)[p.start:p.end] for p in parts])
-        used = merge_used([LeasedBatch(indices, UsedPositions(p.book, ((p.lease, p.start, p.end),)), p.epoch)
-                           for p in parts])
+        if len(parts) == 1:  # the usual batch: one range of one lease (a copy, so the order stays intact)
+            p = parts[0]
+            indices = self._order(p.epoch)[p.start:p.end].copy()
+            used = UsedPositions(p.book, ((p.lease, p.start, p.end),))
+        else:
+            indices = np.concatenate([self._order(p.epoch)[p.start:p.end] for p in parts])
+            used = merge_used([LeasedBatch(indices, UsedPositions(p.book, ((p.lease, p.start, p.end),)), p.epoch)
+                               for p in parts])
         self.epoch = parts[0].epoch
         return LeasedBatch(indices, used, parts[0].epoch)
 

@@ -7,6 +7,7 @@ wait for its gradient: `wait_timeout_s=0` turns that wait into a LeaseWaitError 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from shoal.ps.lease_desk import LeaseDesk
@@ -98,3 +99,18 @@ def test_lease_waits_only_when_max_open_epochs_are_open():
         assert (g.state, g.lease.epoch) == (LeaseState.GRANTED, epoch)
     g = book.lease("worker:1", "h", 10)
     assert g.state is LeaseState.WAIT and g.held_by == ("worker:0",)
+
+
+def test_batch_from_one_lease_names_its_positions_and_leaves_the_epoch_order_intact():
+    desk = LeaseDesk("ps:0", "book-1")
+    stream = streams(desk, 1, 50, 10, lease_size=30)["worker:0"]
+    first = next(stream)
+    lease, start, end = first.used.ranges[0]
+    assert len(first.used.ranges) == 1 and end - start == 10
+    order = stream._order(first.epoch)
+    np.testing.assert_array_equal(first.indices, order[start:end])
+    first.indices[:] = -1  # the caller owns its batch: the next batches still read the true order
+    second = next(stream)
+    assert second.used.ranges[0][1] == end and (second.indices >= 0).all()
+    np.testing.assert_array_equal(stream._order(first.epoch)[start:end], order[start:end])
+    assert (order >= 0).all()
