@@ -37,6 +37,7 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_NAME_CHARS = 512
 MAX_RANK = 32
 MAX_CHUNKS = 1 << 16
+_MAX_DIM = 1 << 40
 
 DTYPES: dict[str, np.dtype] = {
     name: np.dtype(name).newbyteorder("<")
@@ -81,9 +82,14 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
         if not array.flags.c_contiguous:
             array = np.require(array, requirements="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
         view = memoryview(array).cast("B") if array.ndim else memoryview(array.reshape(1)).cast("B")
-        nchunks = max(1, math.ceil(array.nbytes / CHUNK_BYTES))
-        for i in range(nchunks):
-            frames.append(view[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES])
+        nbytes = array.nbytes
+        if nbytes <= CHUNK_BYTES:  # the usual tensor: one frame
+            nchunks = 1
+            frames.append(view)
+        else:
+            nchunks = -(-nbytes // CHUNK_BYTES)
+            for i in range(nchunks):
+                frames.append(view[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES])
         descriptors.append([name, dtype, list(array.shape), nchunks])
     header = dict(header, v=PROTOCOL_VERSION, t=descriptors)
     frames[0] = msgpack.packb(header, use_bin_type=True)
@@ -118,18 +124,25 @@ def decode(frames: Sequence, into: Into | None = None) -> Message:
     for name, dtype_name, shape, nchunks in descriptors:
         dtype = DTYPES[dtype_name]
         nbytes = math.prod(shape) * dtype.itemsize
-        parts = [_as_buffer(f) for f in frames[pos:pos + nchunks]]
+        if nchunks == 1:
+            parts = [_as_buffer(frames[pos])]
+            got = parts[0].nbytes
+        else:
+            parts = [_as_buffer(f) for f in frames[pos:pos + nchunks]]
+            got = sum(p.nbytes for p in parts)
         pos += nchunks
-        got = sum(len(p) for p in parts)
         if got != nbytes:
             raise ProtocolError(f"tensor {name!r} {dtype_name}{shape} needs {nbytes} bytes, got {got}")
         dest = into(header, name, dtype, tuple(shape)) if into is not None else None
         if dest is not None and _fits(dest, dtype, shape):
-            flat = dest.reshape(-1).view(np.uint8)
-            offset = 0
-            for p in parts:
-                flat[offset:offset + len(p)] = np.frombuffer(p, dtype=np.uint8)
-                offset += len(p)
+            if nchunks == 1:
+                np.copyto(dest, np.frombuffer(parts[0], dtype=dtype).reshape(dest.shape))
+            else:
+                flat = dest.reshape(-1).view(np.uint8)
+                offset = 0
+                for p in parts:
+                    flat[offset:offset + p.nbytes] = np.frombuffer(p, dtype=np.uint8)
+                    offset += p.nbytes
             tensors[name] = dest
             continue
         if nchunks == 1:
@@ -138,8 +151,8 @@ def decode(frames: Sequence, into: Into | None = None) -> Message:
             array = np.empty(nbytes, dtype=np.uint8)
             offset = 0
             for p in parts:
-                array[offset:offset + len(p)] = np.frombuffer(p, dtype=np.uint8)
-                offset += len(p)
+                array[offset:offset + p.nbytes] = np.frombuffer(p, dtype=np.uint8)
+                offset += p.nbytes
             array = array.view(dtype)
         tensors[name] = array.reshape(shape)
     return Message(header, tensors)
@@ -159,29 +172,33 @@ def decode_header(raw: bytes) -> dict[str, Any]:
         raise ProtocolError(f"protocol version {header.get('v')!r} is not supported (this is v{PROTOCOL_VERSION}); "
                             "run the same Shoal version on every task")
     rid = header.get("rid")
-    if not isinstance(rid, int) or isinstance(rid, bool) or rid < 0:
+    if type(rid) is not int or rid < 0:  # (msgpack gives exact ints; `type` also turns bools away)
         raise ProtocolError(f"header field 'rid' must be a non-negative int, got {rid!r}")
     _validate_descriptors(header.get("t"))
     return header
 
 
 def _validate_descriptors(descriptors: Any) -> None:
-    if not isinstance(descriptors, list):
+    # Every message passes here: plain loops and exact type checks (msgpack gives exact ints,
+    # and `type(x) is int` turns bools away) keep it cheap.
+    if type(descriptors) is not list:
         raise ProtocolError(f"header field 't' must be a list, got {type(descriptors).__name__}")
     seen = set()
     for d in descriptors:
-        if not (isinstance(d, list) and len(d) == 4):
+        if type(d) is not list or len(d) != 4:
             raise ProtocolError(f"tensor descriptor must be [name, dtype, shape, nchunks], got {d!r:.200}")
         name, dtype, shape, nchunks = d
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS or name in seen:
+        if type(name) is not str or not 0 < len(name) <= MAX_NAME_CHARS or name in seen:
             raise ProtocolError(f"bad or duplicate tensor name {name!r:.200}")
         seen.add(name)
-        if dtype not in DTYPES:
+        if type(dtype) is not str or dtype not in DTYPES:
             raise ProtocolError(f"tensor {name!r} has unknown dtype {dtype!r:.50}")
-        if (not isinstance(shape, list) or len(shape) > MAX_RANK
-                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40 for s in shape)):
+        if type(shape) is not list or len(shape) > MAX_RANK:
             raise ProtocolError(f"tensor {name!r} has bad shape {shape!r:.200}")
-        if not isinstance(nchunks, int) or isinstance(nchunks, bool) or not 1 <= nchunks <= MAX_CHUNKS:
+        for size in shape:
+            if type(size) is not int or not 0 <= size < _MAX_DIM:
+                raise ProtocolError(f"tensor {name!r} has bad shape {shape!r:.200}")
+        if type(nchunks) is not int or not 1 <= nchunks <= MAX_CHUNKS:
             raise ProtocolError(f"tensor {name!r} has bad chunk count {nchunks!r}")
 
 
@@ -194,5 +211,7 @@ def _as_bytes(frame) -> bytes:
     return frame if isinstance(frame, bytes) else frame.bytes
 
 
-def _as_buffer(frame):
-    return frame if isinstance(frame, (bytes, memoryview)) else frame.buffer
+def _as_buffer(frame) -> memoryview:
+    if type(frame) is memoryview:
+        return frame
+    return memoryview(frame) if isinstance(frame, bytes) else frame.buffer

@@ -44,7 +44,13 @@ def test_encode_refuses_object_arrays_naming_the_tensor():
     ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [2], 0]]}, "bad chunk count"),
     ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [2], 1], ["x", "float32", [2], 1]]}, "duplicate tensor name"),
     ({"v": PROTOCOL_VERSION, "rid": 1, "t": "nope"}, "'t' must be a list"),
-])
+    ({"v": PROTOCOL_VERSION, "rid": True, "t": []}, "'rid' must be a non-negative int"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [True], 1]]}, "bad shape"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", "float32", [2], True]]}, "bad chunk count"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", ["float32"], [2], 1]]}, "unknown dtype"),
+    ({"v": PROTOCOL_VERSION, "rid": 1, "t": [["x", {"a": 1}, [2], 1]]}, "unknown dtype"),
+], ids=["frames", "version", "rid", "dtype", "shape", "chunks", "duplicate", "t", "bool-rid", "bool-dim",
+        "bool-chunks", "list-dtype", "map-dtype"])
 def test_decode_rejects_bad_headers(header, match):
     with pytest.raises(ProtocolError, match=match):
         decode([msgpack.packb(header)])
@@ -60,6 +66,19 @@ def test_decode_rejects_wrong_byte_count():
 def test_decode_rejects_garbage(raw):
     with pytest.raises(ProtocolError):
         decode([raw])
+
+
+def test_decode_reads_zmq_frames_and_buffers_alike():
+    import zmq
+    value = np.arange(12, dtype=np.int32).reshape(3, 4)
+    frames = encode({"rid": 5}, {"v": value})
+    for kind in (bytes, memoryview, lambda f: zmq.Frame(bytes(f))):
+        message = decode([frames[0] if kind is memoryview else kind(frames[0]), *(kind(bytes(f)) for f in frames[1:])])
+        np.testing.assert_array_equal(message.tensors["v"], value)
+        dest = np.zeros_like(value)
+        decoded = decode([bytes(frames[0]), *(kind(bytes(f)) for f in frames[1:])], into=lambda *a: dest)
+        assert decoded.tensors["v"] is dest
+        np.testing.assert_array_equal(dest, value)
 
 
 def test_decode_into_a_destination_writes_the_bytes_there():
