@@ -151,10 +151,23 @@ _names = _read.names
 
 def _enum(enum: type, fields: Mapping[str, Any], where: str, key: str):
     value = fields.get(key)
-    try:
-        return enum(value)
-    except ValueError:
-        raise _fail(where, key, f"one of {', '.join(e.value for e in enum)}", value) from None
+    if type(value) is str:  # the wire's form: a plain dict lookup (calling the Enum costs more)
+        member = _members(enum).get(value)
+        if member is not None:
+            return member
+    raise _fail(where, key, f"one of {', '.join(e.value for e in enum)}", value)
+
+
+_MEMBERS: dict[type, dict[str, Enum]] = {}
+
+
+def _members(enum: type) -> dict[str, Enum]:
+    """The members of a str-valued Enum by value (built once per Enum; thread-safe: a race
+    builds the same dict twice)."""
+    members = _MEMBERS.get(enum)
+    if members is None:
+        members = _MEMBERS[enum] = {e.value: e for e in enum}
+    return members
 
 
 def _map(fields: Mapping[str, Any], where: str, key: str) -> dict:

@@ -277,7 +277,7 @@ class PsService:
         return Reply(request, Empty())
 
     def _pull(self, request: Request, message: PullRequest) -> Reply | Deferred:
-        moved = tuple(n for n in message.names if n in self.moved_away)
+        moved = tuple(n for n in message.names if n in self.moved_away) if self.moved_away else ()
         if moved:  # the worker learns the new placement and pulls from the new home
             return Reply(request, PullReply(self.step, self.incarnation, moved))
         for name in message.names:
@@ -288,7 +288,7 @@ class PsService:
         if self._phase is not Phase.READY:
             raise PsError(f"{self.task_name} is not initialized yet; wait for the chief before pushing")
         grads = request.tensors
-        moved = tuple(n for n in grads if n in self.moved_away)
+        moved = tuple(n for n in grads if n in self.moved_away) if self.moved_away else ()
         if moved:  # not applied, not counted: the worker sends the part again by the new placement
             if message.used is not None:  # ps 0's part: the resend may go to the new ps only, so count them now
                 self._leases.account(message, PushOutcome.APPLIED, None if self._sync is None else message.step,

@@ -113,7 +113,9 @@ class ShardStore:
         if shard is None:
             raise PsError(f"{self.task_name} holds no variable {name!r}; every task must build the same "
                           "model with the same number of ps tasks and placement")
-        if tuple(shape) != shard.value.shape or np.dtype(dtype) != shard.value.dtype:
+        value = shard.value
+        # (a decoded gradient's shape is a tuple and its dtype a dtype: no conversion needed)
+        if (shape if type(shape) is tuple else tuple(shape)) != value.shape or dtype != value.dtype:
             raise PsError(f"variable {name!r} on {self.task_name} is {shard.value.dtype}{list(shard.value.shape)}, "
                           f"but a worker sent {np.dtype(dtype)}{list(shape)}; every task must build the same model")
         return shard

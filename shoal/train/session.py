@@ -330,7 +330,7 @@ class TrainingSession:
         if grads.keys() != self.params.keys():
             missing, extra = self.params.keys() - grads.keys(), grads.keys() - self.params.keys()
             raise TrainError(f"gradients must match the variables: missing {sorted(missing)}, unknown {sorted(extra)}")
-        arrays = {name: np.require(g, dtype=self.params[name].dtype, requirements="C") for name, g in grads.items()}
+        arrays = {name: _as_sendable(g, self.params[name].dtype) for name, g in grads.items()}
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
@@ -557,6 +557,14 @@ class TrainingSession:
             if s.training != self.training:
                 raise TrainError(f"{self.task} was started for {self.training} training but ps:{i} runs "
                                  f"{s.training}; start every worker with the same --sync / replicas_to_aggregate")
+
+
+def _as_sendable(grad: Any, dtype: np.dtype) -> np.ndarray:
+    """`grad` as a C-contiguous array of `dtype`: itself when it is one already (the usual
+    case, checked without np.require's overhead), else a converted copy."""
+    if type(grad) is np.ndarray and grad.dtype == dtype and grad.flags.c_contiguous:
+        return grad
+    return np.require(grad, dtype=dtype, requirements="C")
 
 
 def _training_mode(sync: bool | SyncOptions, num_replicas: int) -> TrainingMode:
