@@ -18,8 +18,9 @@ import math
 import statistics
 import sys
 import time
-from collections import deque
 from typing import IO
+
+from shoal.train.step_window import StepWindow
 
 WINDOW = 100
 """Local steps the step-time figures are taken over."""
@@ -38,7 +39,7 @@ class ProgressReporter:
         self._clock = clock
         self._started = clock()
         self._last = self._started
-        self._step_s: deque[float] = deque(maxlen=WINDOW)
+        self._step_s = StepWindow(WINDOW)  # kept sorted: a line every step reads its median cheaply
         self.local_steps = 0
         self.pushed = 0
         self.applied = 0
@@ -47,7 +48,7 @@ class ProgressReporter:
         """Count one local step (`applied`: whether the ps applied its gradient, as
         `StepResult.applied` says; None: not known); print and log on every `every`-th."""
         now = self._clock()
-        self._step_s.append(now - self._last)
+        self._step_s.add(now - self._last)
         self._last = now
         self.local_steps += 1
         if applied is not None:
@@ -56,7 +57,7 @@ class ProgressReporter:
         if self.local_steps % self._every:
             return
         rate = self.local_steps * self._batch_size / max(1e-9, now - self._started)
-        median_ms, p95_ms = step_time_ms(self._step_s)
+        median_ms, p95_ms = self._step_s.figures_ms()
         shares = f" applied={self.applied}/{self.pushed}" if self.pushed else ""
         checkpointer = getattr(self._session, "checkpointer", None)
         saves = f" checkpoints={checkpointer.saves}" if checkpointer is not None else ""
@@ -66,7 +67,7 @@ class ProgressReporter:
             self._session.summaries.scalar("loss", loss, global_step)
 
 
-def step_time_ms(seconds: "deque[float] | list[float]") -> tuple[float, float]:
+def step_time_ms(seconds) -> tuple[float, float]:
     """(median, 95th percentile by nearest rank) of step times in seconds, in ms; (0, 0) for none."""
     if not seconds:
         return 0.0, 0.0
