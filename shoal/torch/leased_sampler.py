@@ -46,10 +46,12 @@ class LeasedSampler(torch.utils.data.Sampler[int]):
         while True:
             # positions handed out for this step are in hand: with none free, a short batch (the
             # pass ends) rather than a wait that this very step's push may be holding up
-            batch = stream.take(1, in_hand=link.handed)
-            if batch is None and self.epochs is None:
-                batch = stream.take(1)  # no end: wait for a position (LeaseWaitError in time), never end early
-            if batch is None:
+            run = stream.take_lease(in_hand=link.handed)
+            if run is None and self.epochs is None:
+                run = stream.take_lease()  # no end: wait for a position (LeaseWaitError in time), never end early
+            if run is None:
                 return
-            link.record(batch)
-            yield int(batch.indices[0])
+            link.begin_run(run)
+            for index in run.indices.tolist():  # one lease at a time: per example, one increment
+                link.hand_one()
+                yield index

@@ -53,6 +53,17 @@ class LeasedBatch:
     def __len__(self) -> int:
         return len(self.indices)
 
+    def part(self, lo: int, hi: int) -> "LeasedBatch":
+        """Examples lo..hi-1 of this batch, with the positions they are (a sampler that hands a
+        lease out one example at a time reports a step's share of it)."""
+        ranges, offset = [], 0
+        for lease, start, end in self.used.ranges:
+            a, b = max(lo - offset, 0), min(hi - offset, end - start)
+            if a < b:
+                ranges.append((lease, start + a, start + b))
+            offset += end - start
+        return LeasedBatch(self.indices[lo:hi], UsedPositions(self.used.book, tuple(ranges)), self.epoch)
+
 
 def merge_used(batches: Iterable[LeasedBatch]) -> UsedPositions | None:
     """The positions of several batches as one `used` (adjacent ranges of a lease joined); None
@@ -167,6 +178,16 @@ class LeasedBatches:
                                for p in parts])
         self.epoch = parts[0].epoch
         return LeasedBatch(indices, used, parts[0].epoch)
+
+    def take_lease(self, in_hand: int = 0) -> LeasedBatch | None:
+        """The rest of the positions held now, as one batch: a lease, leased first if none is
+        held (as `take` does, with the same rules for `in_hand`); None once the epochs asked for
+        are consumed, or when none is free and positions are in hand. Blocks. For a sampler that
+        hands positions out one at a time: one call per lease, not per example."""
+        if not self._held and not self._lease(waiting_with=in_hand):
+            return None
+        head = self._held[0]
+        return self.take(head.end - head.start, in_hand)
 
     def _lease(self, waiting_with: int) -> bool:
         """Lease more positions into `_held`. False when there are none to wait for: every epoch

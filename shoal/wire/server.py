@@ -20,7 +20,7 @@ from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Into, Message, decode, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
-from shoal.wire.sockio import recv_message, send_message
+from shoal.wire.sockio import ZERO_COPY_MIN_BYTES, recv_message, send_message
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +162,10 @@ class RpcServer:
         trackers = []
         for i, frame in enumerate(frames):
             flags = zmq.SNDMORE if i < len(frames) - 1 else 0
-            if isinstance(frame, memoryview) and frame.nbytes >= zmq.COPY_THRESHOLD:
+            if isinstance(frame, memoryview) and frame.nbytes >= ZERO_COPY_MIN_BYTES:
                 trackers.append(self._sock.send(frame, flags, copy=False, track=True))
             else:
-                self._sock.send(frame, flags, copy=False)
+                self._sock.send(frame, flags)  # copied: bytes, or a frame too small to track
         return zmq.MessageTracker(*trackers) if trackers else None
 
     def close(self) -> None:

@@ -13,16 +13,22 @@ import zmq
 
 NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
+# Frames smaller than this are copied into zmq's buffers rather than sent zero-copy: pyzmq
+# tells its garbage-collector thread when zmq is done with each zero-copy frame (a thread
+# wake-up, and Python code that takes the GIL), which costs more than copying the frame up to
+# about this size (bench/README.md, "Zero-copy or copy": a 400 KB push costs the ps 15-40% less
+# CPU copied).
+ZERO_COPY_MIN_BYTES = 2 << 20
 
 
 def send_message(sock: zmq.Socket, frames: Sequence, copied: int) -> None:
     """Send `frames` as one message; the first `copied` frames are copied into zmq's own
-    buffers (small ones: a peer id, a header), the rest are sent zero-copy when large (the
-    caller keeps them unchanged until zmq has sent them). Blocks only if the socket's send
-    queue is full."""
+    buffers (small ones: a peer id, a header), the rest are sent zero-copy when at least
+    ZERO_COPY_MIN_BYTES (the caller keeps them unchanged until zmq has sent them), else
+    copied. Blocks only if the socket's send queue is full."""
     last = len(frames) - 1
     for i, frame in enumerate(frames):
-        sock.send(frame, _SNDMORE if i < last else 0, copy=i < copied)
+        sock.send(frame, _SNDMORE if i < last else 0, copy=i < copied or len(frame) < ZERO_COPY_MIN_BYTES)
 
 
 def recv_message(sock: zmq.Socket, flags: int = 0) -> list[zmq.Frame]:
