@@ -153,8 +153,8 @@ class RpcServer:
 
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
         frames = [peer, *encode(header, tensors)]
-        if track:  # only frames zmq sends without a copy can be tracked: small ones it copies at once
-            track = any(type(f) is memoryview and f.nbytes >= zmq.COPY_THRESHOLD for f in frames[2:])
+        if track:  # only frames sent zero-copy are tracked: a reply of small ones needs no tracker
+            track = any(type(f) is memoryview and f.nbytes >= ZERO_COPY_MIN_BYTES for f in frames[2:])
         if not track:
             send_message(self._sock, frames, copied=2)
             return None
