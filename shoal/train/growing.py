@@ -33,20 +33,25 @@ import numpy as np
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.errors import ShardsMoved
 from shoal.ps.protocol import (AdoptRequest, ChangeKind, ClosureTag, Hyper, PlacementChange, PlaceRequest, ReleaseRequest,
-                               StatusReply, UsedPositions)
+                               ReleaseState, StatusReply, UsedPositions)
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.grow_placement import grow, moved_from
 from shoal.train.placement import Placement
 from shoal.train.placement_history import PlacementBook, PlacementChanged, job_history
 from shoal.train.waiting import log_waiting, poll_until
-from shoal.wire import RemoteError, WireError
+from shoal.wire import WireError
 
 log = logging.getLogger("shoal.train.session")
 
 DEFAULT_EVERY_S = 1.0
 RELEASE_RETRY_S = 10.0
 """How long the chief asks again a ps that cannot release shards mid-step (sync mode)."""
+
+
+class ReleaseBusyError(TrainError):
+    """A ps kept answering a `release` BUSY (sync: mid-step for those shards) for longer than the
+    chief asks again."""
 
 
 class PsGrown(PlacementChanged):
@@ -132,7 +137,7 @@ class Growing:
                                  "already; start a fresh ps process to add one")
             steps, nbytes = [], 0
             for src, names in moves.items():
-                answer = self._release(client, src, ReleaseRequest(tuple(names), index))
+                answer = release_shards(client, src, ReleaseRequest(tuple(names), index), clock=self._clock)
                 nbytes += sum(v.nbytes for n, v in answer.tensors.items() if n in names)
                 steps.append(answer.body.step)
                 if len(steps) == 1:
@@ -145,7 +150,7 @@ class Growing:
             for i in range(client.num_ps):
                 client.place(i, history)
             client.set_incarnation(k, client.status(k, min(client.timeout_s, 5.0)).incarnation)
-        except WireError as e:
+        except (WireError, ReleaseBusyError) as e:
             raise TrainError(f"{self._task}: could not move shards onto {name} at {address} ({e}); the job cannot "
                              "go on with them half-moved (resume from the checkpoint)") from e
         self._on_joined(address)
@@ -154,17 +159,6 @@ class Growing:
                  _size(nbytes), ", ".join(f"ps:{client.ps_id(src)}" for src in moves),
                  "/".join(str(s) for s in sorted(set(steps))))
         return new
-
-    def _release(self, client: PsClient, src: int, request: ReleaseRequest) -> Answer:
-        """`release`, asked again while the ps is mid-step for those shards (sync: some applied)."""
-        deadline = self._clock() + RELEASE_RETRY_S
-        while True:
-            try:
-                return client.release(src, request)
-            except RemoteError as e:
-                if "ask again" not in str(e) or self._clock() > deadline:
-                    raise
-                time.sleep(0.01)
 
     # --- every worker ------------------------------------------------------------------------
 
@@ -230,6 +224,24 @@ class Growing:
                         client.set_incarnation(k, client.status(k, min(client.timeout_s, 5.0)).incarnation)
                     except WireError as e:
                         log.debug("%s: no status from ps:%d after it joined: %s", self._task, change.ps, e)
+
+
+def release_shards(client: PsClient, src: int, request: ReleaseRequest, *, retry_s: float = RELEASE_RETRY_S,
+                   clock: Callable[[], float] = time.monotonic) -> Answer:
+    """`release` to ps `src` (its position in `client`), asked again while the ps answers BUSY
+    (sync: it is mid-step for those shards) for up to `retry_s`: the reply's `state` decides, not
+    its text. Returns the RELEASED answer (ReleaseReply and the shards' values and slots). Raises
+    WireError as the client does (an error reply is never asked again), ReleaseBusyError naming
+    the ps and its last reason once `retry_s` passed. Blocks; not thread-safe (the client's)."""
+    deadline = clock() + retry_s
+    while True:
+        answer = client.release(src, request)
+        if answer.body.state is ReleaseState.RELEASED:
+            return answer
+        if clock() > deadline:
+            raise ReleaseBusyError(f"ps:{client.ps_id(src)} still cannot release {list(request.names)[:5]} after "
+                                   f"{retry_s:g}s of asking: {answer.body.reason}")
+        time.sleep(0.01)
 
 
 def resend_moved_parts(client: PsClient, task: str, step: int, placement: Placement, moved: ShardsMoved,
