@@ -198,15 +198,14 @@ class Growing:
                used: UsedPositions | None, into: Mapping[str, np.ndarray], *,
                closure: ClosureTag | None = None) -> list[Answer]:
         """A push was answered MOVED: follow the new placement and send the parts answered MOVED
-        again by it (`resend_moved_parts`), following again if shards moved once more meanwhile.
-        Returns the answers of the parts sent. Blocks."""
+        again by it (`regroup_moved_parts`, `resend_moved_parts`), following again if shards moved
+        once more meanwhile. Returns the answers of the parts sent. Blocks."""
         while True:
             self.follow(client, moved)
-            again, used_again = _regroup(self._book.placement, moved, parts, used)
+            again, used_again = regroup_moved_parts(self._book.placement, moved, parts, used)
             try:
-                return resend_moved_parts(client, task, step, self._book.placement, moved, parts, hyper, used, into,
-                                          closure=closure)
-            except ShardsMoved as once_more:
+                return resend_moved_parts(client, task, step, again, hyper, used_again, into, closure=closure)
+            except ShardsMoved as once_more:  # its parts are positions in `again`
                 moved, parts, used = once_more, again, used_again
 
     def learned(self, client: PsClient, applied: Sequence[PlacementChange]) -> None:
@@ -244,25 +243,14 @@ def release_shards(client: PsClient, src: int, request: ReleaseRequest, *, retry
         time.sleep(0.01)
 
 
-def resend_moved_parts(client: PsClient, task: str, step: int, placement: Placement, moved: ShardsMoved,
-                       parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], hyper: Mapping[str, Hyper] | None,
-                       used: UsedPositions | None, into: Mapping[str, np.ndarray], *,
-                       closure: ClosureTag | None = None) -> list[Answer]:
-    """Send the push parts answered MOVED (`moved.parts`, positions in `parts`) again, whole, by
-    `placement` (the grown one), for `step`: a shard the old ps had counted before it released
-    the rest is answered `duplicate` there; the moved ones are counted once by their new ps.
-    `used` travels again only if ps 0's last part was among them (ps 0 did not count it). Blocks;
-    raises ShardsMoved if shards moved again meanwhile (`Growing.resend` follows and retries)."""
-    again, used = _regroup(placement, moved, parts, used)
-    if not again:
-        return []
-    return client.push_all(task, step, again, into,
-                           {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used,
-                           closure=closure)
-
-
-def _regroup(placement: Placement, moved: ShardsMoved, parts: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-             used: UsedPositions | None) -> tuple[list[tuple[int, dict[str, np.ndarray]]], UsedPositions | None]:
+def regroup_moved_parts(placement: Placement, moved: ShardsMoved,
+                        parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], used: UsedPositions | None
+                        ) -> tuple[list[tuple[int, dict[str, np.ndarray]]], UsedPositions | None]:
+    """The push parts answered MOVED (`moved.parts`, positions in `parts`), whole, regrouped by
+    `placement` (the grown one) as (ps, gradients), and the `used` positions to send with them:
+    `used` travels again only if ps 0's last part was among them (ps 0 did not count it) and a
+    part goes to ps 0 again. A shard the old ps had counted before it released the rest is
+    answered `duplicate` there; the moved ones are counted once by their new ps. Pure."""
     home = {s.name: s.ps for s in placement.shards}
     again: dict[int, dict[str, np.ndarray]] = {}
     for k in moved.parts:
@@ -271,6 +259,18 @@ def _regroup(placement: Placement, moved: ShardsMoved, parts: Sequence[tuple[int
     last_to_ps0 = max((k for k, (ps, _) in enumerate(parts) if ps == 0), default=None)
     used = used if last_to_ps0 in moved.parts and 0 in again else None
     return sorted(again.items()), used
+
+
+def resend_moved_parts(client: PsClient, task: str, step: int, again: Sequence[tuple[int, Mapping[str, np.ndarray]]],
+                       hyper: Mapping[str, Hyper] | None, used: UsedPositions | None, into: Mapping[str, np.ndarray],
+                       *, closure: ClosureTag | None = None) -> list[Answer]:
+    """Send the parts `regroup_moved_parts` made (`again`, with its `used`) for `step`. Blocks;
+    raises ShardsMoved if shards moved again meanwhile (`Growing.resend` follows and retries)."""
+    if not again:
+        return []
+    return client.push_all(task, step, again, into,
+                           {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used,
+                           closure=closure)
 
 
 def _size(nbytes: int) -> str:
