@@ -92,10 +92,10 @@ class EpochSummary:
 @dataclass(frozen=True)
 class Sorted:
     """A push's `used` positions as this book can count them (`LeaseBook.sort`): `fresh` ones
-    are leased and not yet reported (`count_push` consumes, holds or requeues them); positions reported by the
-    same task before (a resent push) are in neither list: nothing to do; `lost` ones cannot be
-    placed: leases of this book given back (the task left or restarted since) or of another
-    book (ps 0 restarted since)."""
+    are leased and not yet reported (`count_push` consumes, holds or requeues them); positions
+    reported by the same task before (a resent push) are in neither list: nothing to do; `lost`
+    ones cannot be placed: leases of this book given back (the task left or restarted since) or
+    of another book (ps 0 restarted since)."""
 
     fresh: tuple[tuple[int, int, int], ...]
     lost: tuple[tuple[int, int, int], ...]
