@@ -10,8 +10,9 @@ first, to a task. Each position of an epoch moves
                                            PENDING --step_abandoned--> FREE       (requeued)
                     LEASED --requeue / release--> FREE                            (requeued)
 
-and an epoch is complete when all N are CONSUMED; a position is consumed at most once per
-epoch (RangeSet refuses a second time: that would be a bug). The next epoch opens whenever no
+(consume, hold and requeue by a push's outcome: `count_push`; release when a task left), and
+an epoch is complete when all N are CONSUMED; a position is consumed at most once per epoch
+(RangeSet refuses a second time: that would be a bug). The next epoch opens whenever no
 open epoch has a FREE position left (every remaining one is leased or pending), so a request
 never waits on positions merely held by others: workers are never idle in the tail of an epoch,
 and a sync step never waits on a worker that has no data (its peers may hold whole leases they
@@ -91,10 +92,10 @@ class EpochSummary:
 @dataclass(frozen=True)
 class Sorted:
     """A push's `used` positions as this book can count them (`LeaseBook.sort`): `fresh` ones
-    are leased and not yet reported (consume, hold or requeue them); positions reported by the
-    same task before (a resent push) are in neither list: nothing to do; `lost` ones cannot be
-    placed: leases of this book given back (the task left or restarted since) or of another
-    book (ps 0 restarted since)."""
+    are leased and not yet reported (`count_push` consumes, holds or requeues them); positions
+    reported by the same task before (a resent push) are in neither list: nothing to do; `lost`
+    ones cannot be placed: leases of this book given back (the task left or restarted since) or
+    of another book (ps 0 restarted since)."""
 
     fresh: tuple[tuple[int, int, int], ...]
     lost: tuple[tuple[int, int, int], ...]
@@ -223,30 +224,6 @@ class LeaseBook:
         self._tasks.setdefault(task, _TaskLeases(holder)).ids.append(lease.id)
         return Grant(LeaseState.GRANTED, lease, released=released)
 
-    def check(self, task: str, book: str, ranges: Iterable[tuple[int, int, int]]) -> bool:
-        """Raise LeaseError unless every (lease, start, end) may be reported by `task` now: the
-        lease is open and `task`'s, the range is inside it and not reported before, and no two
-        ranges overlap. Returns False for ranges of another book (only their bounds are
-        checked: they can only be `lose`d), True otherwise. Changes nothing."""
-        ranges = self._in_bounds(task, ranges)
-        if book != self.book_id:
-            return False
-        seen: dict[int, RangeSet] = {}
-        for lease_id, start, end in ranges:
-            open_lease = self._leases.get(lease_id)
-            if open_lease is None:
-                raise LeaseError(f"{task} reported positions of lease {lease_id}, which is not open on this ps "
-                                 f"(never issued, used up, or given back when {task} left or restarted)")
-            lease = open_lease.lease
-            _require_owner(task, lease_id, lease)
-            mine = seen.setdefault(lease_id, RangeSet())
-            if not open_lease.outstanding.covers(start, end) or mine.overlaps(start, end):
-                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} (epoch "
-                                 f"{lease.epoch}, [{lease.start}, {lease.end})), but they are outside it or "
-                                 "were reported before (each leased position is reported in one push)")
-            mine.add(start, end)
-        return True
-
     def sort(self, task: str, book: str, ranges: Iterable[tuple[int, int, int]]) -> Sorted:
         """Sort the `used` positions of `task`'s push (see `Sorted`); changes nothing. Raises
         LeaseError for malformed ones only: outside the data set, of a lease this book never
@@ -295,21 +272,6 @@ class LeaseBook:
         if used.lost:
             self.lose(used.lost)
         return completed
-
-    def consume(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[EpochSummary]:
-        """LEASED -> CONSUMED (an applied gradient used them). Returns the epochs this completed.
-        Raises LeaseError (see `check`)."""
-        return self._consume(self._take(task, self._checked(task, ranges)))
-
-    def hold(self, task: str, ranges: Iterable[tuple[int, int, int]], step: int) -> None:
-        """LEASED -> PENDING: used by a gradient counted in sync step `step`, not applied yet.
-        Raises LeaseError (see `check`)."""
-        self._hold(self._take(task, self._checked(task, ranges)), step)
-
-    def requeue(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> None:
-        """LEASED -> FREE: the gradient was not applied (stale, duplicate). Raises LeaseError
-        (see `check`)."""
-        self._requeue(self._take(task, self._checked(task, ranges)))
 
     def lose(self, ranges: Iterable[tuple[int, int, int]]) -> int:
         """Count positions a push used that this book cannot place (another book's, or leases
@@ -435,13 +397,6 @@ class LeaseBook:
             if not 0 <= start < end <= self.num_examples:
                 raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id}; positions must "
                                  f"satisfy 0 <= start < end <= {self.num_examples} (the data set's size)")
-        return ranges
-
-    def _checked(self, task: str, ranges: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        """`ranges` (this book's), once `check` accepted them."""
-        ranges = list(ranges)
-        if not self.check(task, self.book_id, ranges):
-            raise AssertionError("unreachable")
         return ranges
 
     def _consume(self, taken: list[tuple[_OpenLease, int, int]]) -> list[EpochSummary]:

@@ -1080,19 +1080,47 @@ class ReleaseRequest:
         return cls(names, _int(fields, where, "target", 1, maximum=MAX_PS - 1))
 
 
+class ReleaseState(str, Enum):
+    """What a `release` did: handed the shards over (RELEASED); or nothing, because in sync mode
+    the step is applied to some of the named shards but not all, or some still catch up a step
+    after re-homing (BUSY: ask again in a moment)."""
+
+    RELEASED = "released"
+    BUSY = "busy"
+
+
+MAX_REASON = 512
+"""The longest `reason` a BUSY release reply may carry."""
+
+
 @dataclass(frozen=True)
 class ReleaseReply:
-    """The released shards' values are of `step` (sync: their step; a repeated release of the
-    same shards answers them again)."""
+    """RELEASED: the shards' values (with the reply) are of `step` (sync: their step; a repeated
+    release of the same shards answers them again). BUSY: nothing was released; `reason` says why
+    to a person (the chief decides on `state`, never on the text), `step` is the ps's. A reply
+    without `state` (a ps that predates it, whose every release reply released) is RELEASED."""
 
     step: int
+    state: ReleaseState = ReleaseState.RELEASED
+    reason: str = ""
 
     def fields(self) -> dict[str, Any]:
-        return {"step": self.step}
+        fields = {"step": self.step, "state": self.state.value}
+        if self.reason:
+            fields["reason"] = self.reason
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "ReleaseReply":
-        return cls(_int(fields, "release reply", "step"))
+        where = "release reply"
+        state = _enum(ReleaseState, {"state": fields.get("state", ReleaseState.RELEASED.value)}, where, "state")
+        if state is ReleaseState.BUSY:
+            reason = _str(fields, where, "reason", MAX_REASON)
+        elif "reason" in fields:
+            raise _fail(where, "reason", "absent in a released reply (only a busy one says why)", fields["reason"])
+        else:
+            reason = ""
+        return cls(_int(fields, where, "step"), state, reason)
 
 
 @dataclass(frozen=True)

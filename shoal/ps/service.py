@@ -30,6 +30,7 @@ from shoal.ps.protocol import (MAX_JOINED, REQUEST_TYPES, AdoptReply, ChangeKind
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ReplicaRequest,
                                ReplicateReply, ReplicateRequest, ShutdownRequest, SnapshotReply, StatusReply,
                                TrainingMode, parse_op, split_slots)
+from shoal.ps.protocol import ReleaseState
 from shoal.ps.replicas import ReplicaBook
 from shoal.ps.store import ShardStore
 from shoal.ps.sync import SyncAggregator
@@ -434,12 +435,15 @@ class PsService:
         step = self.step
         if self._sync is not None:
             applied = [n for n in message.names if self._sync.applied([n], self._sync.step)]
+            busy = None
             if applied and len(applied) != len(message.names):
-                raise PsError(f"{self.task_name} has applied step {self._sync.step} to {applied[:3]} but not to all "
-                              f"of {list(message.names)[:5]}; ask again in a moment (release takes shards of one step)")
-            if self._catch_up.behind(self._sync.step + 1, message.names):
-                raise PsError(f"{self.task_name}: some of {list(message.names)[:5]} still catch up a step after "
-                              "re-homing; ask again in a moment")
+                busy = (f"{self.task_name} has applied step {self._sync.step} to {applied[:3]} but not to all of "
+                        f"{list(message.names)[:5]}; ask again in a moment (release takes shards of one step)")
+            elif self._catch_up.behind(self._sync.step + 1, message.names):
+                busy = (f"{self.task_name}: some of {list(message.names)[:5]} still catch up a step after "
+                        "re-homing; ask again in a moment")
+            if busy is not None:
+                return Reply(request, ReleaseReply(self.step, ReleaseState.BUSY, busy))
             step = self._sync.step + 1 if applied else self._sync.step
             self._sync.forget(message.names)
         tensors = self.store.release(message.names)

@@ -33,20 +33,25 @@ import numpy as np
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.errors import ShardsMoved
 from shoal.ps.protocol import (AdoptRequest, ChangeKind, ClosureTag, Hyper, PlacementChange, PlaceRequest, ReleaseRequest,
-                               StatusReply, UsedPositions)
+                               ReleaseState, StatusReply, UsedPositions)
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.grow_placement import grow, moved_from
 from shoal.train.placement import Placement
 from shoal.train.placement_history import PlacementBook, PlacementChanged, job_history
 from shoal.train.waiting import log_waiting, poll_until
-from shoal.wire import RemoteError, WireError
+from shoal.wire import WireError
 
 log = logging.getLogger("shoal.train.session")
 
 DEFAULT_EVERY_S = 1.0
 RELEASE_RETRY_S = 10.0
 """How long the chief asks again a ps that cannot release shards mid-step (sync mode)."""
+
+
+class ReleaseBusyError(TrainError):
+    """A ps kept answering a `release` BUSY (sync: mid-step for those shards) for longer than the
+    chief asks again."""
 
 
 class PsGrown(PlacementChanged):
@@ -132,7 +137,7 @@ class Growing:
                                  "already; start a fresh ps process to add one")
             steps, nbytes = [], 0
             for src, names in moves.items():
-                answer = self._release(client, src, ReleaseRequest(tuple(names), index))
+                answer = release_shards(client, src, ReleaseRequest(tuple(names), index), clock=self._clock)
                 nbytes += sum(v.nbytes for n, v in answer.tensors.items() if n in names)
                 steps.append(answer.body.step)
                 if len(steps) == 1:
@@ -145,7 +150,7 @@ class Growing:
             for i in range(client.num_ps):
                 client.place(i, history)
             client.set_incarnation(k, client.status(k, min(client.timeout_s, 5.0)).incarnation)
-        except WireError as e:
+        except (WireError, ReleaseBusyError) as e:
             raise TrainError(f"{self._task}: could not move shards onto {name} at {address} ({e}); the job cannot "
                              "go on with them half-moved (resume from the checkpoint)") from e
         self._on_joined(address)
@@ -154,17 +159,6 @@ class Growing:
                  _size(nbytes), ", ".join(f"ps:{client.ps_id(src)}" for src in moves),
                  "/".join(str(s) for s in sorted(set(steps))))
         return new
-
-    def _release(self, client: PsClient, src: int, request: ReleaseRequest) -> Answer:
-        """`release`, asked again while the ps is mid-step for those shards (sync: some applied)."""
-        deadline = self._clock() + RELEASE_RETRY_S
-        while True:
-            try:
-                return client.release(src, request)
-            except RemoteError as e:
-                if "ask again" not in str(e) or self._clock() > deadline:
-                    raise
-                time.sleep(0.01)
 
     # --- every worker ------------------------------------------------------------------------
 
@@ -204,15 +198,14 @@ class Growing:
                used: UsedPositions | None, into: Mapping[str, np.ndarray], *,
                closure: ClosureTag | None = None) -> list[Answer]:
         """A push was answered MOVED: follow the new placement and send the parts answered MOVED
-        again by it (`resend_moved_parts`), following again if shards moved once more meanwhile.
-        Returns the answers of the parts sent. Blocks."""
+        again by it (`regroup_moved_parts`, `resend_moved_parts`), following again if shards moved
+        once more meanwhile. Returns the answers of the parts sent. Blocks."""
         while True:
             self.follow(client, moved)
-            again, used_again = _regroup(self._book.placement, moved, parts, used)
+            again, used_again = regroup_moved_parts(self._book.placement, moved, parts, used)
             try:
-                return resend_moved_parts(client, task, step, self._book.placement, moved, parts, hyper, used, into,
-                                          closure=closure)
-            except ShardsMoved as once_more:
+                return resend_moved_parts(client, task, step, again, hyper, used_again, into, closure=closure)
+            except ShardsMoved as once_more:  # its parts are positions in `again`
                 moved, parts, used = once_more, again, used_again
 
     def learned(self, client: PsClient, applied: Sequence[PlacementChange]) -> None:
@@ -232,25 +225,32 @@ class Growing:
                         log.debug("%s: no status from ps:%d after it joined: %s", self._task, change.ps, e)
 
 
-def resend_moved_parts(client: PsClient, task: str, step: int, placement: Placement, moved: ShardsMoved,
-                       parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], hyper: Mapping[str, Hyper] | None,
-                       used: UsedPositions | None, into: Mapping[str, np.ndarray], *,
-                       closure: ClosureTag | None = None) -> list[Answer]:
-    """Send the push parts answered MOVED (`moved.parts`, positions in `parts`) again, whole, by
-    `placement` (the grown one), for `step`: a shard the old ps had counted before it released
-    the rest is answered `duplicate` there; the moved ones are counted once by their new ps.
-    `used` travels again only if ps 0's last part was among them (ps 0 did not count it). Blocks;
-    raises ShardsMoved if shards moved again meanwhile (`Growing.resend` follows and retries)."""
-    again, used = _regroup(placement, moved, parts, used)
-    if not again:
-        return []
-    return client.push_all(task, step, again, into,
-                           {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used,
-                           closure=closure)
+def release_shards(client: PsClient, src: int, request: ReleaseRequest, *, retry_s: float = RELEASE_RETRY_S,
+                   clock: Callable[[], float] = time.monotonic) -> Answer:
+    """`release` to ps `src` (its position in `client`), asked again while the ps answers BUSY
+    (sync: it is mid-step for those shards) for up to `retry_s`: the reply's `state` decides, not
+    its text. Returns the RELEASED answer (ReleaseReply and the shards' values and slots). Raises
+    WireError as the client does (an error reply is never asked again), ReleaseBusyError naming
+    the ps and its last reason once `retry_s` passed. Blocks; not thread-safe (the client's)."""
+    deadline = clock() + retry_s
+    while True:
+        answer = client.release(src, request)
+        if answer.body.state is ReleaseState.RELEASED:
+            return answer
+        if clock() > deadline:
+            raise ReleaseBusyError(f"ps:{client.ps_id(src)} still cannot release {list(request.names)[:5]} after "
+                                   f"{retry_s:g}s of asking: {answer.body.reason}")
+        time.sleep(0.01)
 
 
-def _regroup(placement: Placement, moved: ShardsMoved, parts: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-             used: UsedPositions | None) -> tuple[list[tuple[int, dict[str, np.ndarray]]], UsedPositions | None]:
+def regroup_moved_parts(placement: Placement, moved: ShardsMoved,
+                        parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], used: UsedPositions | None
+                        ) -> tuple[list[tuple[int, dict[str, np.ndarray]]], UsedPositions | None]:
+    """The push parts answered MOVED (`moved.parts`, positions in `parts`), whole, regrouped by
+    `placement` (the grown one) as (ps, gradients), and the `used` positions to send with them:
+    `used` travels again only if ps 0's last part was among them (ps 0 did not count it) and a
+    part goes to ps 0 again. A shard the old ps had counted before it released the rest is
+    answered `duplicate` there; the moved ones are counted once by their new ps. Pure."""
     home = {s.name: s.ps for s in placement.shards}
     again: dict[int, dict[str, np.ndarray]] = {}
     for k in moved.parts:
@@ -259,6 +259,18 @@ def _regroup(placement: Placement, moved: ShardsMoved, parts: Sequence[tuple[int
     last_to_ps0 = max((k for k, (ps, _) in enumerate(parts) if ps == 0), default=None)
     used = used if last_to_ps0 in moved.parts and 0 in again else None
     return sorted(again.items()), used
+
+
+def resend_moved_parts(client: PsClient, task: str, step: int, again: Sequence[tuple[int, Mapping[str, np.ndarray]]],
+                       hyper: Mapping[str, Hyper] | None, used: UsedPositions | None, into: Mapping[str, np.ndarray],
+                       *, closure: ClosureTag | None = None) -> list[Answer]:
+    """Send the parts `regroup_moved_parts` made (`again`, with its `used`) for `step`. Blocks;
+    raises ShardsMoved if shards moved again meanwhile (`Growing.resend` follows and retries)."""
+    if not again:
+        return []
+    return client.push_all(task, step, again, into,
+                           {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used,
+                           closure=closure)
 
 
 def _size(nbytes: int) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import (PY, REPO, alive, cleanup_launchers, launcher_pids, program, run_shoal,  # noqa: E402
-                     shoal_env, start_shoal, status, wait_for)
+from harness import (PY, REPO, alive, cleanup_launchers, launcher_pids, only_job, program,  # noqa: E402
+                     run_shoal, shoal_env, start_shoal, wait_for)
 
 pytestmark = pytest.mark.timeout(90)
 JOB_ID = re.compile(r"^job (\S+) runs in the background", re.M)
@@ -74,11 +74,6 @@ class TerminalShoal:
         self.proc.wait(10)
 
 
-def _job(home: Path) -> dict:
-    [job] = status(home)
-    return job
-
-
 def test_detach_returns_at_once_and_attach_follows_the_job_to_its_exit_code(tmp_path):
     home = tmp_path / "home"
     try:
@@ -88,7 +83,7 @@ def test_detach_returns_at_once_and_attach_follows_the_job_to_its_exit_code(tmp_
         assert out.returncode == 0, text
         job_id = JOB_ID.search(text).group(1)
         assert f"shoal attach {job_id}" in text and f"shoal kill {job_id}" in text
-        job = _job(home)
+        job = only_job(home)
         assert job["id"] == job_id and job["state"] in ("PENDING", "RUNNING")  # it runs without us
         attach = run_shoal(home, "attach", "a", timeout=60)
         followed = attach.stdout.decode()
@@ -96,7 +91,7 @@ def test_detach_returns_at_once_and_attach_follows_the_job_to_its_exit_code(tmp_
         assert "a.worker.0 | step=10 loss=1.0000" in followed
         assert "a.worker.0 | worker:0 done, exit 3" in followed
         assert f"shoal | job {job_id}: FAILED" in followed
-        assert _job(home)["state"] == "FAILED"
+        assert only_job(home)["state"] == "FAILED"
         assert alive(launcher_pids(home)) == []
     finally:
         cleanup_launchers(home)
@@ -110,7 +105,7 @@ def test_ctrl_c_on_attach_only_detaches_and_the_job_keeps_running(tmp_path):
         assert out.returncode == 0, out.stdout.decode()
         attach = start_shoal(home, "attach", "b")
         try:
-            wait_for(lambda: "b.worker.0 | serving worker:0" in Path(_job(home)["job_dir"], "launcher.log")
+            wait_for(lambda: "b.worker.0 | serving worker:0" in Path(only_job(home)["job_dir"], "launcher.log")
                      .read_text(), 30, "the task to serve")
             time.sleep(0.5)  # the attach's first poll
             attach.send_signal(signal.SIGINT)
@@ -120,7 +115,7 @@ def test_ctrl_c_on_attach_only_detaches_and_the_job_keeps_running(tmp_path):
                 attach.kill()
         assert attach.returncode == 0
         assert "detached; job b-" in followed.decode() and "keeps running" in followed.decode()
-        job = _job(home)
+        job = only_job(home)
         assert job["state"] == "RUNNING" and alive(launcher_pids(home))
         killed = run_shoal(home, "kill", "b", timeout=40)
         assert killed.returncode == 0 and "KILLED" in killed.stdout.decode()
@@ -136,7 +131,7 @@ def test_launcher_whose_terminal_hangs_up_keeps_the_job_running_to_success(tmp_p
         shoal.expect(r"h\.worker\.1 \| step=10", 30)
         shoal.hang_up()  # SIGHUP to the launcher; its writes to the terminal now fail (EIO)
         assert shoal.proc.wait(30) == 0
-        job = _job(home)
+        job = only_job(home)
         assert job["state"] == "SUCCEEDED" and job["exit_code"] == 0
         assert {t["state"] for t in job["tasks"]} == {"SUCCEEDED"}
         log = (Path(job["job_dir"]) / "launcher.log").read_text()
@@ -158,7 +153,7 @@ def test_ctrl_c_in_a_terminal_offers_to_detach_and_detaching_leaves_the_job_runn
         shoal.type(b"d")
         assert shoal.proc.wait(15) == 0
         assert re.search(r"detached; job t-\S+ keeps running", shoal.text)
-        job = _job(home)
+        job = only_job(home)
         assert job["state"] == "RUNNING" and alive(launcher_pids(home))
         killed = run_shoal(home, "kill", "t", timeout=40)
         assert killed.returncode == 0 and "KILLED" in killed.stdout.decode()
@@ -176,7 +171,7 @@ def test_unanswered_ctrl_c_in_a_terminal_stops_the_job(tmp_path):
         shoal.expect(r"or \[s\]top it\?", 10)  # nobody answers: it stops after 5 s
         assert shoal.proc.wait(30) == 130
         assert "stopping job s-" in shoal.text
-        job = _job(home)
+        job = only_job(home)
         assert job["state"] == "KILLED" and job["exit_code"] == 130
         assert alive(launcher_pids(home)) == []
     finally:
@@ -192,7 +187,7 @@ def test_sigterm_to_shoal_run_in_a_terminal_stops_the_job_without_asking(tmp_pat
         shoal.proc.send_signal(signal.SIGTERM)  # `timeout`, a closing tmux: the command, not the job
         assert shoal.proc.wait(30) == 130
         assert "[d]etach" not in shoal.text and "stopping job term-" in shoal.text, shoal.text
-        job = _job(home)
+        job = only_job(home)
         assert job["state"] == "KILLED" and alive(launcher_pids(home)) == []
     finally:
         shoal.kill()

@@ -11,46 +11,27 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import (PY, alive, cleanup_launchers, launcher_pids, program, recorded_pids,  # noqa: E402
-                     run_shoal, status, wait_for)
-
-
-def _job(home: Path) -> dict:
-    [job] = status(home)
-    return job
+from harness import (PY, cleanup_launchers, only_job, program, run_ok, run_shoal, task_log,  # noqa: E402
+                     wait_for, wait_nothing_left)
 
 
 def _states(home: Path) -> dict:
-    return {t["name"]: t["state"] for t in _job(home)["tasks"]}
+    return {t["name"]: t["state"] for t in only_job(home)["tasks"]}
 
 
 def _log_has_steps(home: Path, name: str) -> bool:
-    logs = list(home.glob(f"jobs/*/logs/{name}.log"))
-    return bool(logs) and "step=" in logs[0].read_text(errors="replace")
-
-
-def _scale(home: Path, job: str, assignment: str) -> str:
-    out = run_shoal(home, "scale", job, assignment, timeout=60)
-    text = out.stdout.decode()
-    assert out.returncode == 0, text
-    return text
-
-
-def _nothing_left(home: Path) -> None:
-    pids = recorded_pids(home) + launcher_pids(home)
-    wait_for(lambda: not alive(pids), 15, f"every process of the job to end ({alive(pids)} still run)")
+    return "step=" in task_log(home, name)
 
 
 @pytest.mark.timeout(120)
 def test_a_detached_job_scales_up_and_down_and_ends_succeeded(tmp_path):
     home = tmp_path / "home"
     try:
-        out = run_shoal(home, "run", "--name", "sc", "--ps", "1", "--workers", "2..4", "--detach",
-                        "--", PY, program("scalable.py"))
-        assert out.returncode == 0, out.stdout.decode()
+        run_ok(home, "run", "--name", "sc", "--ps", "1", "--workers", "2..4", "--detach", "--", PY,
+               program("scalable.py"))
         wait_for(lambda: _log_has_steps(home, "worker.1"), 30, "worker.1 to train")
 
-        text = _scale(home, "sc", "worker=4")
+        text = run_ok(home, "scale", "sc", "worker=4")
         assert "worker=4 (was 2): started worker:2, worker:3" in text
         wait_for(lambda: _log_has_steps(home, "worker.2") and _log_has_steps(home, "worker.3"), 30,
                  "the added workers to print progress")
@@ -60,7 +41,7 @@ def test_a_detached_job_scales_up_and_down_and_ends_succeeded(tmp_path):
         assert tf_config["task"] == {"type": "worker", "index": 3}
         assert len(tf_config["cluster"]["worker"]) == 4 and len(tf_config["cluster"]["ps"]) == 1
 
-        text = _scale(home, "sc", "worker=2")
+        text = run_ok(home, "scale", "sc", "worker=2")
         assert "worker=2 (was 4): stopped worker:3, worker:2" in text
         states = _states(home)
         assert states["worker.2"] == states["worker.3"] == "SCALED_DOWN"
@@ -71,12 +52,12 @@ def test_a_detached_job_scales_up_and_down_and_ends_succeeded(tmp_path):
 
         shown = run_shoal(home, "status", "sc", timeout=30).stdout.decode()
         assert "membership v3 (ps:0): 2 training [worker:0, worker:1]" in shown
-        assert _job(home)["membership_version"] == 3
+        assert only_job(home)["membership_version"] == 3
 
-        (Path(_job(home)["model_dir"]) / "finish").touch()
-        wait_for(lambda: _job(home)["state"] != "RUNNING", 30, "the job to end")
-        assert _job(home)["state"] == "SUCCEEDED"
-        _nothing_left(home)
+        (Path(only_job(home)["model_dir"]) / "finish").touch()
+        wait_for(lambda: only_job(home)["state"] != "RUNNING", 30, "the job to end")
+        assert only_job(home)["state"] == "SUCCEEDED"
+        wait_nothing_left(home)
     finally:
         cleanup_launchers(home)
 
@@ -85,7 +66,7 @@ def _env_of(home: Path, name: str) -> dict:
     """The environment of the recorded task `name` while it runs (psutil reads /proc)."""
     import psutil
 
-    pid = next(t["pid"] for t in _job(home)["tasks"] if t["name"] == name)
+    pid = next(t["pid"] for t in only_job(home)["tasks"] if t["name"] == name)
     return psutil.Process(pid).environ()
 
 
@@ -98,25 +79,23 @@ def test_mnist_grows_from_two_to_four_workers_and_back_and_succeeds(tmp_path, mo
     lists have said done, and a sync step waits for a worker that was stopped."""
     home = tmp_path / "home"
     try:
-        out = run_shoal(home, "run", "--name", "mn", "--ps", "1", "--workers", "2..4", "--detach",
-                        "--", "python", "examples/mnist_softmax.py", "--steps", str(steps),
-                        "--ps_recovery_timeout", "30", *mode)
-        assert out.returncode == 0, out.stdout.decode()
+        run_ok(home, "run", "--name", "mn", "--ps", "1", "--workers", "2..4", "--detach", "--", "python",
+               "examples/mnist_softmax.py", "--steps", str(steps), "--ps_recovery_timeout", "30", *mode)
         wait_for(lambda: _log_has_steps(home, "worker.1"), 60, "worker.1 to train")
-        assert "worker=4 (was 2): started worker:2, worker:3" in _scale(home, "mn", "worker=4")
+        assert "worker=4 (was 2): started worker:2, worker:3" in run_ok(home, "scale", "mn", "worker=4")
         wait_for(lambda: _log_has_steps(home, "worker.2") and _log_has_steps(home, "worker.3"), 60,
                  "the added workers to print progress")
-        assert "worker=2 (was 4): stopped worker:3, worker:2" in _scale(home, "mn", "worker=2")
-        wait_for(lambda: _job(home)["state"] != "RUNNING", 200, "the job to end")
-        job = _job(home)
+        assert "worker=2 (was 4): stopped worker:3, worker:2" in run_ok(home, "scale", "mn", "worker=2")
+        wait_for(lambda: only_job(home)["state"] != "RUNNING", 200, "the job to end")
+        job = only_job(home)
         assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
         states = {t["name"]: t["state"] for t in job["tasks"]}
         assert states["worker.2"] == states["worker.3"] == "SCALED_DOWN"
-        ps_log = next(home.glob("jobs/*/logs/ps.0.log")).read_text(errors="replace")
+        ps_log = task_log(home, "ps.0")
         for added in ("worker:2", "worker:3"):
             assert f"{added} joined" in ps_log, ps_log[-3000:]
             applied = re.search(rf"{added} (?:stopped|failed|finished|left) \([^)]*?(\d+) gradients applied\)", ps_log)
             assert applied and int(applied.group(1)) > 0, ps_log[-3000:]
-        _nothing_left(home)
+        wait_nothing_left(home)
     finally:
         cleanup_launchers(home)

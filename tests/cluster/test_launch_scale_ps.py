@@ -12,25 +12,19 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import (PY, alive, cleanup_launchers, launcher_pids, program, recorded_pids,  # noqa: E402
-                     run_shoal, status, wait_for)
-
-
-def _job(home: Path) -> dict:
-    [job] = status(home)
-    return job
+from harness import (PY, cleanup_launchers, only_job, program, run_ok, run_shoal, task_log,  # noqa: E402
+                     wait_for, wait_nothing_left)
 
 
 def _task(home: Path, name: str) -> dict:
-    return next((t for t in _job(home)["tasks"] if t["name"] == name), {})
+    return next((t for t in only_job(home)["tasks"] if t["name"] == name), {})
 
 
 def _printed(home: Path, name: str) -> dict:
     """What task `name` printed of its TF_CONFIG ({} before it printed it)."""
-    for log in home.glob(f"jobs/*/logs/{name}.log"):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("tf_config "):
-                return json.loads(line[len("tf_config "):])
+    for line in task_log(home, name).splitlines():
+        if line.startswith("tf_config "):
+            return json.loads(line[len("tf_config "):])
     return {}
 
 
@@ -38,16 +32,13 @@ def _printed(home: Path, name: str) -> dict:
 def test_a_ps_added_to_a_running_job_lists_every_ps_and_stops_with_the_job(tmp_path):
     home = tmp_path / "home"
     try:
-        out = run_shoal(home, "run", "--name", "pg", "--ps", "1..2", "--workers", "1..2", "--detach",
-                        "--", PY, program("ps_list.py"))
-        assert out.returncode == 0, out.stdout.decode()
+        run_ok(home, "run", "--name", "pg", "--ps", "1..2", "--workers", "1..2", "--detach", "--", PY,
+               program("ps_list.py"))
         wait_for(lambda: _printed(home, "worker.0"), 30, "worker.0 to print its TF_CONFIG")
         ps0 = _task(home, "ps.0")["address"]
         assert _printed(home, "worker.0")["ps"] == [ps0]
 
-        scaled = run_shoal(home, "scale", "pg", "ps=2", timeout=60)
-        assert scaled.returncode == 0, scaled.stdout.decode()
-        assert "ps=2 (was 1): started ps:1" in scaled.stdout.decode()
+        assert "ps=2 (was 1): started ps:1" in run_ok(home, "scale", "pg", "ps=2")
         wait_for(lambda: _printed(home, "ps.1"), 30, "ps.1 to print its TF_CONFIG")
         ps1 = _task(home, "ps.1")["address"]
         assert ps1 and ps1 != ps0
@@ -64,21 +55,15 @@ def test_a_ps_added_to_a_running_job_lists_every_ps_and_stops_with_the_job(tmp_p
         assert refused.returncode != 0 and "a ps scales up only" in refused.stdout.decode()
         assert _task(home, "ps.1")["state"] == "RUNNING"
 
-        (Path(_job(home)["model_dir"]) / "finish").touch()
-        wait_for(lambda: _job(home)["state"] != "RUNNING", 30, "the job to end")
-        job = _job(home)
+        (Path(only_job(home)["model_dir"]) / "finish").touch()
+        wait_for(lambda: only_job(home)["state"] != "RUNNING", 30, "the job to end")
+        job = only_job(home)
         assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
         assert {t["name"] for t in job["tasks"]} == {"ps.0", "ps.1", "worker.0", "worker.1"}
         assert all(t["state"] in ("SUCCEEDED", "KILLED") for t in job["tasks"]), job["tasks"]
-        pids = recorded_pids(home) + launcher_pids(home)
-        wait_for(lambda: not alive(pids), 15, f"every process of the job to end ({alive(pids)} still run)")
+        wait_nothing_left(home)
     finally:
         cleanup_launchers(home)
-
-
-def _log(home: Path, name: str) -> str:
-    logs = list(home.glob(f"jobs/*/logs/{name}.log"))
-    return logs[0].read_text(errors="replace") if logs else ""
 
 
 @pytest.mark.timeout(300)
@@ -91,26 +76,24 @@ def test_mnist_scaled_to_three_ps_moves_shards_onto_the_new_one_and_succeeds(tmp
     cut the 31 KiB weight matrix into shards that can move (one shard per ps would stay put)."""
     home = tmp_path / "home"
     try:
-        out = run_shoal(home, "run", "--name", "grow", "--ps", "2..3", "--workers", "2..3", "--detach",
-                        "--", "python", "examples/mnist_softmax.py", "--steps", str(steps),
-                        "--push_part_bytes", "8192", *mode)
-        assert out.returncode == 0, out.stdout.decode()
-        wait_for(lambda: "step=" in _log(home, "worker.1"), 60, "worker.1 to train")
+        run_ok(home, "run", "--name", "grow", "--ps", "2..3", "--workers", "2..3", "--detach", "--", "python",
+               "examples/mnist_softmax.py", "--steps", str(steps), "--push_part_bytes", "8192", *mode)
+        wait_for(lambda: "step=" in task_log(home, "worker.1"), 60, "worker.1 to train")
 
-        scaled = run_shoal(home, "scale", "grow", "ps=3", timeout=60)
-        assert scaled.returncode == 0 and "ps=3 (was 2): started ps:2" in scaled.stdout.decode(), scaled.stdout.decode()
+        scaled = run_ok(home, "scale", "grow", "ps=3")
+        assert "ps=3 (was 2): started ps:2" in scaled, scaled
         joined = re.compile(r"ps:2 joined: (\d+) shards? \([^)]*\) moved to it from (ps:\d(?:, ps:\d)*) at step (\d+)")
-        wait_for(lambda: joined.search(_log(home, "worker.0")), 60, "the chief to move shards onto ps:2")
-        moved = joined.search(_log(home, "worker.0"))
+        wait_for(lambda: joined.search(task_log(home, "worker.0")), 60, "the chief to move shards onto ps:2")
+        moved = joined.search(task_log(home, "worker.0"))
         assert int(moved.group(1)) >= 1 and int(moved.group(3)) < steps
         added = run_shoal(home, "scale", "grow", "worker=3", timeout=60)
         assert "worker=3 (was 2): started worker:2" in added.stdout.decode(), added.stdout.decode()
-        wait_for(lambda: "step=" in _log(home, "worker.2"), 60, "worker.2, added after the growth, to train")
-        assert "worker:2 starts with ps:2 (joined before it started)" in _log(home, "worker.2"), \
-            _log(home, "worker.2")[-3000:]
+        wait_for(lambda: "step=" in task_log(home, "worker.2"), 60, "worker.2, added after the growth, to train")
+        assert "worker:2 starts with ps:2 (joined before it started)" in task_log(home, "worker.2"), \
+            task_log(home, "worker.2")[-3000:]
 
-        wait_for(lambda: _job(home)["state"] != "RUNNING", 240, "the job to end")
-        job = _job(home)
+        wait_for(lambda: only_job(home)["state"] != "RUNNING", 240, "the job to end")
+        job = only_job(home)
         assert job["state"] == "SUCCEEDED", json.dumps(job, indent=1)
         states = {t["name"]: t["state"] for t in job["tasks"]}
         assert {n: s for n, s in states.items() if n.startswith("worker")} == {
@@ -118,11 +101,10 @@ def test_mnist_scaled_to_three_ps_moves_shards_onto_the_new_one_and_succeeds(tmp
         # every ps, the added one too, ended with the job: by itself, or stopped by the teardown
         assert {n: s in ("SUCCEEDED", "KILLED") for n, s in states.items() if n.startswith("ps")} == {
             "ps.0": True, "ps.1": True, "ps.2": True}, states
-        assert "trains on with ps:2 joined" in _log(home, "worker.1"), _log(home, "worker.1")[-3000:]
+        assert "trains on with ps:2 joined" in task_log(home, "worker.1"), task_log(home, "worker.1")[-3000:]
         for name in ("worker.0", "worker.1", "worker.2"):
-            accuracy = re.findall(r"accuracy: ([\d.]+)", _log(home, name))
-            assert accuracy and float(accuracy[-1]) >= 0.90, _log(home, name)[-3000:]
-        pids = recorded_pids(home) + launcher_pids(home)
-        wait_for(lambda: not alive(pids), 15, f"every process of the job to end ({alive(pids)} still run)")
+            accuracy = re.findall(r"accuracy: ([\d.]+)", task_log(home, name))
+            assert accuracy and float(accuracy[-1]) >= 0.90, task_log(home, name)[-3000:]
+        wait_nothing_left(home)
     finally:
         cleanup_launchers(home)

@@ -19,28 +19,26 @@ from tests.cluster.test_sync_oracle import oracle
 JOIN_LINE = re.compile(r"ps:2 joined: (\d+) shards? \(([\d.]+ \w+)\) moved to it from (ps:\d(?:, ps:\d)*) at step (\d+)")
 
 
-def _grown_spec(cluster) -> dict:
-    return dict(cluster.spec, ps=[*cluster.spec["ps"], f"127.0.0.1:{free_ports(1)[0]}"])
-
-
-def _start_ps2_once_training(cluster, argv, spec):
+def _train_then_add_ps2(make_cluster, argv):
+    """A job of 2 ps and 2 workers running `argv`, and ps:2 (a cluster that lists it at the next
+    index) started once both workers train. Returns (cluster, the grown spec, ps:2's task)."""
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    for i in range(2):
+        cluster.start("ps", i, argv)
+    for i in range(2):
+        cluster.start("worker", i, argv)
+    spec = dict(cluster.spec, ps=[*cluster.spec["ps"], f"127.0.0.1:{free_ports(1)[0]}"])
     cluster.tasks[2].wait_for_output("starts at global step", timeout=60)
     cluster.tasks[3].wait_for_output("starts at global step", timeout=60)
-    return cluster.start("ps", 2, argv, spec=spec)
+    return cluster, spec, cluster.start("ps", 2, argv, spec=spec)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_sync_ps_added_mid_training_gets_shards_and_the_model_equals_the_oracle(make_cluster, tmp_path, optimizer):
     steps = 120
-    cluster = make_cluster(num_ps=2, num_workers=2)
     argv = ["tests/cluster/programs/digits.py", "--sync", "--optimizer", optimizer, "--steps", str(steps),
             "--step_sleep", "0.05", "--out", str(tmp_path)]
-    for i in range(2):
-        cluster.start("ps", i, argv)
-    for i in range(2):
-        cluster.start("worker", i, argv)
-    spec = _grown_spec(cluster)
-    ps2 = _start_ps2_once_training(cluster, argv, spec)
+    cluster, _, ps2 = _train_then_add_ps2(make_cluster, argv)
     codes = cluster.wait_all(timeout=150)
     assert codes == {"ps:0": 0, "ps:1": 0, "ps:2": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
     chief, other = cluster.tasks[2].output(), cluster.tasks[3].output()
@@ -59,14 +57,8 @@ def test_sync_ps_added_mid_training_gets_shards_and_the_model_equals_the_oracle(
 
 def test_async_ps_added_mid_training_serves_its_shards_and_training_converges(make_cluster, tmp_path):
     steps = 400
-    cluster = make_cluster(num_ps=2, num_workers=2)
     argv = ["tests/cluster/programs/digits.py", "--steps", str(steps), "--step_sleep", "0.02", "--out", str(tmp_path)]
-    for i in range(2):
-        cluster.start("ps", i, argv)
-    for i in range(2):
-        cluster.start("worker", i, argv)
-    spec = _grown_spec(cluster)
-    _start_ps2_once_training(cluster, argv, spec)
+    cluster, spec, _ = _train_then_add_ps2(make_cluster, argv)
     cluster.tasks[2].wait_for_output("ps:2 joined:", timeout=60)
     client = PsClient([spec["ps"][2]], JobSecret(cluster.secret.encode(), "test"), timeout_s=5.0)
     try:
@@ -91,15 +83,9 @@ def test_async_ps_added_mid_training_serves_its_shards_and_training_converges(ma
 
 
 def test_a_worker_started_after_the_growth_trains_against_the_grown_placement(make_cluster, tmp_path):
-    cluster = make_cluster(num_ps=2, num_workers=2)
     argv = ["tests/cluster/programs/digits.py", "--sync", "--steps", "150", "--step_sleep", "0.1", "--out",
             str(tmp_path)]
-    for i in range(2):
-        cluster.start("ps", i, argv)
-    for i in range(2):
-        cluster.start("worker", i, argv)
-    spec = _grown_spec(cluster)
-    _start_ps2_once_training(cluster, argv, spec)
+    cluster, _, _ = _train_then_add_ps2(make_cluster, argv)
     cluster.tasks[2].wait_for_output("ps:2 joined:", timeout=60)
     late_spec = dict(cluster.spec, worker=[*cluster.spec["worker"], f"127.0.0.1:{free_ports(1)[0]}"])
     late = cluster.start("worker", 2, argv, spec=late_spec)

@@ -46,11 +46,31 @@ def run_shoal(home: Path, *args: str, timeout: float = 60,
     )
 
 
+def run_ok(home: Path, *args: str, timeout: float = 60) -> str:
+    """Run `shoal ARGS` (bounded), assert it exited 0 and return what it printed."""
+    out = run_shoal(home, *args, timeout=timeout)
+    text = out.stdout.decode()
+    assert out.returncode == 0, text
+    return text
+
+
 def status(home: Path) -> list[dict]:
     """`shoal status --json`, parsed ([] before the first job is recorded)."""
     out = run_shoal(home, "status", "--json", timeout=30)
     assert out.returncode == 0, out.stdout.decode()
     return json.loads(out.stdout)
+
+
+def only_job(home: Path) -> dict:
+    """The one job recorded under `home`, as `shoal status --json` shows it."""
+    [job] = status(home)
+    return job
+
+
+def task_log(home: Path, name: str) -> str:
+    """What task `name` (e.g. "worker.0") of the job under `home` logged ("" before its log exists)."""
+    logs = list(home.glob(f"jobs/*/logs/{name}.log"))
+    return logs[0].read_text(errors="replace") if logs else ""
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
@@ -140,6 +160,12 @@ def launcher_pids(home: Path) -> list[int]:
             return [row[0] for row in conn.execute("SELECT launcher_pid FROM jobs") if row[0]]
         except sqlite3.OperationalError:
             return []
+
+
+def wait_nothing_left(home: Path) -> None:
+    """Wait (15 s at most) until no task or launcher process recorded under `home` runs."""
+    pids = recorded_pids(home) + launcher_pids(home)
+    wait_for(lambda: not alive(pids), 15, f"every process of the job to end ({alive(pids)} still run)")
 
 
 def cleanup_launchers(home: Path) -> None:

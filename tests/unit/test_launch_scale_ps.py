@@ -40,6 +40,21 @@ class RolePorts(PlacingExecutor):
         return TaskAllocation(task, "127.0.0.1", (6000 if task.job == "ps" else 5000) + task.index)
 
 
+def asking_for_ps(tmp_path, roles, count, scripts=None, **options):
+    """`scaled` with RolePorts, whose job asks for `count` ps once worker.0 runs. Returns the
+    supervisor, executor, recorder, output, and the list the scale outcomes go to."""
+    supervisor, executor, recorder, out = scaled(tmp_path, roles, scripts or {}, executor_class=RolePorts,
+                                                 **options)
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "ps", count)
+    return supervisor, executor, recorder, out, outcomes
+
+
+def chief_exits_once_running(recorder, executor, name, code):
+    """Once task `name` runs, chief.0 exits with `code`."""
+    recorder.hooks[(name, TaskState.RUNNING)] = lambda: executor.handle("chief.0").exit(code)
+
+
 # --- the spec and the command line ---------------------------------------------------
 
 def test_a_ps_count_range_starts_its_minimum_and_keeps_the_range():
@@ -129,12 +144,9 @@ def test_a_worker_added_after_a_ps_joined_lists_the_ps_the_job_started_with(tmp_
 # --- the supervisor ------------------------------------------------------------------
 
 def test_scale_ps_up_starts_the_next_ps_with_every_ps_in_its_tf_config(tmp_path):
-    supervisor, executor, recorder, out = scaled(
-        tmp_path, {"chief": {}, "ps": {"count": "2..4"}, "worker": {"count": 1}}, {},
-        executor_class=RolePorts)
-    outcomes: list = []
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "ps", 3)
-    recorder.hooks[("ps.2", TaskState.RUNNING)] = lambda: executor.handle("chief.0").exit(0)
+    supervisor, executor, recorder, out, outcomes = asking_for_ps(
+        tmp_path, {"chief": {}, "ps": {"count": "2..4"}, "worker": {"count": 1}}, 3)
+    chief_exits_once_running(recorder, executor, "ps.2", 0)
     result = supervisor.run()
     assert result.state is JobState.SUCCEEDED
     assert [o.describe() for o in outcomes] == ["ps=3 (was 2): started ps:2"]
@@ -177,11 +189,8 @@ def test_tasks_started_after_a_ps_joined_list_the_ps_the_job_started_with(tmp_pa
 
 
 def test_an_added_ps_that_fails_for_good_stops_the_job_like_any_ps(tmp_path):
-    supervisor, executor, recorder, _ = scaled(
-        tmp_path, {"chief": {}, "ps": {"count": "1..2"}, "worker": {"count": 1}}, {"ps.1": [3]},
-        executor_class=RolePorts)
-    outcomes: list = []
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "ps", 2)
+    supervisor, executor, recorder, _, outcomes = asking_for_ps(
+        tmp_path, {"chief": {}, "ps": {"count": "1..2"}, "worker": {"count": 1}}, 2, {"ps.1": [3]})
     result = supervisor.run()
     assert result.state is JobState.FAILED and "t.ps.1 failed (exit 3)" in result.detail
     final = recorder.final()
@@ -190,12 +199,9 @@ def test_an_added_ps_that_fails_for_good_stops_the_job_like_any_ps(tmp_path):
 
 
 def test_a_chief_that_fails_after_a_ps_joined_stops_the_added_ps_too(tmp_path):
-    supervisor, executor, recorder, _ = scaled(
-        tmp_path, {"chief": {}, "ps": {"count": "1..2"}, "worker": {"count": 1}}, {},
-        executor_class=RolePorts)
-    outcomes: list = []
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "ps", 2)
-    recorder.hooks[("ps.1", TaskState.RUNNING)] = lambda: executor.handle("chief.0").exit(4)
+    supervisor, executor, recorder, _, outcomes = asking_for_ps(
+        tmp_path, {"chief": {}, "ps": {"count": "1..2"}, "worker": {"count": 1}}, 2)
+    chief_exits_once_running(recorder, executor, "ps.1", 4)
     result = supervisor.run()
     assert result.state is JobState.FAILED and result.chief_exit == 4
     assert recorder.final()["ps.1"] is TaskState.KILLED
@@ -203,10 +209,8 @@ def test_a_chief_that_fails_after_a_ps_joined_stops_the_added_ps_too(tmp_path):
 
 
 def test_a_ps_scale_down_stops_nothing_and_says_why(tmp_path):
-    supervisor, executor, recorder, _ = scaled(
-        tmp_path, {"ps": {"count": "1..3"}, "worker": {"count": 1}}, {}, executor_class=RolePorts)
-    outcomes: list = []
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: ask(supervisor, outcomes, "ps", 2)
+    supervisor, executor, recorder, _, outcomes = asking_for_ps(
+        tmp_path, {"ps": {"count": "1..3"}, "worker": {"count": 1}}, 2)
 
     def shrink_then_end() -> None:
         ask(supervisor, outcomes, "ps", 1)
