@@ -39,7 +39,7 @@ def main(argv=None) -> int:
 
     import torch
     from torch import nn
-    from torch.utils.data import BatchSampler, DataLoader, TensorDataset
+    from torch.utils.data import DataLoader, TensorDataset
 
     from shoal.datasets.mnist import default_cache_dir, load_mnist
 
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():  # read-only memory maps, shared by the processes of a host: no copy
         warnings.simplefilter("ignore", UserWarning)
         train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
-    batches = BatchSampler(torch.utils.data.RandomSampler(train), args.batch_size, drop_last=False)
+    batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(train), args.batch_size, drop_last=False)
     loader = DataLoader(train, batch_size=None, sampler=batches)  # one indexing per batch: ~3x less than per example
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     step, local_steps, seen, started = 0, 0, 0, time.monotonic()  # local_steps: this process's

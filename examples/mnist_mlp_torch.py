@@ -2,7 +2,7 @@
 
 examples/mnist_mlp_plain.py with 8 lines changed (docs/pytorch.md): `shoal.torch.init` resolves
 the cluster from the flags or TF_CONFIG (a ps task serves there and exits; with no cluster, a ps
-runs in this process, so `python examples/mnist_mlp_torch.py` trains alone), a `LeasedSampler`
+runs in this process, so `python examples/mnist_mlp_torch.py` trains alone), a `LeasedBatchSampler`
 gives each worker the next free examples of the epoch from ps 0 (dynamic sharding: a worker that
 dies gives its examples back, and a resumed job continues the epoch; docs/dynamic-sharding.md),
 and a `DistributedOptimizer` pushes the gradients, with the examples they used, to the ps and
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 
     import torch
     from torch import nn
-    from torch.utils.data import BatchSampler, DataLoader, TensorDataset
+    from torch.utils.data import DataLoader, TensorDataset
 
     from shoal.datasets.mnist import default_cache_dir, load_mnist
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():  # read-only memory maps, shared by the processes of a host: no copy
         warnings.simplefilter("ignore", UserWarning)
         train = TensorDataset(torch.from_numpy(data.train_x), torch.from_numpy(data.train_y))
-    batches = BatchSampler(shoal.torch.LeasedSampler(train, job), args.batch_size, drop_last=False)
+    batches = shoal.torch.LeasedBatchSampler(train, job, args.batch_size)
     loader = DataLoader(train, batch_size=None, sampler=batches)  # one indexing per batch: ~3x less than per example
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     opt = shoal.torch.DistributedOptimizer(opt, model, job)

@@ -22,4 +22,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.torch.optimizer": ("DistributedOptimizer", "ParameterServerOptimizer"),
     "shoal.torch.sampler": ("DistributedSampler",),
     "shoal.torch.leased_sampler": ("LeasedSampler",),
+    "shoal.torch.leased_batch_sampler": ("LeasedBatchSampler",),
 })

@@ -1,7 +1,8 @@
 """`LeaseLink`: what joins a `LeasedSampler` to the `DistributedOptimizer` of the same Job.
 
 The optimizer attaches its session when it starts (the sampler leases through it); the sampler
-hands out the positions of one lease at a time (`begin_run`, then `hand_one` per example);
+hands out the positions of one lease at a time (`begin_run`, then `hand(1)` per example, or
+`hand(n)` per batch);
 `step()` takes the positions handed out since the last step and sends them with the push
 (`used=`), so ps 0 counts them consumed once applied. Per example this costs one integer
 increment: the positions are cut out of the lease once per step. Imports no torch. Not
@@ -35,14 +36,15 @@ class LeaseLink:
         self.session = session
 
     def begin_run(self, run: LeasedBatch) -> None:
-        """The sampler will hand out `run`'s examples in order, one `hand_one` each; what is
+        """The sampler will hand out `run`'s examples in order, `hand` for each; what is
         left of the previous run was never handed out (and is not reported)."""
         self._close_run()
         self._run, self._run_from, self._run_cursor = run, 0, 0
 
-    def hand_one(self) -> None:
-        """The sampler handed the next example of the current run to the DataLoader. O(1)."""
-        self._run_cursor += 1
+    def hand(self, count: int) -> None:
+        """The sampler handed the next `count` examples of the current run to the DataLoader
+        (1 per example, or a batch at once). O(1)."""
+        self._run_cursor += count
 
     @property
     def handed(self) -> int:

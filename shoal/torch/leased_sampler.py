@@ -53,5 +53,5 @@ class LeasedSampler(torch.utils.data.Sampler[int]):
                 return
             link.begin_run(run)
             for index in run.indices.tolist():  # one lease at a time: per example, one increment
-                link.hand_one()
+                link.hand(1)
                 yield index

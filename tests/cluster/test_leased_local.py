@@ -1,5 +1,6 @@
 """Leased batches through a real ps (in this process, on a loopback socket): an epoch is covered
-exactly once, by numpy sessions and by torch's LeasedSampler through DistributedOptimizer.step()."""
+exactly once, by numpy sessions and by torch's LeasedSampler and LeasedBatchSampler through
+DistributedOptimizer.step()."""
 
 import numpy as np
 import pytest
@@ -23,7 +24,8 @@ def test_leased_batches_cover_an_epoch_exactly_once_with_batches_across_leases()
     assert (leases.completed, leases.epoch, leases.consumed) == (1, 1, 0)
 
 
-def test_leased_sampler_reports_each_steps_examples_through_the_optimizer():
+@pytest.mark.parametrize("per_batch", [False, True], ids=["LeasedSampler", "LeasedBatchSampler"])
+def test_leased_sampler_reports_each_steps_examples_through_the_optimizer(per_batch):
     torch = pytest.importorskip("torch")
     import shoal.torch
     from torch.utils.data import BatchSampler, DataLoader, TensorDataset
@@ -33,8 +35,11 @@ def test_leased_sampler_reports_each_steps_examples_through_the_optimizer():
         data = TensorDataset(torch.randn(40, 3), torch.randn(40, 1))
         model = torch.nn.Linear(3, 1)
         opt = shoal.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, job)
-        sampler = shoal.torch.LeasedSampler(data, job, lease_size=16, epochs=1)
-        loader = DataLoader(data, batch_size=None, sampler=BatchSampler(sampler, 8, drop_last=False))
+        if per_batch:
+            batches = shoal.torch.LeasedBatchSampler(data, job, 8, lease_size=16, epochs=1)
+        else:
+            batches = BatchSampler(shoal.torch.LeasedSampler(data, job, lease_size=16, epochs=1), 8, drop_last=False)
+        loader = DataLoader(data, batch_size=None, sampler=batches)
         steps = 0
         for x, y in loader:
             opt.zero_grad()
