@@ -25,12 +25,11 @@ from shoal.ps.lease_desk import LeaseDesk
 from shoal.ps.optimizers import rule_from_config
 from shoal.ps.membership import DEFAULT_JOIN_GRACE_S, LIVE, Change, MemberState, Membership, quorum
 from shoal.ps.protocol import (MAX_JOINED, REQUEST_TYPES, AdoptReply, ChangeKind, JoinedPs, JoinReply, JoinRequest,
-                               PlaceRequest, PlacementChange, ReleaseReply, ReleaseRequest, AdoptRequest, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
+                               PlaceRequest, PlacementChange, ReleaseReply, ReleaseRequest, ReleaseState, AdoptRequest, DoneReply, DoneRequest, Empty, FailedRequest, HeartbeatReply,
                                HeartbeatRequest, InitReply, InitRequest, LeaseRequest, Mode, Op, Phase,
                                PullReply, PullRequest, PushOutcome, PushReply, PushRequest, ReplicaRequest,
                                ReplicateReply, ReplicateRequest, ShutdownRequest, SnapshotReply, StatusReply,
                                TrainingMode, parse_op, split_slots)
-from shoal.ps.protocol import ReleaseState
 from shoal.ps.replicas import ReplicaBook
 from shoal.ps.store import ShardStore
 from shoal.ps.sync import SyncAggregator

@@ -10,8 +10,8 @@ from collections import deque
 
 class StepWindow:
     """The last `size` step times in seconds. `add` is O(log size) plus a C-level list move;
-    `median_ms` / `p95_ms` are the figures `shoal.train.progress.step_time_ms` gives for the
-    same times. Not thread-safe; nothing blocks."""
+    `figures_ms` gives the median and 95th percentile `shoal.train.progress.step_time_ms` gives
+    for the same times. Not thread-safe; nothing blocks."""
 
     def __init__(self, size: int):
         if size < 1:

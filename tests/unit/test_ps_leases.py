@@ -158,10 +158,6 @@ class CountingBook(LeaseBook):
 
     checks = 0
 
-    def check(self, *args, **kwargs):
-        CountingBook.checks += 1
-        return super().check(*args, **kwargs)
-
     def sort(self, *args, **kwargs):
         CountingBook.checks += 1
         return super().sort(*args, **kwargs)

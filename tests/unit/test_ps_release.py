@@ -11,9 +11,9 @@ import pytest
 
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import SGD
-from shoal.ps.protocol import (ASYNC, MAX_JOINED, AdoptRequest, ChangeKind, InitRequest, JoinRequest, Mode, PlaceRequest,
+from shoal.ps.protocol import (ASYNC, MAX_JOINED, MAX_REASON, AdoptRequest, ChangeKind, InitRequest, JoinRequest, Mode, PlaceRequest,
                                PlacementChange, ProtocolFieldError, PullReply, PullRequest, PushOutcome, PushReply,
-                               PushRequest, ReadyRequest, ReleaseRequest, ReleaseState, StatusReply, StatusRequest, TrainingMode)
+                               PushRequest, ReadyRequest, ReleaseReply, ReleaseRequest, ReleaseState, StatusReply, StatusRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.wire import Message, Request
 
@@ -130,6 +130,17 @@ def test_sync_release_of_shards_half_applied_this_step_is_refused_until_the_step
     assert refused.body.state is ReleaseState.BUSY and "ask again" in refused.body.reason and not refused.tensors
     assert release(service, "a").body.step == 1  # all applied: of step 1
     assert release(service, "b").body.step == 0
+
+
+def test_a_busy_reply_naming_long_shards_still_decodes_as_busy():
+    names = tuple(f"encoder/layer_{i:02d}/attention/output/dense/kernel/part_{i}" + "x" * 40 for i in range(6))
+    service = make_service(shards=names)
+    for task in ("worker:0", "worker:1"):
+        service.handle(request(PushRequest(task, 0), {names[0]: np.ones(2)}))  # names[0] applied, the rest not
+    refused = release(service, *names)
+    decoded = ReleaseReply.decode(refused.body.fields())  # as the chief reads it off the wire
+    assert decoded.state is ReleaseState.BUSY and decoded.reason.startswith("ps:0 has applied step 0")
+    assert len(refused.body.reason) > MAX_REASON >= len(decoded.reason) and decoded.reason.endswith("...")
 
 
 def test_sync_step_completes_without_the_released_shards():
