@@ -58,24 +58,34 @@ class Placement:
             out[s.ps][s.name] = s.rows(arrays[s.variable])
         return out
 
-    def push_parts(self, part_bytes: int | None) -> tuple[tuple[int, tuple[str, ...]], ...]:
-        """The messages a push is sent in: (ps, shard names), per ps in shard order, each
-        holding shards of at most `part_bytes` together (a larger shard alone); one message
-        per ps when `part_bytes` is None. A ps answers each message as soon as its shards are
-        updated, so a worker's upload of one part overlaps the download of the one before."""
-        parts: list[tuple[int, tuple[str, ...]]] = []
+    def push_parts(self, part_bytes: int | None, first_ps: int = 0) -> tuple[tuple[int, tuple[str, ...]], ...]:
+        """The messages a push is sent in: (ps, shard names), each holding shards of one ps of at
+        most `part_bytes` together (a larger shard alone; one message per ps when `part_bytes` is
+        None), each ps's in shard order. A ps answers each message as soon as its shards are
+        updated, so a worker's upload of one part overlaps the download of the one before.
+
+        The ps take turns, starting at `first_ps` (give each replica its own, e.g. its replica
+        index): part 1 of ps k, part 1 of ps k+1, ..., part 2 of ps k, ... Workers that all sent
+        every part to ps 0 first, then to ps 1, shared ps 0's link while ps 1's idled, and in sync
+        mode no ps could answer before every worker's part for it came; taking turns from
+        different ps keeps every link busy (bench/README.md, "Parts that take turns")."""
+        per_ps: list[list[tuple[str, ...]]] = []
         for ps in range(self.num_ps):
+            groups: list[tuple[str, ...]] = []
             group: list[str] = []
             size = 0
             for s in self.on_ps(ps):
                 if group and part_bytes is not None and size + s.nbytes > part_bytes:
-                    parts.append((ps, tuple(group)))
+                    groups.append(tuple(group))
                     group, size = [], 0
                 group.append(s.name)
                 size += s.nbytes
             if group:
-                parts.append((ps, tuple(group)))
-        return tuple(parts)
+                groups.append(tuple(group))
+            per_ps.append(groups)
+        order = [(first_ps + k) % self.num_ps for k in range(self.num_ps)]
+        rounds = max((len(groups) for groups in per_ps), default=0)
+        return tuple((ps, per_ps[ps][r]) for r in range(rounds) for ps in order if r < len(per_ps[ps]))
 
 
 def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,

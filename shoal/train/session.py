@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from shoal.cluster import ClusterConfig
+from shoal.cluster import ClusterConfig, ClusterError
 from shoal.logs_default import show_shoal_logs
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.errors import ShardsMoved
@@ -115,6 +115,7 @@ class TrainingSession:
         self._elastic_sync = sync is True or (isinstance(sync, SyncOptions) and sync.replicas_to_aggregate is None)
         self.max_steps = max_steps
         self._push_part_bytes = part_bytes_for(push_part_bytes, config.ps_addresses)
+        self._first_ps = _first_ps(config)
         self._chief: ChiefDuties | None = None
         self.checkpointer: Checkpointer | None = None
         self._use_placement(place_variables(self.params, config.num_ps, placement, min_shard_bytes,
@@ -517,7 +518,7 @@ class TrainingSession:
         self.placement = placement
         shards = {sh.name: sh for sh in placement.shards}
         self._push_parts = [(ps, [shards[name] for name in names])
-                            for ps, names in placement.push_parts(self._push_part_bytes)]
+                            for ps, names in placement.push_parts(self._push_part_bytes, self._first_ps)]
         # async: the global step is ps 0's count of pushes, answered to the last part sent to it
         self._step_part = max(k for k, (ps, _) in enumerate(self._push_parts) if ps == 0)
         self._names_on = [[s.name for s in placement.on_ps(i)] for i in range(placement.num_ps)]
@@ -565,6 +566,15 @@ def _as_sendable(grad: Any, dtype: np.dtype) -> np.ndarray:
     if type(grad) is np.ndarray and grad.dtype == dtype and grad.flags.c_contiguous:
         return grad
     return np.require(grad, dtype=dtype, requirements="C")
+
+
+def _first_ps(config: ClusterConfig) -> int:
+    """The ps this replica sends the first part of a push to (`Placement.push_parts`): its
+    replica index, or its task index for a worker added after the start (not in the spec)."""
+    try:
+        return config.replica_index
+    except ClusterError:
+        return config.task.index
 
 
 def _training_mode(sync: bool | SyncOptions, num_replicas: int) -> TrainingMode:

@@ -68,6 +68,27 @@ def test_push_parts_group_small_shards_and_keep_each_ps_in_order():
     assert placement.push_parts(None) == tuple((ps, tuple(s.name for s in placement.on_ps(ps))) for ps in range(2))
 
 
+def test_push_parts_take_turns_across_ps_starting_at_first_ps_and_keep_each_ps_in_order():
+    placement = place_variables({"w": np.zeros((784, 256), np.float32)}, num_ps=2, part_bytes=256 << 10)
+    per_ps = {ps: [n for p, names in placement.push_parts(256 << 10) if p == ps for n in names] for ps in (0, 1)}
+    assert all(len(names) == 2 for names in per_ps.values())  # 784 KiB: 4 shards, 2 per ps
+    for first in (0, 1, 2, 3):
+        parts = placement.push_parts(256 << 10, first_ps=first)
+        assert [ps for ps, _ in parts] == ([0, 1, 0, 1] if first % 2 == 0 else [1, 0, 1, 0])
+        for ps in (0, 1):  # each ps still gets its parts in shard order
+            assert [n for p, names in parts if p == ps for n in names] == per_ps[ps]
+
+
+def test_push_parts_of_ps_with_fewer_parts_drop_out_of_the_turns():
+    variables = {"w": np.zeros((784, 256), np.float32), "b": np.zeros(10, np.float32)}
+    placement = place_variables(variables, num_ps=3, strategy=PlacementStrategy.ROUND_ROBIN, part_bytes=256 << 10)
+    from_ps0 = placement.push_parts(256 << 10)
+    parts = placement.push_parts(256 << 10, first_ps=2)
+    assert [ps for ps, _ in parts] == [2, 0, 1, 0]  # ps 0 has 2 parts, the others 1
+    assert sorted(parts) == sorted(from_ps0)
+    assert sorted(n for _, names in parts for n in names) == sorted(s.name for s in placement.shards)
+
+
 def test_a_part_size_below_one_byte_is_refused_naming_it():
     with pytest.raises(TrainError, match="push part size 0"):
         place_variables({"w": np.zeros(3)}, num_ps=1, part_bytes=0)
