@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -26,6 +25,10 @@ from shoal.wire.watch import EVENTS, ConnectionWatch
 log = logging.getLogger(__name__)
 
 _rids = itertools.count(1)
+
+# A wait blocks on a socket this long at most before it reads the connection's monitor events
+# (a refusal, a lost connection), checks its deadline and reports progress.
+WATCH_EVERY_MS = 50
 
 # zmq pings the peer every HEARTBEAT_IVL and drops the connection if nothing comes back within
 # HEARTBEAT_TIMEOUT, so a peer whose machine vanished (no FIN, no RST) is noticed as lost.
@@ -55,7 +58,7 @@ class RpcClient:
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._watch: ConnectionWatch | None = None
-        self._poller: zmq.Poller | None = None  # the socket and its monitor, for a wait on this client alone
+        self._wait_ms = 0  # the socket's RCVTIMEO: how long a blocking receive waits
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
@@ -83,9 +86,7 @@ class RpcClient:
         self._watch = ConnectionWatch(self.peer_name, self.address, self._mechanism.security)
         sock.connect(connect_endpoint(self.address))
         self._sock = sock
-        self._poller = zmq.Poller()
-        self._poller.register(sock, zmq.POLLIN)
-        self._poller.register(self._monitor, zmq.POLLIN)
+        self._wait_ms = 0
 
     def send(self, op: str, fields: dict[str, Any] | None = None,
              tensors: Mapping[str, np.ndarray] | None = None,
@@ -113,13 +114,6 @@ class RpcClient:
         """send + wait. Blocks up to the timeout."""
         return self.wait(self.send(op, fields, tensors), timeout_s)
 
-    def _on_readable(self, sock: zmq.Socket) -> None:
-        """Poll said `sock` (this client's socket or its monitor) has a message: take it."""
-        if sock is self._monitor:
-            self._read_monitor()
-        else:
-            self._read_reply()
-
     def _read_monitor(self) -> None:
         """Take the monitor's events (connection up, lost, refused)."""
         while self._monitor is not None:
@@ -132,12 +126,17 @@ class RpcClient:
             while self._read_reply():  # the replies that came before the connection went count
                 pass
 
-    def _read_reply(self) -> bool:
-        """Take one reply, keeping it if someone waits for it; returns whether one was queued.
-        One per poll: the next poll answers at once while more are queued, and reading one
-        costs no empty-queue error (dearer than the rest of a small request)."""
+    def _read_reply(self, wait_ms: int = 0) -> bool:
+        """Take one reply, keeping it if someone waits for it; returns whether one came.
+        Blocks up to `wait_ms` for it (0: only a reply already queued)."""
         try:
-            frames = recv_message(self._sock, NOBLOCK)
+            if wait_ms:
+                if wait_ms != self._wait_ms:  # (an option of zmq's, no system call)
+                    self._sock.setsockopt(zmq.RCVTIMEO, wait_ms)
+                    self._wait_ms = wait_ms
+                frames = recv_message(self._sock)
+            else:
+                frames = recv_message(self._sock, NOBLOCK)
         except zmq.Again:
             return False
         try:
@@ -152,6 +151,12 @@ class RpcClient:
     def _destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         into = self._into.get(header["rid"]) if header.get("ok") and header["rid"] in self._pending else None
         return into.get(name) if into is not None else None
+
+    def _check_watch(self, rid: int, timeout_s: float) -> None:
+        """Raise (and reset) if the monitor said the server refused us or the connection went."""
+        watch = self._watch
+        if watch is not None and (watch.refusal is not None or watch.lost):
+            self._fail(rid, timeout_s)
 
     def _has(self, rid: int) -> bool:
         return rid in self._replies
@@ -194,7 +199,6 @@ class RpcClient:
             self._sock.disable_monitor()
             self._sock.close(linger=0)
             self._sock = None
-            self._poller = None
         if self._monitor is not None:
             self._monitor.close(linger=0)
             self._monitor = None
@@ -209,62 +213,36 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
              progress: Progress | None = None, progress_every_s: float = 5.0) -> list[Message]:
     """Block until every (client, rid) has its reply, or raise for the first that cannot.
 
-    Auth refusal and a lost connection (PeerLostError) are reported as soon as they are seen,
-    a silent peer after `timeout_s`. Only the failing client is reset: replies for the other
-    clients' requests stay buffered, so the caller can wait for them again. Every
+    Auth refusal and a lost connection (PeerLostError) are reported within WATCH_EVERY_MS of
+    being seen, a silent peer after `timeout_s`. Only the failing client is reset: replies for
+    the other clients' requests stay buffered, so the caller can wait for them again. Every
     `progress_every_s` of waiting, `progress(waited, peers still missing)` is called (it must
     not use these clients; its own time counts against `timeout_s`).
+
+    The replies are taken in the order of `pending`, each with a blocking receive on its
+    client's socket that gives up every WATCH_EVERY_MS to read the monitors: a poll of the
+    sockets and their monitors, then a receive, cost a small request a third more CPU on
+    both sides (bench/README.md, "The tiny request"). Replies to the others queue meanwhile.
     """
     started = time.monotonic()
     deadline = started + timeout_s
     next_progress = started + progress_every_s
-    clients = list({id(c): c for c, _ in pending}.values())
-    for client in clients:
+    for client, _ in pending:
         if client._sock is None:
             client.connect()
-    if len(clients) == 1:
-        poller, owner = clients[0]._poller, None
-    else:
-        poller, owner = _group_poller(clients)
-    while True:
-        missing = [(client, rid) for client, rid in pending if not client._has(rid)]
-        if not missing:
-            return [client._take(rid) for client, rid in pending]
-        for client, rid in missing:
-            watch = client._watch
-            if watch is not None and (watch.refusal is not None or watch.lost):
+    for client, rid in pending:
+        while not client._has(rid):
+            client._check_watch(rid, timeout_s)
+            now = time.monotonic()
+            if now >= deadline:
                 client._fail(rid, timeout_s)
-        now = time.monotonic()
-        remaining = deadline - now
-        if remaining <= 0:
-            client, rid = missing[0]
-            client._fail(rid, timeout_s)
-        if progress is not None and now >= next_progress:
-            progress(now - started, sorted({client.peer_name for client, _ in missing}))
-            next_progress = time.monotonic() + progress_every_s
-            continue
-        wake = remaining if progress is None else min(remaining, next_progress - now)
-        # replies and monitor events queued before this wait make the poll answer at once
-        for sock, _ in poller.poll(max(1, int(wake * 1000))):
-            (clients[0] if owner is None else owner[sock])._on_readable(sock)
-
-
-_groups = threading.local()  # per thread: the sockets of the last group of clients waited on, and their poller
-
-
-def _group_poller(clients: Sequence[RpcClient]) -> tuple[zmq.Poller, dict]:
-    """A poller of the (connected) clients' sockets and monitors, and which client owns each
-    socket. The last one built on this thread is reused while the group's sockets are the
-    same objects (a worker waits on the same ps connections every step; a reconnect makes new
-    sockets, and so a new poller). Does not block; each thread has its own."""
-    socks = tuple(sock for client in clients for sock in (client._sock, client._monitor))
-    last = getattr(_groups, "last", None)
-    if last is not None and len(last[0]) == len(socks) and all(a is b for a, b in zip(last[0], socks)):
-        return last[1], last[2]
-    poller, owner = zmq.Poller(), {}
-    for client in clients:
-        for sock in (client._sock, client._monitor):
-            poller.register(sock, zmq.POLLIN)
-            owner[sock] = client
-    _groups.last = (socks, poller, owner)
-    return poller, owner
+            if progress is not None and now >= next_progress:
+                progress(now - started, sorted({c.peer_name for c, r in pending if not c._has(r)}))
+                next_progress = time.monotonic() + progress_every_s
+                continue
+            if not client._read_reply(wait_ms=min(WATCH_EVERY_MS, max(1, int((deadline - now) * 1000)))):
+                for c, r in pending:  # a slice passed with no reply: what do the monitors say?
+                    if not c._has(r):
+                        c._read_monitor()
+                        c._check_watch(r, timeout_s)
+    return [client._take(rid) for client, rid in pending]

@@ -75,7 +75,7 @@ class RpcServer:
         self._ctx: zmq.Context | None = None
         self._gate: Gatekeeper | None = None
         self._sock: zmq.Socket | None = None
-        self._poller: zmq.Poller | None = None
+        self._wait_ms: int | None = None  # the socket's RCVTIMEO, set by serve_once
 
     @property
     def security(self) -> Security:
@@ -112,15 +112,20 @@ class RpcServer:
             raise BindError(f"{self.name} cannot listen on {self.address} ({endpoint}): {e}; "
                             "use an address of this machine") from e
         self._sock = sock
-        self._poller = zmq.Poller()
-        self._poller.register(sock, zmq.POLLIN)
+        self._wait_ms = None
         log.debug("%s listening on %s (%s)", self.name, endpoint, mechanism.security.name)
 
     def serve_once(self, timeout_ms: int) -> bool:
         """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
-        if not self._poller.poll(timeout_ms):
+        if timeout_ms != self._wait_ms:  # (an option of zmq's, no system call)
+            self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+            self._wait_ms = timeout_ms
+        try:
+            # A blocking receive that gives up after timeout_ms: a poll, then a receive, would cost
+            # a request two more system calls and a second pass through zmq's command queue.
+            frames = recv_message(self._sock)
+        except zmq.Again:
             return False
-        frames = recv_message(self._sock)
         self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
         peer = frames[0].bytes
         try:
@@ -173,7 +178,6 @@ class RpcServer:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
-            self._poller = None
         if self._gate is not None:
             self._gate.close()
             self._gate = None

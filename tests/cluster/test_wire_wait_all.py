@@ -1,21 +1,28 @@
 """`wait_all` over several connections: the replies come back to the requests that asked, call
-after call, also after a connection was dropped and made again (the poller of a group of
-connections is kept between waits while its sockets are the same). Real echo server processes."""
+after call, also after a connection was dropped and made again; and a connection lost while the
+wait blocks on another one is reported at once, not at the timeout. Real echo server processes."""
 
 from __future__ import annotations
 
-import numpy as np
+import os
+import signal
+import time
 
-from shoal.wire import JobSecret, RpcClient, Security, wait_all
+import numpy as np
+import pytest
+
+from shoal.wire import JobSecret, PeerLostError, RpcClient, Security, wait_all
 
 ECHO = "tests/cluster/programs/wire_echo.py"
 
 
-def echo_servers(cluster) -> list[RpcClient]:
+def echo_servers(cluster, tasks: list | None = None) -> list[RpcClient]:
     clients = []
     for index, address in enumerate(cluster.spec["ps"]):
         task = cluster.start("ps", index, [ECHO, address, "--security", Security.PLAIN.value])
         task.wait_for_output("serving", 30)
+        if tasks is not None:
+            tasks.append(task)
         clients.append(RpcClient(address, JobSecret(cluster.secret.encode(), "test"), f"echo:{index}", 20,
                                  security=Security.PLAIN))
     return clients
@@ -42,5 +49,28 @@ def test_wait_all_answers_each_request_over_repeated_waits_and_reconnects(make_c
         ask([a], 9)
         ask([a, b], 10)
     finally:
+        a.close()
+        b.close()
+
+
+def test_a_connection_lost_while_the_wait_blocks_on_another_is_reported_at_once(make_cluster):
+    cluster = make_cluster(num_ps=2, num_workers=0)
+    tasks = []
+    a, b = echo_servers(cluster, tasks)
+    try:
+        ask([a, b], 0)  # both connections are up
+        os.killpg(tasks[0].proc.pid, signal.SIGSTOP)  # a: alive but silent, the wait blocks on it first
+        rids = [(a, a.send("echo", tensors={"x": np.zeros(3)})), (b, b.send("echo", tensors={"x": np.zeros(3)}))]
+        os.killpg(tasks[1].proc.pid, signal.SIGKILL)  # b: gone, with a request out
+        started = time.monotonic()
+        with pytest.raises(PeerLostError, match=r"lost the connection to echo:1 at 127\.0\.0\.1:\d+ while it handled 'echo'"):
+            wait_all(rids, 20)
+        assert time.monotonic() - started < 5, "the lost connection was noticed only near the timeout"
+    finally:
+        for task in tasks:
+            try:
+                os.killpg(task.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         a.close()
         b.close()
