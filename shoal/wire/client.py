@@ -221,8 +221,8 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
 
     The replies are taken in the order of `pending`, each with a blocking receive on its
     client's socket that gives up every WATCH_EVERY_MS to read the monitors: a poll of the
-    sockets and their monitors, then a receive, cost a small request a third more CPU on
-    both sides (bench/README.md, "The tiny request"). Replies to the others queue meanwhile.
+    sockets and their monitors, then a receive, made more system calls per request than the
+    reply itself (bench/README.md, "The tiny request"). Replies to the others queue meanwhile.
     """
     started = time.monotonic()
     deadline = started + timeout_s
