@@ -150,6 +150,11 @@ def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: 
         run["error"] = {t.name: t.tail() for t in tasks if codes.get(t.name) != 0 or t in workers}
         return run
     start, end = max(ts[0] for ts in times), min(ts[-1] for ts in times)
+    if end <= start:  # one worker was done before the other's first step: no window where both trained
+        run["ok"] = False
+        run["error"] = {"window": f"the workers never trained at the same time ({steps} steps); give it more steps "
+                                  "(--steps, --nocomm-steps)"}
+        return run
     in_window = sum(1 for ts in times for t in ts if start < t <= end)
     first_all, last_all = min(ts[0] for ts in times), max(ts[-1] for ts in times)
     self_reported = []
@@ -174,7 +179,7 @@ def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: 
         "cpu_bound_examples_per_s": round((os.cpu_count() or 1) * examples / ours) if ours > 0 else None,
         "cpu_share_ours": round(ours / (window * (os.cpu_count() or 1)), 2) if window > 0 else None,
         "cpu_share_others": round(max(0.0, others) / (window * (os.cpu_count() or 1)), 2) if window > 0 else None,
-        "examples_per_s": round(in_window * BATCH / (end - start)) if end > start else None,
+        "examples_per_s": round(in_window * BATCH / (end - start)),
         "examples_per_s_overall": round(sum(len(ts) for ts in times) * BATCH / (last_all - first_all)),
         "examples_per_s_self_reported": sum(self_reported),
         "window_s": round(end - start, 3),
@@ -297,7 +302,8 @@ def main(argv=None) -> int:
                           f"{run['first_step_max_s']:.2f} s, wall {run['wall_s']:.1f} s, peak RSS "
                           f"{run['peak_rss_mb']}", flush=True)
                 else:
-                    print(f"  {example} {mode} #{r}: FAILED, exit codes {run['exit_codes']}", flush=True)
+                    why = run.get("error", {}).get("window", f"exit codes {run['exit_codes']}")
+                    print(f"  {example} {mode} #{r}: FAILED, {why}", flush=True)
     summary = summarize(runs)
     print(_table(summary), flush=True)
     if args.json:

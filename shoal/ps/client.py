@@ -311,6 +311,8 @@ class PsClient:
                         isinstance(e, RemoteError) and not self.restarted(lost)):
                     raise
                 deadline = deadline or time.monotonic() + self._recovery_timeout_s
+                if isinstance(e, RemoteError):  # the new process refused: drop the old connection's
+                    self._rpc[lost].reset()     # unread events, which would fail a later request
                 self._on_lost(self, lost, deadline, e)
                 for k, (ps, request, fields, tensors) in enumerate(sent):
                     if ps == lost:

@@ -214,8 +214,9 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
     """Block until every (client, rid) has its reply, or raise for the first that cannot.
 
     Auth refusal and a lost connection (PeerLostError) are reported within WATCH_EVERY_MS of
-    being seen, a silent peer after `timeout_s`. Only the failing client is reset: replies for
-    the other clients' requests stay buffered, so the caller can wait for them again. Every
+    being seen, a silent peer after `timeout_s`, a server's refusal (RemoteError) once every
+    reply is in. Only the failing client is reset, and only the refused reply is taken: the
+    replies to the other requests stay buffered, so the caller can wait for them again. Every
     `progress_every_s` of waiting, `progress(waited, peers still missing)` is called (it must
     not use these clients; its own time counts against `timeout_s`).
 
@@ -245,4 +246,7 @@ def wait_all(pending: Sequence[tuple[RpcClient, int]], timeout_s: float, *,
                     if not c._has(r):
                         c._read_monitor()
                         c._check_watch(r, timeout_s)
+    for client, rid in pending:  # a refusal is raised before any reply is taken: the others stay for the next wait
+        if not client._replies[rid].header.get("ok"):
+            client._take(rid)
     return [client._take(rid) for client, rid in pending]

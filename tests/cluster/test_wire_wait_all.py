@@ -1,6 +1,7 @@
 """`wait_all` over several connections: the replies come back to the requests that asked, call
-after call, also after a connection was dropped and made again; and a connection lost while the
-wait blocks on another one is reported at once, not at the timeout. Real echo server processes."""
+after call, also after a connection was dropped and made again; a connection lost while the
+wait blocks on another one is reported at once, not at the timeout; and a refusal by one server
+leaves the other servers' replies for the next wait. Real echo server processes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from shoal.wire import JobSecret, PeerLostError, RpcClient, Security, wait_all
+from shoal.wire import JobSecret, PeerLostError, RemoteError, RpcClient, Security, wait_all
 
 ECHO = "tests/cluster/programs/wire_echo.py"
 
@@ -72,5 +73,21 @@ def test_a_connection_lost_while_the_wait_blocks_on_another_is_reported_at_once(
                 os.killpg(task.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        a.close()
+        b.close()
+
+
+def test_a_refusal_by_one_server_leaves_the_other_replies_for_the_next_wait(make_cluster):
+    cluster = make_cluster(num_ps=2, num_workers=0)
+    a, b = echo_servers(cluster)
+    try:
+        sent = np.arange(4, dtype=np.int64)
+        rids = [(a, a.send("echo", tensors={"x": sent})), (b, b.send("refuse"))]
+        with pytest.raises(RemoteError, match=r"echo:1 at 127\.0\.0\.1:\d+ refused 'refuse': refused as asked"):
+            wait_all(rids, 20)
+        (reply,) = wait_all(rids[:1], 2)  # the caller recovers the refusing server and waits again for the rest
+        np.testing.assert_array_equal(reply.tensors["x"], sent)
+        ask([a, b], 1)  # both connections still serve
+    finally:
         a.close()
         b.close()

@@ -7,7 +7,7 @@ transport tests attack and talk to.
 The job secret comes from SHOAL_JOB_SECRET. `--nofile` sets this process's open-file limit
 before the server starts (as a shell's `ulimit -n` would). Prints `serving` once bound and
 `handled <op>` for every request the handler receives, so a test can tell whether anything got
-through. Runs until killed.
+through. A request of op `refuse` gets an error reply. Runs until killed.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ def main() -> int:
 
     def handle(request: Request) -> None:
         print(f"handled {request.op}", flush=True)
+        if request.op == "refuse":
+            server.reply_error(request, "refused as asked")
+            return
         server.reply(request, {"echo": request.op}, dict(request.tensors))
 
     kwargs = {}
