@@ -177,8 +177,8 @@ def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: 
         "cpu_us_per_example_by_job": {job: round(v / examples * 1e6, 2) for job, v in by_job.items()}
         if examples else None,
         "cpu_bound_examples_per_s": round((os.cpu_count() or 1) * examples / ours) if ours > 0 else None,
-        "cpu_share_ours": round(ours / (window * (os.cpu_count() or 1)), 2) if window > 0 else None,
-        "cpu_share_others": round(max(0.0, others) / (window * (os.cpu_count() or 1)), 2) if window > 0 else None,
+        "cpu_share_ours": round(ours / (window * (os.cpu_count() or 1)), 2),
+        "cpu_share_others": round(max(0.0, others) / (window * (os.cpu_count() or 1)), 2),
         "examples_per_s": round(in_window * BATCH / (end - start)),
         "examples_per_s_overall": round(sum(len(ts) for ts in times) * BATCH / (last_all - first_all)),
         "examples_per_s_self_reported": sum(self_reported),

@@ -17,13 +17,11 @@ from shoal.wire import JobSecret, PeerLostError, RemoteError, RpcClient, Securit
 ECHO = "tests/cluster/programs/wire_echo.py"
 
 
-def echo_servers(cluster, tasks: list | None = None) -> list[RpcClient]:
+def echo_servers(cluster) -> list[RpcClient]:
     clients = []
     for index, address in enumerate(cluster.spec["ps"]):
         task = cluster.start("ps", index, [ECHO, address, "--security", Security.PLAIN.value])
         task.wait_for_output("serving", 30)
-        if tasks is not None:
-            tasks.append(task)
         clients.append(RpcClient(address, JobSecret(cluster.secret.encode(), "test"), f"echo:{index}", 20,
                                  security=Security.PLAIN))
     return clients
@@ -55,24 +53,18 @@ def test_wait_all_answers_each_request_over_repeated_waits_and_reconnects(make_c
 
 
 def test_a_connection_lost_while_the_wait_blocks_on_another_is_reported_at_once(make_cluster):
-    cluster = make_cluster(num_ps=2, num_workers=0)
-    tasks = []
-    a, b = echo_servers(cluster, tasks)
+    cluster = make_cluster(num_ps=2, num_workers=0)  # its fixture SIGKILLs both servers' groups afterwards
+    a, b = echo_servers(cluster)
     try:
         ask([a, b], 0)  # both connections are up
-        os.killpg(tasks[0].proc.pid, signal.SIGSTOP)  # a: alive but silent, the wait blocks on it first
+        os.killpg(cluster.tasks[0].proc.pid, signal.SIGSTOP)  # a: alive but silent, the wait blocks on it first
         rids = [(a, a.send("echo", tensors={"x": np.zeros(3)})), (b, b.send("echo", tensors={"x": np.zeros(3)}))]
-        os.killpg(tasks[1].proc.pid, signal.SIGKILL)  # b: gone, with a request out
+        os.killpg(cluster.tasks[1].proc.pid, signal.SIGKILL)  # b: gone, with a request out
         started = time.monotonic()
         with pytest.raises(PeerLostError, match=r"lost the connection to echo:1 at 127\.0\.0\.1:\d+ while it handled 'echo'"):
             wait_all(rids, 20)
         assert time.monotonic() - started < 5, "the lost connection was noticed only near the timeout"
     finally:
-        for task in tasks:
-            try:
-                os.killpg(task.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         a.close()
         b.close()
 
