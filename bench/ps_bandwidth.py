@@ -185,8 +185,10 @@ class ShoalSide:
     the ps ends the job and exits 0 by itself, as in training.
     """
 
-    def __init__(self, sizes: list[int], push_part_bytes: int | None | PartSize = PartSize.AUTO):
+    def __init__(self, sizes: list[int], push_part_bytes: int | None | PartSize = PartSize.AUTO,
+                 shared_memory: bool = True):
         self.push_part_bytes = push_part_bytes
+        self.shared_memory = shared_memory
         self.values = {"tiny": np.zeros(1, np.float32), **{f"v{n}": np.zeros(n // 4, np.float32) for n in sizes}}
         ports = free_ports(1 + len(self.values))
         self.spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
@@ -205,13 +207,15 @@ class ShoalSide:
         self.ps_pid = self.job.start(Launch("ps:0", (
             "-c", "import os, shoal; shoal.Server.for_task(shoal.resolve_cluster_config(None, os.environ), "
                   "secret=shoal.resolve_job_secret(os.environ)).join()"), env)).pid
-        self.client = RpcClient(self.spec["ps"][0], self.secret, "ps:0", timeout_s=120)
+        self.client = RpcClient(self.spec["ps"][0], self.secret, "ps:0", timeout_s=120,
+                                shared_memory=self.shared_memory)
         self.client.call("status", timeout_s=30)  # waits for the ps to come up
         spec = shoal.ClusterSpec.from_dict(self.spec)
         for i, (name, value) in enumerate(self.values.items()):
             config = shoal.ClusterConfig(spec, shoal.TaskId("worker", i))
             self.sessions[name] = shoal.TrainingSession(config, {name: value}, shoal.SGD(0.0), secret=self.secret,
-                                                        request_timeout_s=120, push_part_bytes=self.push_part_bytes)
+                                                        request_timeout_s=120, push_part_bytes=self.push_part_bytes,
+                                                        shared_memory=self.shared_memory)
         rule = shoal.SGD(0.0).to_config()
         for name, value in self.values.items():
             # the session's shards (a large variable travels in parts of the session's part size),
@@ -318,7 +322,8 @@ def paired_ratio(num: list[float], den: list[float]) -> float:
     return median([a / b for a, b in zip(num, den)])
 
 
-def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | None | PartSize = PartSize.AUTO) -> dict:
+def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | None | PartSize = PartSize.AUTO,
+        shared_memory: bool = True) -> dict:
     echoes = Job()
     shoal_side = raw = bare = None
     tcp_port, zmq_port = free_ports(2)
@@ -326,7 +331,7 @@ def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | Non
         for kind, port in (("tcp", tcp_port), ("zmq", zmq_port)):
             echoes.start(Launch(f"{kind}-echo", ("-m", "bench.ps_bandwidth", "--serve", kind, str(port)),
                                 clean_env(os.environ)))
-        shoal_side = ShoalSide(sizes, push_part_bytes)
+        shoal_side = ShoalSide(sizes, push_part_bytes, shared_memory)
         shoal_side.start()
         raw = RawClient(tcp_port)
         raw.connect()
@@ -408,7 +413,7 @@ def run(sizes: list[int], log: Callable[[str], None], push_part_bytes: int | Non
                 "tiny_cpu_vs_bare_zmq": round(tiny_cpu_s["shoal_status"] / tiny_cpu_s["bare_zmq"], 3),
                 "tiny_push_cpu_vs_bare_zmq": round(tiny_cpu_s["shoal_push_4B"] / tiny_cpu_s["bare_zmq"], 3),
                 "goals_met": all(r["met"] for r in results if r["met"] is not None) and tiny_ratio <= TINY_GOAL,
-                "push_part_bytes": part_bytes_name(push_part_bytes), "ps_exit_code": ps_exit, "machine": machine()}
+                "push_part_bytes": part_bytes_name(push_part_bytes), "shared_memory": shared_memory, "ps_exit_code": ps_exit, "machine": machine()}
     finally:
         if raw is not None:
             raw.close()
@@ -461,6 +466,9 @@ def main(argv=None) -> int:
     parser.add_argument("--part_bytes", type=_part_bytes, default=PartSize.AUTO,
                         help="the sessions' push_part_bytes: auto (default: 4 MiB on loopback), bytes, or 0 "
                              "(one message); 262144 is the part size between hosts")
+    parser.add_argument("--wire_shared_memory", choices=("auto", "off"), default="auto",
+                        help="auto (default): the pushes' tensors travel through shared memory (the ps is on "
+                             "loopback); off: through the socket, as between hosts")
     parser.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -475,10 +483,10 @@ def main(argv=None) -> int:
         print(line, flush=True)
 
     log(f"ps_bandwidth: Shoal push+pull vs raw TCP, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}, "
-        f"session part size {part_bytes_name(args.part_bytes)}")
+        f"session part size {part_bytes_name(args.part_bytes)}, shared memory {args.wire_shared_memory}")
     log(_COLUMNS)
     started = time.monotonic()
-    report = run(sizes, log, args.part_bytes)
+    report = run(sizes, log, args.part_bytes, args.wire_shared_memory == "auto")
     report["wall_s"] = round(time.monotonic() - started, 1)
     log(f"tiny_vs_bare_zmq = {report['tiny_vs_bare_zmq']} (goal <= {TINY_GOAL}); "
         f"goals met: {report['goals_met']}; {report['wall_s']} s")

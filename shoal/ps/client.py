@@ -49,18 +49,19 @@ class PsClient:
     to raise (the session adds what the user can do about it). `on_slow` is told every
     `slow_every_s` while a request to every ps waits for its replies. `security` is the wire's
     (shoal/wire/security.py; AUTO: PLAIN to loopback addresses, CURVE otherwise); every ps of
-    the job must resolve the same.
+    the job must resolve the same. `shared_memory`: big requests to a ps on loopback travel through
+    shared memory once it accepts (RpcClient).
     """
 
     def __init__(self, addresses: Sequence[str], secret: JobSecret, *, timeout_s: float,
                  on_lost: LostPsHandler | None = None, recovery_timeout_s: float = 120.0,
                  timeout_error: Callable[[PeerTimeoutError], Exception] | None = None,
                  on_slow: SlowWaitHandler | None = None, slow_every_s: float = 5.0,
-                 security: Security = Security.AUTO):
+                 security: Security = Security.AUTO, shared_memory: bool = True):
         self.addresses = tuple(addresses)
         self.ring = len(self.addresses)  # the replica ring: ps k -> ps (k + 1) % ring, by cluster index
         self.timeout_s = timeout_s
-        self._rpc = [RpcClient(address, secret, f"ps:{i}", timeout_s, security=security)
+        self._rpc = [RpcClient(address, secret, f"ps:{i}", timeout_s, security=security, shared_memory=shared_memory)
                      for i, address in enumerate(self.addresses)]
         self._on_lost = on_lost
         self._recovery_timeout_s = recovery_timeout_s
@@ -69,6 +70,7 @@ class PsClient:
         self._slow_every_s = slow_every_s
         self._secret = secret
         self._security = security
+        self._shared_memory = shared_memory
         self._probes: dict[int, RpcClient] = {}  # second connections, for status while a request waits
         self._incarnations: list[str | None] = [None] * len(self._rpc)
         self._answered_step: list[int | None] = [None] * len(self._rpc)
@@ -105,7 +107,8 @@ class PsClient:
         first use); not while a request of this client waits."""
         if cluster_id in self._ids:
             raise ValueError(f"ps:{cluster_id} is already one of this client's ps (at {self.addresses[self._ids.index(cluster_id)]})")
-        self._rpc.append(RpcClient(address, self._secret, f"ps:{cluster_id}", self.timeout_s, security=self._security))
+        self._rpc.append(RpcClient(address, self._secret, f"ps:{cluster_id}", self.timeout_s, security=self._security,
+                                   shared_memory=self._shared_memory))
         self._incarnations.append(None)
         self._answered_step.append(None)
         self._ids.append(cluster_id)

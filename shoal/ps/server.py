@@ -126,7 +126,8 @@ class Server:
         keep_freed_memory()
         share_main_arena()  # before the serving and zmq threads exist: big shards' buffers are then reused
         self._rpc = RpcServer(self.address, self._secret, self._handle, str(self.config.task),
-                              into=self.service.tensor_destination, security=self._security)
+                              into=self.service.tensor_destination, security=self._security,
+                              borrows=self.service.reads_tensors_in_place)
         self._rpc.start()
         log.info("%s serving at %s (%s; job secret from %s)", self.config.task, self.address, self._rpc.security.name,
                  self._secret.source)

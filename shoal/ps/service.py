@@ -202,6 +202,13 @@ class PsService:
                                    self.store.rule.to_config(), self._leases.export())
         return request, self.store.snapshot()
 
+    @staticmethod
+    def reads_tensors_in_place(header: dict) -> bool:
+        """Whether the request's tensors may stay where they arrived (a client's shared memory)
+        rather than be copied: a push's gradients are applied, or summed into the step's own
+        arrays, before the push is answered; nothing keeps them."""
+        return header.get("op") == Op.PUSH.value
+
     def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         """Where a push's gradient of several chunks is received: the shard's reusable buffer,
         so a big push does not allocate (and page-fault in) a fresh array every step."""

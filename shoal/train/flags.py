@@ -23,7 +23,8 @@ from shoal.wire.security import Security
 
 def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every, the
-    checkpoint, replication and recovery flags, --heartbeat_timeout, --push_part_bytes and --wire_security."""
+    checkpoint, replication and recovery flags, --heartbeat_timeout, --push_part_bytes, --wire_security
+    and --wire_shared_memory."""
     parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
     parser.add_argument("--replicas_to_aggregate", type=int, default=None,
                         help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
@@ -63,6 +64,10 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                         help="how tasks authenticate to the ps (every task of the job must say the same): auto "
                              "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
                              "encrypted, for a network you trust; curve = always")
+    parser.add_argument("--wire_shared_memory", choices=("auto", "off"), default="auto",
+                        help="auto (default): pushes to a ps on this machine's loopback carry their tensors through "
+                             "shared memory instead of the socket (the ps must accept it, else the socket); off: "
+                             "always the socket")
 
 
 def _heartbeat_timeout(text: str) -> float:
@@ -85,7 +90,8 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                                               keep=args.keep_checkpoints),
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
                 push_part_bytes=PartSize.AUTO if args.push_part_bytes is None else args.push_part_bytes or None,
-                heartbeat_timeout_s=args.heartbeat_timeout, rehome_lost_ps=args.lost_ps == "rehome")
+                heartbeat_timeout_s=args.heartbeat_timeout, rehome_lost_ps=args.lost_ps == "rehome",
+                shared_memory=args.wire_shared_memory == "auto")
 
 
 def replication_options(args: argparse.Namespace) -> ReplicationOptions:

@@ -60,6 +60,8 @@ class TrainingSession:
     clear error, never a hang. `secret` is the job secret, resolved at the program's edge
     (`shoal.resolve_job_secret(os.environ)`). `security` is the wire's (shoal/wire/security.py;
     AUTO: PLAIN to a loopback ps, CURVE between hosts); the ps tasks must resolve the same.
+    With `shared_memory` (the default), pushes to a ps on loopback carry their tensors through
+    shared memory (shoal/wire/shared_area.py) instead of the socket.
 
     With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
     writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the
@@ -99,7 +101,8 @@ class TrainingSession:
                  summary_every_steps: int = 100,
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
                  security: Security = Security.AUTO, local_state: LocalState | None = None,
-                 heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S, rehome_lost_ps: bool = True):
+                 heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S, rehome_lost_ps: bool = True,
+                 shared_memory: bool = True):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
@@ -148,7 +151,8 @@ class TrainingSession:
         stalls = StallReporter(self.task, self.training, request_timeout_s)
         self.ps = PsClient(config.ps_addresses, secret, timeout_s=request_timeout_s, on_lost=self._lost_ps,
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
-                           on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security)
+                           on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security,
+                           shared_memory=shared_memory)
         stalls.client = self.ps
         if not MIN_TIMEOUT_S <= heartbeat_timeout_s <= MAX_TIMEOUT_S:
             raise TrainError(f"heartbeat_timeout_s={heartbeat_timeout_s!r} is out of range: give {MIN_TIMEOUT_S:g} to "

@@ -11,7 +11,8 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from shoal.wire.endpoint import connect_endpoint, is_ipv6
+from shoal.wire import shared_area
+from shoal.wire.endpoint import connect_endpoint, is_ipv6, is_loopback
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
 from shoal.wire.limits import ConnectionLimits
 from shoal.wire.mechanisms import Mechanism, mechanism_for
@@ -19,6 +20,7 @@ from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Message, decode, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
+from shoal.wire.shared_area import ACK_KEY, MIN_SHARED_BYTES, OFFER_KEY, AreaState, SharedArea, packed_nbytes
 from shoal.wire.sockio import NOBLOCK, recv_message, send_message
 from shoal.wire.watch import EVENTS, ConnectionWatch
 
@@ -42,12 +44,17 @@ class RpcClient:
     `security` picks how the connection authenticates (shoal/wire/security.py): by default
     PLAIN to a loopback address, CURVE (encrypted) otherwise; the server must resolve the same.
 
+    With `shared_memory` (the default), a client of a loopback address sends the tensors of its
+    big requests through a shared-memory area once the server has attached it
+    (shoal/wire/shared_area.py), and through the socket until then or if it does not.
+
     Not thread-safe: use one client per thread. Several clients can be awaited together
     with `wait_all`, which is how a worker talks to every parameter server at once.
     """
 
     def __init__(self, address: str, secret: JobSecret, peer_name: str, timeout_s: float = 30.0, *,
-                 security: Security = Security.AUTO, limits: ConnectionLimits = ConnectionLimits()):
+                 security: Security = Security.AUTO, limits: ConnectionLimits = ConnectionLimits(),
+                 shared_memory: bool = True):
         self.address = address
         self.peer_name = peer_name
         self.timeout_s = timeout_s
@@ -62,6 +69,13 @@ class RpcClient:
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
+        self._area = SharedArea() if shared_memory and is_loopback(address) and shared_area.supported() else None
+        self._offered: set[int] = set()  # requests that carried an offer of the area
+
+    @property
+    def shared_state(self) -> AreaState | None:
+        """Where the shared-memory area stands; None if this client never uses one."""
+        return self._area.state if self._area is not None else None
 
     @property
     def security(self) -> Security:
@@ -98,11 +112,41 @@ class RpcClient:
         if self._sock is None:
             self.connect()
         rid = next(_rids)
-        send_message(self._sock, encode(dict(fields or {}, op=op, rid=rid), tensors), copied=1)
+        header = dict(fields or {}, op=op, rid=rid)
+        block = self._shared_block(rid, header, tensors) if tensors and self._area is not None else None
+        try:
+            frames = encode(header, tensors, block)
+        except BaseException:
+            if block is not None:
+                self._area.free(rid)
+            raise
+        send_message(self._sock, frames, copied=1)
         self._pending[rid] = op
         if into is not None:
             self._into[rid] = into
         return rid
+
+    def _shared_block(self, rid: int, header: dict, tensors: Mapping[str, np.ndarray]) -> tuple | None:
+        """The block of the shared area that carries request `rid`'s tensors, if they are big
+        enough and it has room; until the server has answered the offer, adds it to `header`."""
+        area = self._area
+        nbytes = packed_nbytes(tensors)
+        if nbytes < MIN_SHARED_BYTES:
+            return None
+        if area.state is AreaState.ATTACHED:
+            block = area.allocate(rid, nbytes)
+            return (block.offset, area.writable(block)) if block is not None else None
+        if area.state is AreaState.NONE:
+            try:
+                area.open()
+            except OSError as e:
+                log.debug("no shared-memory area for %s: %s", self.peer_name, e)
+                self._area = None
+                return None
+        if area.state is AreaState.OFFERED:
+            header[OFFER_KEY] = area.offer()
+            self._offered.add(rid)
+        return None
 
     def wait(self, rid: int, timeout_s: float | None = None) -> Message:
         """Block until the reply to `rid` arrives. Raises PeerTimeoutError, AuthRejectedError
@@ -139,11 +183,18 @@ class RpcClient:
                 frames = recv_message(self._sock, NOBLOCK)
         except zmq.Again:
             return False
+        area = self._area
         try:
-            message = decode(frames, self._destination)
+            message = decode(frames, self._destination, area.view if area is not None and area.state is AreaState.ATTACHED
+                             else None)
         except ProtocolError as e:
             log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
             return True
+        if area is not None:  # the reply's block (copied out above) is free again
+            if ACK_KEY in message.header or message.rid in self._offered:
+                area.answered(message.header.get(ACK_KEY))  # no answer to an offering request: an older server
+                self._offered.discard(message.rid)
+            area.free(message.rid)
         if message.rid in self._pending:
             self._replies[message.rid] = message
         return True
@@ -194,7 +245,10 @@ class RpcClient:
         self._into.clear()
 
     def close(self) -> None:
-        """Close the connection. Idempotent."""
+        """Close the connection (and the shared area: a new connection offers a new one). Idempotent."""
+        if self._area is not None:
+            self._area.close()
+            self._offered.clear()
         if self._sock is not None:
             self._sock.disable_monitor()
             self._sock.close(linger=0)

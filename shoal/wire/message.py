@@ -12,6 +12,11 @@ Header keys every message has:
     "rid"  int    request id, chosen by the client, echoed in the reply
     "t"    list   tensor descriptors [name: str, dtype: str, shape: [int...], nchunks: int]
 
+and, when the tensors are in a shared-memory area instead of frames (shoal/wire/shared_area.py):
+
+    "m"    list   [offset, nbytes] of the block of the sender's area that holds them, each
+                  tensor ALIGN-aligned, in order; every descriptor's nchunks is then 0
+
 plus "op" (str) in a request, or "ok" (bool) and, when not ok, "error" (str) in a reply.
 Other keys belong to the op and are validated by whoever handles it. Nothing is ever
 unpickled; see docs/wire-protocol.md for the full description and the threat model.
@@ -30,6 +35,7 @@ import msgpack
 import numpy as np
 
 from shoal.wire.errors import ProtocolError
+from shoal.wire.shared_area import ALIGN, BLOCK_KEY
 
 PROTOCOL_VERSION = 2
 CHUNK_BYTES = 4 << 20
@@ -63,15 +69,19 @@ class Message:
         return self.header["rid"]
 
 
-def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> list:
+def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None,
+           block: tuple[int, memoryview] | None = None) -> list:
     """Frames for `header` + `tensors`: bytes for the header, memoryviews (no copy) for tensors.
 
     The caller must not modify the tensors until zmq has sent them (see RpcServer.reply's
-    `track`). Raises ProtocolError for a dtype the format does not carry, or a header over
-    MAX_HEADER_BYTES.
+    `track`). With `block` ((offset in the area, its writable bytes), at least
+    shared_area.packed_nbytes(tensors) of them) the tensors are copied into it instead and the
+    message is the header alone. Raises ProtocolError for a dtype the format does not carry, or
+    a header over MAX_HEADER_BYTES.
     """
     frames: list = [b""]
     descriptors = []
+    pos = 0
     for name, array in (tensors or {}).items():
         dtype = _NATIVE_NAMES.get(array.dtype)  # (a dict hit for the usual dtypes; newbyteorder costs more)
         if dtype is None and array.dtype.byteorder in "<=|":
@@ -81,8 +91,13 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
                                 f"convert it to one of {', '.join(DTYPES)}")
         if not array.flags.c_contiguous:
             array = np.require(array, requirements="C")  # (np.ascontiguousarray makes 0-d arrays 1-d)
-        view = memoryview(array).cast("B") if array.ndim else memoryview(array.reshape(1)).cast("B")
         nbytes = array.nbytes
+        if block is not None:  # into the shared block, ALIGN-aligned
+            np.copyto(np.frombuffer(block[1], array.dtype, array.size, pos).reshape(array.shape), array)
+            pos += -(-nbytes // ALIGN) * ALIGN
+            descriptors.append([name, dtype, list(array.shape), 0])
+            continue
+        view = memoryview(array).cast("B") if array.ndim else memoryview(array.reshape(1)).cast("B")
         if nbytes <= CHUNK_BYTES:  # the usual tensor: one frame
             nchunks = 1
             frames.append(view)
@@ -92,6 +107,8 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
                 frames.append(view[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES])
         descriptors.append([name, dtype, list(array.shape), nchunks])
     header = dict(header, v=PROTOCOL_VERSION, t=descriptors)
+    if block is not None:
+        header[BLOCK_KEY] = [block[0], block[1].nbytes]
     frames[0] = msgpack.packb(header, use_bin_type=True)
     if len(frames[0]) > MAX_HEADER_BYTES:  # the peer would refuse it, or zmq drop the connection
         raise ProtocolError(f"header of {len(frames[0])} bytes exceeds the {MAX_HEADER_BYTES}-byte limit; "
@@ -100,20 +117,30 @@ def encode(header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = No
 
 
 Into = Callable[[dict, str, np.dtype, tuple], "np.ndarray | None"]
+SharedView = Callable[[int, int], memoryview]
+"""view(offset, nbytes): bytes of the area a message's block is in; raises ValueError outside it."""
 
 
-def decode(frames: Sequence, into: Into | None = None) -> Message:
+def decode(frames: Sequence, into: Into | None = None, shared: SharedView | None = None,
+           borrow: "bool | Callable[[dict], bool]" = False) -> Message:
     """Validate and decode frames (bytes or zmq.Frame). Raises ProtocolError on anything odd.
 
     `into(header, name, dtype, shape)` may return a writable C-contiguous array of exactly that
     dtype and shape: the tensor's bytes are then copied straight into it (a worker's own
     parameters, a ps's gradient buffer) instead of into a fresh array, and it is the decoded
     tensor. Called only after the sizes were checked.
+
+    Tensors in a shared-memory block (header "m") are read through `shared` (none: a
+    ProtocolError). They are copied (into `into`'s arrays or fresh ones), or with `borrow` (or
+    `borrow(header)` true) are read-only views of the area, valid only until the block is
+    handed back.
     """
     if not frames:
         raise ProtocolError("empty message")
     header = decode_header(_as_bytes(frames[0]))
     descriptors = header["t"]
+    if BLOCK_KEY in header:
+        return _decode_shared(header, len(frames), into, shared, borrow)
     if not descriptors and len(frames) == 1:  # a header-only message
         return Message(header, {})
     expected = 1 + sum(d[3] for d in descriptors)
@@ -158,6 +185,45 @@ def decode(frames: Sequence, into: Into | None = None) -> Message:
     return Message(header, tensors)
 
 
+def _decode_shared(header: dict, nframes: int, into: Into | None, shared: SharedView | None,
+                   borrow) -> Message:
+    block = header[BLOCK_KEY]
+    if callable(borrow):
+        borrow = borrow(header)
+    if type(block) is not list or len(block) != 2 or any(type(x) is not int or x < 0 for x in block):
+        raise ProtocolError(f"header field {BLOCK_KEY!r} must be [offset, nbytes], got {block!r:.80}")
+    if nframes != 1:
+        raise ProtocolError(f"a message whose tensors are in shared memory has {nframes - 1} tensor frames too")
+    if shared is None:
+        raise ProtocolError("the message's tensors are in a shared-memory area this side has not attached")
+    try:
+        area = shared(block[0], block[1])
+    except ValueError as e:
+        raise ProtocolError(str(e)) from e
+    tensors: dict[str, np.ndarray] = {}
+    pos = 0
+    for name, dtype_name, shape, nchunks in header["t"]:
+        if nchunks != 0:
+            raise ProtocolError(f"tensor {name!r} is in a frame, but the message's tensors are in shared memory")
+        dtype = DTYPES[dtype_name]
+        count = math.prod(shape)
+        nbytes = count * dtype.itemsize
+        if pos + nbytes > block[1]:
+            raise ProtocolError(f"tensors of {pos + nbytes}+ bytes do not fit their {block[1]}-byte block")
+        view = np.frombuffer(area, dtype, count, pos).reshape(shape)
+        pos += -(-nbytes // ALIGN) * ALIGN
+        dest = into(header, name, dtype, tuple(shape)) if into is not None and not borrow else None
+        if dest is not None and _fits(dest, dtype, shape):
+            np.copyto(dest, view)
+            tensors[name] = dest
+        elif borrow:
+            view.flags.writeable = False  # the client's memory: the handler reads it only
+            tensors[name] = view
+        else:
+            tensors[name] = view.copy()
+    return Message(header, tensors)
+
+
 def decode_header(raw: bytes) -> dict[str, Any]:
     """Unpack and validate the envelope of a header frame (not the op's own fields)."""
     if len(raw) > MAX_HEADER_BYTES:
@@ -174,11 +240,11 @@ def decode_header(raw: bytes) -> dict[str, Any]:
     rid = header.get("rid")
     if type(rid) is not int or rid < 0:  # (msgpack gives exact ints; `type` also turns bools away)
         raise ProtocolError(f"header field 'rid' must be a non-negative int, got {rid!r}")
-    _validate_descriptors(header.get("t"))
+    _validate_descriptors(header.get("t"), 0 if BLOCK_KEY in header else 1)
     return header
 
 
-def _validate_descriptors(descriptors: Any) -> None:
+def _validate_descriptors(descriptors: Any, min_chunks: int) -> None:
     # Every message passes here: plain loops and exact type checks (msgpack gives exact ints,
     # and `type(x) is int` turns bools away) keep it cheap.
     if type(descriptors) is not list:
@@ -198,7 +264,7 @@ def _validate_descriptors(descriptors: Any) -> None:
         for size in shape:
             if type(size) is not int or not 0 <= size < _MAX_DIM:
                 raise ProtocolError(f"tensor {name!r} has bad shape {shape!r:.200}")
-        if type(nchunks) is not int or not 1 <= nchunks <= MAX_CHUNKS:
+        if type(nchunks) is not int or not min_chunks <= nchunks <= MAX_CHUNKS:  # 0: in a shared block
             raise ProtocolError(f"tensor {name!r} has bad chunk count {nchunks!r}")
 
 

@@ -20,6 +20,8 @@ from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Into, Message, decode, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
+from shoal.wire.shared_area import ACK_KEY, BLOCK_KEY, OFFER_KEY, packed_nbytes
+from shoal.wire.shared_attach import AttachedAreas
 from shoal.wire.sockio import ZERO_COPY_MIN_BYTES, recv_message, send_message
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,13 @@ class RpcServer:
     Either way the server keeps serving everyone else. `limits` bound what peers that have not
     authenticated can cost (shoal/wire/limits.py).
 
+    A client on this machine may offer a shared-memory area (shoal/wire/shared_area.py): its
+    requests' tensors then arrive in it and the replies' go back into it. Such tensors are
+    copied out before the handler sees them, unless `borrows(header)` says the handler is done
+    with that request's tensors once it has replied: they are then read-only views of the
+    client's memory (no copy), which the handler must not keep past its reply. With
+    `shared_memory` false, every offer is refused.
+
     Not thread-safe: `start`, `serve_once`, `reply` and `close` must be called from one
     thread (the serving thread). The handler runs on that thread and must reply to each
     request, now or later (deferred replies are how synchronous training waits).
@@ -64,7 +73,8 @@ class RpcServer:
 
     def __init__(self, address: str, secret: JobSecret, handler: Handler, name: str = "server",
                  into: Into | None = None, *, security: Security = Security.AUTO,
-                 limits: ConnectionLimits = ConnectionLimits()):
+                 limits: ConnectionLimits = ConnectionLimits(), borrows: Callable[[dict], bool] | None = None,
+                 shared_memory: bool = True):
         self.address = address
         self.name = name
         self.limits = limits
@@ -76,6 +86,10 @@ class RpcServer:
         self._gate: Gatekeeper | None = None
         self._sock: zmq.Socket | None = None
         self._wait_ms: int | None = None  # the socket's RCVTIMEO, set by serve_once
+        self._borrows = borrows or False
+        self._shared_memory = shared_memory
+        self._areas = AttachedAreas(name)
+        self._acks: dict[bytes, bool] = {}  # peer -> the answer to its offer, sent with its next reply
 
     @property
     def security(self) -> Security:
@@ -117,6 +131,8 @@ class RpcServer:
 
     def serve_once(self, timeout_ms: int) -> bool:
         """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
+        if len(self._areas):
+            self._areas.sweep()  # (a clock read, unless due)
         if timeout_ms != self._wait_ms:  # (an option of zmq's, no system call)
             self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
             self._wait_ms = timeout_ms
@@ -128,14 +144,18 @@ class RpcServer:
             return False
         self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
         peer = frames[0].bytes
+        area = self._areas.get(peer) if len(self._areas) else None
         try:
-            message = decode(frames[1:], self._into)
+            message = decode(frames[1:], self._into, area.view if area is not None else None, self._borrows)
             if not isinstance(message.header.get("op"), str):
                 raise ProtocolError(f"request header field 'op' must be a string, got {message.header.get('op')!r:.80}")
         except ProtocolError as e:
             log.warning("%s refused a malformed message from a peer: %s", self.name, e)
             self._send(peer, {"rid": _rid_of(frames), "ok": False, "error": f"malformed message: {e}"}, None, False)
             return True
+        offer = message.header.get(OFFER_KEY)
+        if offer is not None:
+            self._acks[peer] = self._shared_memory and self._areas.offer(peer, offer)
         request = Request(peer, message)
         try:
             self._handler(request)
@@ -151,12 +171,34 @@ class RpcServer:
         """Send a successful reply. With `track`, returns a tracker that is done once zmq no
         longer reads the tensors' memory (wait on it before modifying them in place)."""
         header = dict(fields or {}, rid=request.message.rid, ok=True)
+        block = request.header.get(BLOCK_KEY)
+        if block is not None and tensors and self._reply_into_block(request.peer, header, tensors, block):
+            return None
         return self._send(request.peer, header, tensors, track)
+
+    def _reply_into_block(self, peer: bytes, header: dict, tensors: Mapping[str, np.ndarray], block: list) -> bool:
+        """Send the reply with its tensors written into the request's block of the peer's
+        shared area (synchronously: nothing to track). False if they do not fit or the area is
+        gone (the client reset or exited)."""
+        area = self._areas.get(peer)
+        if area is None or packed_nbytes(tensors) > block[1]:
+            return False
+        if self._acks:
+            self._take_ack(peer, header)
+        send_message(self._sock, [peer, *encode(header, tensors, (block[0], area.view(block[0], block[1])))], copied=2)
+        return True
+
+    def _take_ack(self, peer: bytes, header: dict) -> None:
+        ack = self._acks.pop(peer, None)
+        if ack is not None:
+            header[ACK_KEY] = ack
 
     def reply_error(self, request: Request, error: str) -> None:
         self._send(request.peer, {"rid": request.message.rid, "ok": False, "error": error}, None, False)
 
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
+        if self._acks:
+            self._take_ack(peer, header)
         frames = [peer, *encode(header, tensors)]
         if track:  # only frames sent zero-copy are tracked: a reply of small ones needs no tracker
             track = any(type(f) is memoryview and f.nbytes >= ZERO_COPY_MIN_BYTES for f in frames[2:])
@@ -175,6 +217,8 @@ class RpcServer:
 
     def close(self) -> None:
         """Stop listening. Idempotent."""
+        self._areas.close()
+        self._acks.clear()
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None

@@ -53,6 +53,21 @@ def test_sync_training_matches_joined_batch_oracle_with_sharded_variables(make_c
             np.testing.assert_allclose(got[k], want, rtol=1e-6, atol=1e-12)
     # W (5 KiB) is partitioned over both ps (min_shard_bytes=1024), so both ps hold a part of it
     assert all("holds " in t.output() for t in cluster.tasks[:2])
+    # and the pushes came through shared memory (every task is on loopback)
+    assert all("sends its tensors through shared memory" in t.output() for t in cluster.tasks[:2]), cluster.dump()
+
+
+def test_sync_training_through_the_socket_matches_the_oracle_too(make_cluster, tmp_path):
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster.start_all([*PROGRAM, "--sync", "--steps", str(STEPS), "--out", str(tmp_path), "--no_shared_memory"])
+    codes = cluster.wait_all(timeout=90)
+    assert set(codes.values()) == {0}, cluster.dump()
+    expected = oracle("sgd", 2)
+    for i in range(2):
+        got = np.load(tmp_path / f"worker{i}.npz")
+        for k, want in expected.items():
+            np.testing.assert_allclose(got[k], want, rtol=1e-6, atol=1e-12)
+    assert not any("shared memory" in t.output() for t in cluster.tasks[:2])
 
 
 def test_sync_with_backup_worker_drops_stale_gradients_and_workers_agree(make_cluster, tmp_path):

@@ -1,5 +1,5 @@
 """The training flags' --wire_security: one choice reaches both sides of the wire (the session's
-ps client and the ps server), as the Security enum."""
+ps client and the ps server), as the Security enum; --wire_shared_memory reaches the session."""
 
 import argparse
 
@@ -32,3 +32,9 @@ def test_wire_security_flag_rejects_a_value_that_is_no_mechanism(capsys):
     with pytest.raises(SystemExit):
         parse("--wire_security", "tls")
     assert "invalid choice: 'tls'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, want", [((), True), (("--wire_shared_memory", "auto"), True),
+                                        (("--wire_shared_memory", "off"), False)])
+def test_wire_shared_memory_flag_reaches_session_options(argv, want):
+    assert shoal.session_options(parse(*argv))["shared_memory"] is want

@@ -81,6 +81,8 @@ def main() -> int:
     parser.add_argument("--heartbeat_timeout", type=float, default=20)
     parser.add_argument("--leave_at", type=int, help="stop training (leave the job, done) at this global step")
     parser.add_argument("--rehome_lost_ps", action="store_true", help="re-home a lost ps that does not come back")
+    parser.add_argument("--no_shared_memory", dest="shared_memory", action="store_false",
+                        help="push through the socket, not shared memory")
     parser.add_argument("--replicate_every_steps", type=int, help="ps: replicate shards to the next ps every N steps")
     parser.add_argument("--replicate_every_secs", type=float, help="ps: replicate shards to the next ps every N s")
     parser.add_argument("--kill_ps1_at", type=int,
@@ -104,7 +106,7 @@ def main() -> int:
                                checkpoints=shoal.CheckpointOptions(every_steps=args.checkpoint_every_steps),
                                ps_recovery_timeout_s=args.ps_recovery_timeout,
                                heartbeat_timeout_s=args.heartbeat_timeout,
-                               rehome_lost_ps=args.rehome_lost_ps) as session:
+                               rehome_lost_ps=args.rehome_lost_ps, shared_memory=args.shared_memory) as session:
         while not session.should_stop() and not (args.leave_at is not None and session.global_step >= args.leave_at):
             if args.kill_ps1_at is not None and config.is_chief and session.global_step == args.kill_ps1_at:
                 kill_ps1_once_replicated(session, args.kill_ps1_at, args.out / "ps1.pid")

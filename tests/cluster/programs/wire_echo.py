@@ -2,10 +2,11 @@
 transport tests attack and talk to.
 
     python tests/cluster/programs/wire_echo.py ADDRESS [--security auto|plain|curve]
-                                               [--nofile SOFT HARD]
+                                               [--nofile SOFT HARD] [--no-shared-memory]
 
 The job secret comes from SHOAL_JOB_SECRET. `--nofile` sets this process's open-file limit
-before the server starts (as a shell's `ulimit -n` would). Prints `serving` once bound and
+before the server starts (as a shell's `ulimit -n` would); `--no-shared-memory` refuses every
+client's shared-memory area. Prints `serving` once bound and
 `handled <op>` for every request the handler receives, so a test can tell whether anything got
 through. A request of op `refuse` gets an error reply. Runs until killed.
 """
@@ -25,6 +26,7 @@ def main() -> int:
     parser.add_argument("address")
     parser.add_argument("--security", default=None, choices=["auto", "plain", "curve"])
     parser.add_argument("--nofile", nargs=2, type=int, metavar=("SOFT", "HARD"))
+    parser.add_argument("--no-shared-memory", dest="shared_memory", action="store_false")
     args = parser.parse_args()
     if args.nofile:
         resource.setrlimit(resource.RLIMIT_NOFILE, tuple(args.nofile))
@@ -37,7 +39,7 @@ def main() -> int:
             return
         server.reply(request, {"echo": request.op}, dict(request.tensors))
 
-    kwargs = {}
+    kwargs = {"shared_memory": args.shared_memory}
     if args.security is not None:
         from shoal.wire import Security
         kwargs["security"] = Security(args.security)

@@ -1,0 +1,163 @@
+"""A client's shared-memory area: where the tensors of its requests to a server on this machine,
+and the server's replies to them, travel instead of through the socket.
+
+Over loopback TCP a tensor is copied four times each way (into zmq's buffer, into the kernel,
+out of it, out of zmq's buffer) and wakes both processes' zmq I/O threads; through a shared area
+it is copied twice (into the area, out of it) and only the header goes through the socket. A
+400 KB push and its reply cost each side about half the CPU (bench/README.md, "Shared memory
+between tasks on one machine").
+
+How an area comes to be shared (the server's side is shoal/wire/shared_attach.py):
+
+1. The client creates an anonymous memory file (memfd), sealed against shrinking (a server
+   that maps it can never fault on a page that went away), maps it and writes a random nonce
+   into its first page.
+2. Its requests carry an offer (`OFFER_KEY`: pid, fd, size, nonce) until a reply says whether
+   the server attached it (`ACK_KEY`). The server opens the file through /proc/<pid>/fd/<fd> and
+   attaches only if it is such a sealed memfd of its own user whose nonce matches: a client in
+   another pid namespace or on another machine names some other file, and is refused.
+3. From then on a request whose tensors are big enough gets a block of the area: the tensors
+   are written into it (the header says where, `BLOCK_KEY`), the server reads them there and
+   writes its reply's tensors back into the same block when they fit. The block is the
+   client's again once the reply is read; every request in flight has its own.
+
+Only a client connecting to a loopback address offers one (a server elsewhere could not attach
+it, and tests put "hosts" in network namespaces of one machine, which could). Closing the area
+leaves it to the kernel: the memory is freed once the server has unmapped it too.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import mmap
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+OFFER_KEY = "shm_offer"  # request header: {"pid", "fd", "size", "nonce"}
+ACK_KEY = "shm_ok"  # reply header: whether the server attached the offered area
+BLOCK_KEY = "m"  # message header: [offset, nbytes] of the block holding the tensors
+MEMFD_NAME = "shoal-wire"
+NONCE_BYTES = 16
+PAGE = 4096  # the first page holds the nonce; blocks start on page boundaries
+ALIGN = 64  # each tensor of a block starts on a cache line
+AREA_BYTES = 64 << 20  # address space; pages are only used once touched (blocks fill from the start)
+MIN_SHARED_BYTES = 1 << 10  # below this a request's tensors go through the socket
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def supported() -> bool:
+    """Whether this system can share areas (Linux memfds with seals)."""
+    return hasattr(os, "memfd_create") and hasattr(os, "MFD_ALLOW_SEALING") and os.path.isdir("/proc/self/fd")
+
+
+def packed_nbytes(tensors: Mapping[str, np.ndarray]) -> int:
+    """Bytes a block needs for `tensors`, each starting on an ALIGN boundary."""
+    return sum(-(-a.nbytes // ALIGN) * ALIGN for a in tensors.values())
+
+
+class AreaState(enum.Enum):
+    """NONE -> OFFERED (created; offered in requests) -> ATTACHED (the server said yes) or
+    REFUSED (it said no, or answered an offering request without saying: an older server).
+    A REFUSED client sends through the socket until its connection is reset (back to NONE)."""
+
+    NONE = "none"
+    OFFERED = "offered"
+    ATTACHED = "attached"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class Block:
+    """Bytes [offset, offset + nbytes) of an area, given to one request."""
+
+    offset: int
+    nbytes: int
+
+
+class SharedArea:
+    """A client's area and the blocks of its requests in flight.
+
+    Not thread-safe (it belongs to one RpcClient). The constructor does no I/O; `open` creates
+    the memfd; `close` is idempotent.
+    """
+
+    def __init__(self, nbytes: int = AREA_BYTES):
+        self.nbytes = nbytes
+        self.state = AreaState.NONE
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        self._nonce = b""
+        self._blocks: dict[int, Block] = {}  # request id -> its block
+
+    def open(self) -> None:
+        """Create, seal and map the memfd (state OFFERED). Raises OSError if the system cannot."""
+        fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, self.nbytes)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+            self._map = mmap.mmap(fd, self.nbytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._nonce = secrets.token_bytes(NONCE_BYTES)
+        self._map[:NONCE_BYTES] = self._nonce
+        self.state = AreaState.OFFERED
+
+    def offer(self) -> dict:
+        """The header field that offers this area to the server."""
+        return {"pid": os.getpid(), "fd": self._fd, "size": self.nbytes, "nonce": self._nonce}
+
+    def answered(self, attached: bool | None) -> None:
+        """The server's answer to an offer (None: it answered an offering request without one)."""
+        if self.state is AreaState.OFFERED:
+            self.state = AreaState.ATTACHED if attached else AreaState.REFUSED
+            if not attached:
+                self.close()
+                self.state = AreaState.REFUSED
+
+    def allocate(self, rid: int, nbytes: int) -> Block | None:
+        """A block of at least `nbytes` for request `rid`, or None if the area has no room (the
+        request then goes through the socket). First fit, from the start of the area."""
+        size = -(-nbytes // PAGE) * PAGE
+        start = PAGE
+        for block in sorted(self._blocks.values(), key=lambda b: b.offset):
+            if block.offset - start >= size:
+                break
+            start = max(start, block.offset + block.nbytes)
+        if start + size > self.nbytes:
+            return None
+        block = self._blocks[rid] = Block(start, size)
+        return block
+
+    def free(self, rid: int) -> None:
+        """Request `rid`'s block (if it had one) is free again: its reply was read."""
+        self._blocks.pop(rid, None)
+
+    def writable(self, block: Block) -> memoryview:
+        return memoryview(self._map)[block.offset:block.offset + block.nbytes]
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """Bytes of a reply's block. Raises ValueError if they are not inside the area."""
+        if not (PAGE <= offset and nbytes >= 0 and offset + nbytes <= self.nbytes):
+            raise ValueError(f"bytes {offset}..{offset + nbytes} are outside the shared area of {self.nbytes} bytes")
+        return memoryview(self._map)[offset:offset + nbytes]
+
+    def close(self) -> None:
+        """Unmap and close (the server keeps its own mapping until it lets go). Idempotent."""
+        self._blocks.clear()
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view is still alive somewhere: the mapping goes with it
+                pass
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.state = AreaState.NONE

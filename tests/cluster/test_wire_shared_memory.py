@@ -1,0 +1,199 @@
+"""Shared-memory areas between a client and a server process on this machine
+(shoal/wire/shared_area.py): once the server attached a client's area, tensors and their replies
+travel through it, requests in flight each in a block of their own, and what does not fit goes
+through the socket; a server that refuses, or an offer that is not the client's own area, leaves
+everything on the socket; the server lets go of an area once its client reset or died. Real echo
+server processes; what the server maps is read from its /proc/<pid>/maps."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from shoal.wire import JobSecret, RpcClient, Security
+from shoal.wire.shared_area import AREA_BYTES, BLOCK_KEY, MEMFD_NAME, OFFER_KEY, SEALS, AreaState, SharedArea
+from shoal.wire.shared_attach import SWEEP_EVERY_S
+
+ECHO = "tests/cluster/programs/wire_echo.py"
+BIG = 100_000  # float32s: 400 KB, well above MIN_SHARED_BYTES
+
+
+def echo_server(cluster, *args: str):
+    address = cluster.spec["ps"][0]
+    task = cluster.start("ps", 0, [ECHO, address, "--security", Security.PLAIN.value, *args])
+    task.wait_for_output("serving", 30)
+    return task, address
+
+
+def client(cluster, address: str, **kwargs) -> RpcClient:
+    return RpcClient(address, JobSecret(cluster.secret.encode(), "test"), "echo:0", 20, security=Security.PLAIN,
+                     **kwargs)
+
+
+def mapped_areas(pid: int) -> int:
+    """How many shared areas process `pid` maps."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return sum(f"/memfd:{MEMFD_NAME}" in line for line in maps)
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_tensors_and_their_replies_travel_through_the_area_once_the_server_attached_it(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    task, address = echo_server(cluster)
+    c = client(cluster, address)
+    try:
+        x = np.arange(BIG, dtype=np.float32)
+        first = c.call("echo", tensors={"x": x, "b": np.ones(3)})
+        assert BLOCK_KEY not in first.header, "the offering request itself goes through the socket"
+        assert c.shared_state is AreaState.ATTACHED
+        for k in range(3):
+            reply = c.call("echo", tensors={"x": x + k, "b": np.full(3, k)})
+            assert BLOCK_KEY in reply.header, "the reply must come back through the area"
+            np.testing.assert_array_equal(reply.tensors["x"], x + k)
+            np.testing.assert_array_equal(reply.tensors["b"], np.full(3, k))
+        assert mapped_areas(task.proc.pid) == 1
+    finally:
+        c.close()
+
+
+def test_requests_in_flight_have_their_own_blocks_and_what_does_not_fit_goes_through_the_socket(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    _, address = echo_server(cluster)
+    c = client(cluster, address)
+    try:
+        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})  # attach
+        third = AREA_BYTES // 3 // 4  # three of these do not fit into one area
+        sent = [np.full(third, k, np.float32) for k in range(3)]
+        rids = [c.send("echo", tensors={"x": s}) for s in sent]
+        replies = [c.wait(rid) for rid in rids]
+        assert [BLOCK_KEY in r.header for r in replies] == [True, True, False]
+        for reply, want in zip(replies, sent):
+            np.testing.assert_array_equal(reply.tensors["x"], want)
+        again = c.call("echo", tensors={"x": sent[2]})  # the blocks were handed back
+        assert BLOCK_KEY in again.header
+    finally:
+        c.close()
+
+
+def test_a_server_that_refuses_shared_memory_gets_the_tensors_through_the_socket(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    task, address = echo_server(cluster, "--no-shared-memory")
+    c = client(cluster, address)
+    try:
+        x = np.arange(BIG, dtype=np.float32)
+        for _ in range(3):
+            reply = c.call("echo", tensors={"x": x})
+            assert BLOCK_KEY not in reply.header
+            np.testing.assert_array_equal(reply.tensors["x"], x)
+        assert c.shared_state is AreaState.REFUSED
+        assert mapped_areas(task.proc.pid) == 0
+    finally:
+        c.close()
+
+
+def offer_of(kind: str, tmp_path) -> tuple[dict, int]:
+    """An offer that is not a client's own sealed area, and the fd to close afterwards."""
+    if kind == "regular file":
+        path = tmp_path / "area"
+        path.write_bytes(bytes(AREA_BYTES // 64))
+        fd = os.open(path, os.O_RDWR)
+        return {"pid": os.getpid(), "fd": fd, "size": AREA_BYTES // 64, "nonce": bytes(16)}, fd
+    area = SharedArea(nbytes=1 << 20)
+    if kind == "unsealed":
+        fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC)
+        os.ftruncate(fd, 1 << 20)
+        return {"pid": os.getpid(), "fd": fd, "size": 1 << 20, "nonce": bytes(16)}, fd
+    area.open()
+    offer = area.offer()
+    fd = os.dup(offer["fd"])
+    area.close()  # (the dup keeps the memfd and its nonce)
+    if kind == "wrong nonce":
+        offer["nonce"] = bytes(16)
+    elif kind == "wrong size":
+        offer["size"] = 2 << 20
+    elif kind == "another process":
+        offer["pid"] = 1
+    offer["fd"] = fd
+    return offer, fd
+
+
+@pytest.mark.parametrize("kind", ["wrong nonce", "wrong size", "regular file", "unsealed", "another process"])
+def test_an_offer_that_is_not_the_clients_own_sealed_area_is_refused(make_cluster, tmp_path, kind):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    task, address = echo_server(cluster)
+    c = client(cluster, address, shared_memory=False)  # offers nothing itself: the test's offer is the only one
+    offer, fd = offer_of(kind, tmp_path)
+    try:
+        reply = c.call("echo", {OFFER_KEY: offer}, {"x": np.ones(4)})
+        assert reply.header.get("shm_ok") is False
+        np.testing.assert_array_equal(reply.tensors["x"], np.ones(4))  # and it goes on serving
+        assert mapped_areas(task.proc.pid) == 0
+    finally:
+        c.close()
+        os.close(fd)
+
+
+def test_the_server_lets_go_of_the_area_of_a_client_that_reset_or_died(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    task, address = echo_server(cluster)
+    c = client(cluster, address)
+    child = None
+    try:
+        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})
+        assert mapped_areas(task.proc.pid) == 1
+        c.reset()  # a new connection offers a new area; the old one is let go of
+        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})
+        assert wait_until(lambda: mapped_areas(task.proc.pid) == 1, SWEEP_EVERY_S * 3)
+        child = subprocess.Popen([sys.executable, "-c", CHILD, address], env={**os.environ,
+                                 "SHOAL_JOB_SECRET": cluster.secret}, stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "attached"
+        assert mapped_areas(task.proc.pid) == 2
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        assert wait_until(lambda: mapped_areas(task.proc.pid) == 1, SWEEP_EVERY_S * 3), \
+            "the area of a client that died must be let go of"
+    finally:
+        c.close()
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait(10)
+
+
+CHILD = """
+import os, sys, time
+import numpy as np
+from shoal.wire import JobSecret, RpcClient, Security
+c = RpcClient(sys.argv[1], JobSecret(os.environ["SHOAL_JOB_SECRET"].encode(), "test"), "echo:0", 20,
+              security=Security.PLAIN)
+c.call("echo", tensors={"x": np.zeros(100_000, np.float32)})
+c.call("echo", tensors={"x": np.zeros(100_000, np.float32)})
+print("attached" if c.shared_state.value == "attached" else c.shared_state, flush=True)
+time.sleep(60)
+"""
+
+
+def test_seals_keep_an_attached_area_from_shrinking():
+    area = SharedArea(nbytes=1 << 20)
+    area.open()
+    try:
+        fd = area.offer()["fd"]
+        assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 4096)  # a server that maps it can never fault on a page taken away
+    finally:
+        area.close()
