@@ -248,6 +248,8 @@ class Server:
         if not self._stopped.is_set():
             self.reason = reason
             log.info("%s stopping: %s", self.config.task, reason)
+            if self._rpc is not None and self._rpc.shared_requests:
+                log.info("%s: %d requests came through shared memory", self.config.task, self._rpc.shared_requests)
             closures = self.service.closures
             if closures.applied or closures.duplicates:
                 log.info("%s applied %d closure pushes and dropped %d duplicates of re-run closures",

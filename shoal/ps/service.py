@@ -204,9 +204,10 @@ class PsService:
 
     @staticmethod
     def reads_tensors_in_place(header: dict) -> bool:
-        """Whether the request's tensors may stay where they arrived (a client's shared memory)
-        rather than be copied: a push's gradients are applied, or summed into the step's own
-        arrays, before the push is answered; nothing keeps them."""
+        """Whether the request's tensors may stay where they arrived (a client's shared memory,
+        which it rewrites once answered) rather than be copied: a push's gradients are applied,
+        or summed into the step's own arrays (SyncAggregator copies a shard's first gradient),
+        before `handle` returns; nothing keeps them (tests/unit/test_ps_service.py checks it)."""
         return header.get("op") == Op.PUSH.value
 
     def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:

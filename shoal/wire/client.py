@@ -115,12 +115,12 @@ class RpcClient:
         header = dict(fields or {}, op=op, rid=rid)
         block = self._shared_block(rid, header, tensors) if tensors and self._area is not None else None
         try:
-            frames = encode(header, tensors, block)
+            send_message(self._sock, encode(header, tensors, block), copied=1)
         except BaseException:
-            if block is not None:
+            if self._area is not None:  # nothing went out: the block and the offer are void
                 self._area.free(rid)
+                self._offered.discard(rid)
             raise
-        send_message(self._sock, frames, copied=1)
         self._pending[rid] = op
         if into is not None:
             self._into[rid] = into
@@ -128,14 +128,12 @@ class RpcClient:
 
     def _shared_block(self, rid: int, header: dict, tensors: Mapping[str, np.ndarray]) -> tuple | None:
         """The block of the shared area that carries request `rid`'s tensors, if they are big
-        enough and it has room; until the server has answered the offer, adds it to `header`."""
+        enough, the server attached the area and it has room. Names the area in `header` (the
+        server attaches it on first sight, and again after zmq made the connection anew)."""
         area = self._area
         nbytes = packed_nbytes(tensors)
-        if nbytes < MIN_SHARED_BYTES:
+        if nbytes < MIN_SHARED_BYTES or area.state is AreaState.REFUSED:
             return None
-        if area.state is AreaState.ATTACHED:
-            block = area.allocate(rid, nbytes)
-            return (block.offset, area.writable(block)) if block is not None else None
         if area.state is AreaState.NONE:
             try:
                 area.open()
@@ -143,10 +141,12 @@ class RpcClient:
                 log.debug("no shared-memory area for %s: %s", self.peer_name, e)
                 self._area = None
                 return None
+        header[OFFER_KEY] = area.offer()
         if area.state is AreaState.OFFERED:
-            header[OFFER_KEY] = area.offer()
             self._offered.add(rid)
-        return None
+            return None
+        block = area.allocate(rid, nbytes)
+        return (block.offset, area.writable(block)) if block is not None else None
 
     def wait(self, rid: int, timeout_s: float | None = None) -> Message:
         """Block until the reply to `rid` arrives. Raises PeerTimeoutError, AuthRejectedError
@@ -191,7 +191,7 @@ class RpcClient:
             log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
             return True
         if area is not None:  # the reply's block (copied out above) is free again
-            if ACK_KEY in message.header or message.rid in self._offered:
+            if message.rid in self._offered:
                 area.answered(message.header.get(ACK_KEY))  # no answer to an offering request: an older server
                 self._offered.discard(message.rid)
             area.free(message.rid)

@@ -137,7 +137,13 @@ def decode(frames: Sequence, into: Into | None = None, shared: SharedView | None
     """
     if not frames:
         raise ProtocolError("empty message")
-    header = decode_header(_as_bytes(frames[0]))
+    return decode_body(decode_header(_as_bytes(frames[0])), frames, into, shared, borrow)
+
+
+def decode_body(header: dict[str, Any], frames: Sequence, into: Into | None = None, shared: SharedView | None = None,
+                borrow: "bool | Callable[[dict], bool]" = False) -> Message:
+    """`decode` of a message whose header (`frames[0]`) the caller already decoded with
+    `decode_header` (to read a field that says how to decode the rest)."""
     descriptors = header["t"]
     if BLOCK_KEY in header:
         return _decode_shared(header, len(frames), into, shared, borrow)

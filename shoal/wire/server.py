@@ -17,22 +17,30 @@ from shoal.wire.gatekeeper import ZAP_DOMAIN, Gatekeeper
 from shoal.wire.limits import ConnectionLimits, raise_open_file_limit
 from shoal.wire.mechanisms import mechanism_for
 from shoal.wire.memory import keep_freed_memory
-from shoal.wire.message import Into, Message, decode, encode
+from shoal.wire.message import Into, Message, decode_body, decode_header, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
 from shoal.wire.shared_area import ACK_KEY, BLOCK_KEY, OFFER_KEY, packed_nbytes
-from shoal.wire.shared_attach import AttachedAreas
+from shoal.wire.shared_attach import AttachedArea, AttachedAreas
 from shoal.wire.sockio import ZERO_COPY_MIN_BYTES, recv_message, send_message
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Request:
-    """One decoded request and the peer it came from. Reply to it with `RpcServer.reply`."""
+    """One decoded request and the peer it came from. Reply to it with `RpcServer.reply`.
+
+    `area`: the client's shared-memory area the request named (its reply's tensors may go into
+    the request's block there); `shared_ok`: the answer to that, sent with the reply (None: the
+    request named none); `replied`: a reply was sent (a second one never writes into the block,
+    which the client has had back since)."""
 
     peer: bytes
     message: Message
+    area: AttachedArea | None = None
+    shared_ok: bool | None = None
+    replied: bool = False
 
     @property
     def op(self) -> str:
@@ -64,7 +72,8 @@ class RpcServer:
     copied out before the handler sees them, unless `borrows(header)` says the handler is done
     with that request's tensors once it has replied: they are then read-only views of the
     client's memory (no copy), which the handler must not keep past its reply. With
-    `shared_memory` false, every offer is refused.
+    `shared_memory` false, every offer is refused. `shared_requests` counts the requests whose
+    tensors came through shared memory.
 
     Not thread-safe: `start`, `serve_once`, `reply` and `close` must be called from one
     thread (the serving thread). The handler runs on that thread and must reply to each
@@ -89,7 +98,7 @@ class RpcServer:
         self._borrows = borrows or False
         self._shared_memory = shared_memory
         self._areas = AttachedAreas(name)
-        self._acks: dict[bytes, bool] = {}  # peer -> the answer to its offer, sent with its next reply
+        self.shared_requests = 0
 
     @property
     def security(self) -> Security:
@@ -144,19 +153,29 @@ class RpcServer:
             return False
         self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
         peer = frames[0].bytes
-        area = self._areas.get(peer) if len(self._areas) else None
+        area = shared_ok = None
         try:
-            message = decode(frames[1:], self._into, area.view if area is not None else None, self._borrows)
+            if len(frames) < 2:
+                raise ProtocolError("empty message")
+            header = decode_header(frames[1].bytes)
+            offer = header.get(OFFER_KEY)
+            if offer is not None:  # the area this request may use, attached on first sight
+                area = self._areas.attach(offer) if self._shared_memory else None
+                shared_ok = area is not None
+            message = decode_body(header, frames[1:], self._into, area.view if area is not None else None,
+                                  self._borrows)
             if not isinstance(message.header.get("op"), str):
                 raise ProtocolError(f"request header field 'op' must be a string, got {message.header.get('op')!r:.80}")
         except ProtocolError as e:
             log.warning("%s refused a malformed message from a peer: %s", self.name, e)
-            self._send(peer, {"rid": _rid_of(frames), "ok": False, "error": f"malformed message: {e}"}, None, False)
+            error = {"rid": _rid_of(frames), "ok": False, "error": f"malformed message: {e}"}
+            if shared_ok is not None:
+                error[ACK_KEY] = shared_ok
+            self._send(peer, error, None, False)
             return True
-        offer = message.header.get(OFFER_KEY)
-        if offer is not None:
-            self._acks[peer] = self._shared_memory and self._areas.offer(peer, offer)
-        request = Request(peer, message)
+        if BLOCK_KEY in header:
+            self.shared_requests += 1
+        request = Request(peer, message, area, shared_ok)
         try:
             self._handler(request)
         except ShoalError as e:
@@ -171,34 +190,35 @@ class RpcServer:
         """Send a successful reply. With `track`, returns a tracker that is done once zmq no
         longer reads the tensors' memory (wait on it before modifying them in place)."""
         header = dict(fields or {}, rid=request.message.rid, ok=True)
+        if request.shared_ok is not None:
+            header[ACK_KEY] = request.shared_ok
         block = request.header.get(BLOCK_KEY)
-        if block is not None and tensors and self._reply_into_block(request.peer, header, tensors, block):
+        first, request.replied = not request.replied, True
+        if block is not None and tensors and first and self._reply_into_block(request, header, tensors, block):
             return None
         return self._send(request.peer, header, tensors, track)
 
-    def _reply_into_block(self, peer: bytes, header: dict, tensors: Mapping[str, np.ndarray], block: list) -> bool:
-        """Send the reply with its tensors written into the request's block of the peer's
-        shared area (synchronously: nothing to track). False if they do not fit or the area is
-        gone (the client reset or exited)."""
-        area = self._areas.get(peer)
-        if area is None or packed_nbytes(tensors) > block[1]:
+    def _reply_into_block(self, request: Request, header: dict, tensors: Mapping[str, np.ndarray], block: list) -> bool:
+        """Send the reply with its tensors written into the request's block, in the area the
+        request came in (synchronously: nothing to track). False if they do not fit or the area
+        was let go of (its client reset or exited): the reply then goes as frames."""
+        if packed_nbytes(tensors) > block[1]:
             return False
-        if self._acks:
-            self._take_ack(peer, header)
-        send_message(self._sock, [peer, *encode(header, tensors, (block[0], area.view(block[0], block[1])))], copied=2)
+        try:
+            into = (block[0], request.area.view(block[0], block[1]))
+        except ValueError:
+            return False
+        send_message(self._sock, [request.peer, *encode(header, tensors, into)], copied=2)
         return True
 
-    def _take_ack(self, peer: bytes, header: dict) -> None:
-        ack = self._acks.pop(peer, None)
-        if ack is not None:
-            header[ACK_KEY] = ack
-
     def reply_error(self, request: Request, error: str) -> None:
-        self._send(request.peer, {"rid": request.message.rid, "ok": False, "error": error}, None, False)
+        header = {"rid": request.message.rid, "ok": False, "error": error}
+        if request.shared_ok is not None:
+            header[ACK_KEY] = request.shared_ok
+        request.replied = True
+        self._send(request.peer, header, None, False)
 
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
-        if self._acks:
-            self._take_ack(peer, header)
         frames = [peer, *encode(header, tensors)]
         if track:  # only frames sent zero-copy are tracked: a reply of small ones needs no tracker
             track = any(type(f) is memoryview and f.nbytes >= ZERO_COPY_MIN_BYTES for f in frames[2:])
@@ -218,7 +238,6 @@ class RpcServer:
     def close(self) -> None:
         """Stop listening. Idempotent."""
         self._areas.close()
-        self._acks.clear()
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None

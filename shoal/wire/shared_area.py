@@ -12,14 +12,16 @@ How an area comes to be shared (the server's side is shoal/wire/shared_attach.py
 1. The client creates an anonymous memory file (memfd), sealed against shrinking (a server
    that maps it can never fault on a page that went away), maps it and writes a random nonce
    into its first page.
-2. Its requests carry an offer (`OFFER_KEY`: pid, fd, size, nonce) until a reply says whether
-   the server attached it (`ACK_KEY`). The server opens the file through /proc/<pid>/fd/<fd> and
-   attaches only if it is such a sealed memfd of its own user whose nonce matches: a client in
-   another pid namespace or on another machine names some other file, and is refused.
-3. From then on a request whose tensors are big enough gets a block of the area: the tensors
-   are written into it (the header says where, `BLOCK_KEY`), the server reads them there and
-   writes its reply's tensors back into the same block when they fit. The block is the
-   client's again once the reply is read; every request in flight has its own.
+2. Its requests with tensors name the area (`OFFER_KEY`: pid, fd, size, nonce). The server opens
+   the file through /proc/<pid>/fd/<fd> and attaches it only if it is such a sealed memfd of its
+   own user whose nonce matches (a client in another pid namespace, or behind a forwarded port,
+   names some other file, and is refused), and answers in the reply (`ACK_KEY`). The server
+   keeps the area by its nonce, not by connection: a connection zmq made again after a drop
+   (a new routing id, a restarted server) finds it, or attaches it again, from the request.
+3. Once the server said yes, a request whose tensors are big enough gets a block of the area:
+   the tensors are written into it (the header says where, `BLOCK_KEY`), the server reads them
+   there and writes its reply's tensors back into the same block when they fit. The block is
+   the client's again once the reply is read; every request in flight has its own.
 
 Only a client connecting to a loopback address offers one (a server elsewhere could not attach
 it, and tests put "hosts" in network namespaces of one machine, which could). Closing the area
@@ -29,7 +31,6 @@ leaves it to the kernel: the memory is freed once the server has unmapped it too
 from __future__ import annotations
 
 import enum
-import fcntl
 import mmap
 import os
 import secrets
@@ -38,8 +39,13 @@ from typing import Mapping
 
 import numpy as np
 
-OFFER_KEY = "shm_offer"  # request header: {"pid", "fd", "size", "nonce"}
-ACK_KEY = "shm_ok"  # reply header: whether the server attached the offered area
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no shared areas (supported() says so)
+    fcntl = None  # type: ignore[assignment]
+
+OFFER_KEY = "shm_offer"  # request header: {"pid", "fd", "size", "nonce"}, the area it may use
+ACK_KEY = "shm_ok"  # reply header, to a request that named an area: whether the server attached it
 BLOCK_KEY = "m"  # message header: [offset, nbytes] of the block holding the tensors
 MEMFD_NAME = "shoal-wire"
 NONCE_BYTES = 16
@@ -47,12 +53,18 @@ PAGE = 4096  # the first page holds the nonce; blocks start on page boundaries
 ALIGN = 64  # each tensor of a block starts on a cache line
 AREA_BYTES = 64 << 20  # address space; pages are only used once touched (blocks fill from the start)
 MIN_SHARED_BYTES = 1 << 10  # below this a request's tensors go through the socket
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
 def supported() -> bool:
     """Whether this system can share areas (Linux memfds with seals)."""
-    return hasattr(os, "memfd_create") and hasattr(os, "MFD_ALLOW_SEALING") and os.path.isdir("/proc/self/fd")
+    return (hasattr(os, "memfd_create") and hasattr(os, "MFD_ALLOW_SEALING") and hasattr(fcntl, "F_ADD_SEALS")
+            and os.path.isdir("/proc/self/fd"))
+
+
+def seals() -> int:
+    """The seals an area carries: it can neither shrink (a page that went away would kill the
+    server that maps it, SIGBUS) nor grow, and no seal can be removed."""
+    return fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
 def packed_nbytes(tensors: Mapping[str, np.ndarray]) -> int:
@@ -61,7 +73,7 @@ def packed_nbytes(tensors: Mapping[str, np.ndarray]) -> int:
 
 
 class AreaState(enum.Enum):
-    """NONE -> OFFERED (created; offered in requests) -> ATTACHED (the server said yes) or
+    """NONE -> OFFERED (created; named in requests) -> ATTACHED (the server said yes) or
     REFUSED (it said no, or answered an offering request without saying: an older server).
     A REFUSED client sends through the socket until its connection is reset (back to NONE)."""
 
@@ -92,6 +104,7 @@ class SharedArea:
         self._fd = -1
         self._map: mmap.mmap | None = None
         self._nonce = b""
+        self._offer: dict = {}
         self._blocks: dict[int, Block] = {}  # request id -> its block
 
     def open(self) -> None:
@@ -99,7 +112,7 @@ class SharedArea:
         fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, self.nbytes)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals())
             self._map = mmap.mmap(fd, self.nbytes)
         except BaseException:
             os.close(fd)
@@ -107,11 +120,12 @@ class SharedArea:
         self._fd = fd
         self._nonce = secrets.token_bytes(NONCE_BYTES)
         self._map[:NONCE_BYTES] = self._nonce
+        self._offer = {"pid": os.getpid(), "fd": fd, "size": self.nbytes, "nonce": self._nonce}
         self.state = AreaState.OFFERED
 
     def offer(self) -> dict:
-        """The header field that offers this area to the server."""
-        return {"pid": os.getpid(), "fd": self._fd, "size": self.nbytes, "nonce": self._nonce}
+        """The header field that names this area to the server (every request that may use it)."""
+        return self._offer
 
     def answered(self, attached: bool | None) -> None:
         """The server's answer to an offer (None: it answered an offering request without one)."""

@@ -1,18 +1,19 @@
 """The server's side of shared-memory areas (the client's, and the whole scheme:
-shoal/wire/shared_area.py): attaching an offered area, reading request tensors from it and
-writing reply tensors into it, and letting go of areas whose client is gone.
+shoal/wire/shared_area.py): attaching an area a request names, and letting go of areas whose
+client is gone.
 
 What an authenticated peer can make the server do: open a file through /proc/<pid>/fd/<fd> of a
-process of the server's own user, and map it only if it is a memfd named like ours, sealed
-against shrinking, of at most MAX_AREA_BYTES, whose first bytes hold the nonce of the offer. A
-server maps at most MAX_AREAS areas; their pages belong to the clients' memfds (mapping costs
-the server address space, not memory). Each attachment is checked every SWEEP_EVERY_S: once
-its client closed the memfd (its connection was reset) or exited, the server lets go of it.
+process of the server's own user (non-blocking, never as a controlling terminal), and map it
+only if it is a memfd named like ours, sealed against shrinking, of the size clients make
+(AREA_BYTES), whose first bytes hold the nonce the request names. A server maps at most
+MAX_AREAS areas; their pages belong to the clients' memfds. Areas are kept by nonce, not by
+connection, so a client whose connection zmq made again uses the same one. Each is checked
+every SWEEP_EVERY_S: once its client closed the memfd (its connection was reset) or exited,
+the server lets go of it.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hmac
 import logging
 import mmap
@@ -21,11 +22,10 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from shoal.wire.shared_area import MEMFD_NAME, NONCE_BYTES, PAGE
+from shoal.wire.shared_area import AREA_BYTES, MEMFD_NAME, NONCE_BYTES, PAGE, fcntl
 
 log = logging.getLogger(__name__)
 
-MAX_AREA_BYTES = 1 << 30
 MAX_AREAS = 64
 SWEEP_EVERY_S = 2.0
 
@@ -38,14 +38,13 @@ class AttachedArea:
     fd: int
     identity: tuple[int, int]  # (st_dev, st_ino) of the memfd: it is the same file while these match
     map: mmap.mmap = field(repr=False)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.map)
+    released: bool = False
 
     def view(self, offset: int, nbytes: int) -> memoryview:
-        """Bytes [offset, offset + nbytes) of the area. Raises ValueError outside it (the
-        client's header is not trusted)."""
+        """Bytes [offset, offset + nbytes) of the area. Raises ValueError outside it, or once the
+        area was let go of (the client's header is not trusted)."""
+        if self.released:
+            raise ValueError("the shared area was let go of (its client reset or exited)")
         if not (type(offset) is int and type(nbytes) is int and PAGE <= offset and nbytes >= 0
                 and offset + nbytes <= len(self.map)):
             raise ValueError(f"bytes {offset!r}..{offset!r}+{nbytes!r} are outside the shared area "
@@ -61,14 +60,15 @@ class AttachedArea:
         return (st.st_dev, st.st_ino) == self.identity
 
     def release(self) -> None:
+        self.released = True
         try:
             self.map.close()
         except BufferError:  # a request's tensors still view it: the mapping goes with them
-            pass
+            log.debug("a shared area let go of is still viewed; it is unmapped with the last view")
 
 
 class AttachedAreas:
-    """The areas attached for this server's peers (zmq routing ids).
+    """The areas attached for this server's clients, by nonce.
 
     Not thread-safe: the serving thread's. `close` is idempotent.
     """
@@ -81,30 +81,28 @@ class AttachedAreas:
     def __len__(self) -> int:
         return len(self._areas)
 
-    def get(self, peer: bytes) -> AttachedArea | None:
-        return self._areas.get(peer)
-
-    def offer(self, peer: bytes, offer) -> bool:
-        """Attach the area `offer` (a request header's OFFER_KEY field) for `peer`. Returns
-        whether it is attached; never raises for a bad offer (it is refused and logged)."""
-        current = self._areas.get(peer)
+    def attach(self, offer) -> AttachedArea | None:
+        """The area `offer` (a request header's OFFER_KEY field) names, attached now if it was
+        not already; None if it cannot be (logged once per offer). Never raises for a bad offer."""
+        nonce = offer.get("nonce") if type(offer) is dict else None
+        area = self._areas.get(nonce) if type(nonce) is bytes else None
+        if area is not None and area.pid == offer.get("pid") and area.fd == offer.get("fd"):
+            return area
         try:
             pid, fd, size, nonce = _fields(offer)
-            if current is not None and (current.pid, current.fd) == (pid, fd):
-                return True  # offered again by a request sent before the answer arrived
+            if area is not None:
+                raise ValueError("its nonce names another process's area")
             if len(self._areas) >= MAX_AREAS:
                 self.sweep(force=True)
             if len(self._areas) >= MAX_AREAS:
                 raise ValueError(f"{MAX_AREAS} areas are attached already")
             area = _attach(pid, fd, size, nonce)
         except (OSError, ValueError) as e:
-            log.debug("%s: refused a shared-memory area offered by a peer: %s", self._name, e)
-            return False
-        if current is not None:
-            current.release()
-        self._areas[peer] = area
+            log.info("%s: a client's tensors go through the socket, not shared memory: %s", self._name, e)
+            return None
+        self._areas[nonce] = area
         log.info("%s: a client on this machine (pid %d) sends its tensors through shared memory", self._name, pid)
-        return True
+        return area
 
     def sweep(self, force: bool = False) -> None:
         """Let go of areas whose client closed them or exited; at most every SWEEP_EVERY_S
@@ -113,10 +111,10 @@ class AttachedAreas:
         if not force and now < self._next_sweep:
             return
         self._next_sweep = now + SWEEP_EVERY_S
-        for peer, area in list(self._areas.items()):
+        for nonce, area in list(self._areas.items()):
             if not area.alive():
                 area.release()
-                del self._areas[peer]
+                del self._areas[nonce]
 
     def close(self) -> None:
         for area in self._areas.values():
@@ -128,19 +126,23 @@ def _fields(offer) -> tuple[int, int, int, bytes]:
     if type(offer) is not dict:
         raise ValueError(f"an offer must be a map, got {type(offer).__name__}")
     pid, fd, size, nonce = offer.get("pid"), offer.get("fd"), offer.get("size"), offer.get("nonce")
-    if not (type(pid) is int and pid > 0 and type(fd) is int and fd >= 0 and type(size) is int
-            and PAGE < size <= MAX_AREA_BYTES and type(nonce) is bytes and len(nonce) == NONCE_BYTES):
-        raise ValueError(f"bad offer fields pid={pid!r:.20} fd={fd!r:.20} size={size!r:.20}")
+    if not (type(pid) is int and pid > 0 and type(fd) is int and fd >= 0 and size == AREA_BYTES
+            and type(nonce) is bytes and len(nonce) == NONCE_BYTES):
+        raise ValueError(f"bad offer fields pid={pid!r:.20} fd={fd!r:.20} size={size!r:.20} "
+                         f"(areas are {AREA_BYTES} bytes)")
     return pid, fd, size, nonce
 
 
 def _attach(pid: int, fd: int, size: int, nonce: bytes) -> AttachedArea:
+    if fcntl is None:
+        raise ValueError("this system has no shared areas")
     path = f"/proc/{pid}/fd/{fd}"
-    target = os.readlink(path)
-    if not target.startswith(f"/memfd:{MEMFD_NAME} "):
-        raise ValueError(f"{path} is not a shared area ({target[:80]!r})")
-    own = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    if not os.readlink(path).startswith(f"/memfd:{MEMFD_NAME} "):  # (a cheap filter; checked again once open)
+        raise ValueError(f"{path} is not a shared area")
+    own = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     try:
+        if not os.readlink(f"/proc/self/fd/{own}").startswith(f"/memfd:{MEMFD_NAME} "):
+            raise ValueError(f"{path} is not a shared area")  # (swapped since the readlink above)
         st = os.fstat(own)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != size:
             raise ValueError(f"{path} is not a {size}-byte file of this user")

@@ -1,9 +1,11 @@
 """Shared-memory areas between a client and a server process on this machine
 (shoal/wire/shared_area.py): once the server attached a client's area, tensors and their replies
 travel through it, requests in flight each in a block of their own, and what does not fit goes
-through the socket; a server that refuses, or an offer that is not the client's own area, leaves
-everything on the socket; the server lets go of an area once its client reset or died. Real echo
-server processes; what the server maps is read from its /proc/<pid>/maps."""
+through the socket; an error reply hands the block back; a server started again on the same
+address attaches the area from the next request; a server that refuses, or an offer that is not
+the client's own area, leaves everything on the socket; the server lets go of an area once its
+client reset or died. Real echo server processes; what the server maps is read from its
+/proc/<pid>/maps."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ import time
 import numpy as np
 import pytest
 
-from shoal.wire import JobSecret, RpcClient, Security
-from shoal.wire.shared_area import AREA_BYTES, BLOCK_KEY, MEMFD_NAME, OFFER_KEY, SEALS, AreaState, SharedArea
+from shoal.wire import JobSecret, RemoteError, RpcClient, Security
+from shoal.wire.shared_area import AREA_BYTES, BLOCK_KEY, MEMFD_NAME, NONCE_BYTES, OFFER_KEY, AreaState, SharedArea, seals
 from shoal.wire.shared_attach import SWEEP_EVERY_S
 
 ECHO = "tests/cluster/programs/wire_echo.py"
@@ -90,6 +92,46 @@ def test_requests_in_flight_have_their_own_blocks_and_what_does_not_fit_goes_thr
         c.close()
 
 
+def test_an_error_reply_hands_the_block_back_and_a_reply_too_big_for_it_comes_as_frames(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    _, address = echo_server(cluster)
+    c = client(cluster, address)
+    try:
+        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})  # attach
+        third = np.ones(AREA_BYTES // 3 // 4, np.float32)
+        for _ in range(3):  # had the refused requests kept their blocks, the area would be full after these
+            with pytest.raises(RemoteError, match="refused as asked"):
+                c.call("refuse", tensors={"x": third})
+        assert BLOCK_KEY in c.call("echo", tensors={"x": third}).header
+        x = np.arange(BIG, dtype=np.float32)
+        grown = c.call("grow", tensors={"x": x})
+        assert BLOCK_KEY not in grown.header
+        np.testing.assert_array_equal(grown.tensors["x"], np.concatenate([x, x]))
+        assert BLOCK_KEY in c.call("echo", tensors={"x": x}).header
+    finally:
+        c.close()
+
+
+def test_a_server_started_again_on_the_address_attaches_the_area_from_the_next_request(make_cluster):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    task, address = echo_server(cluster)
+    c = client(cluster, address)
+    try:
+        x = np.arange(BIG, dtype=np.float32)
+        c.call("echo", tensors={"x": x})
+        assert BLOCK_KEY in c.call("echo", tensors={"x": x}).header
+        os.killpg(task.proc.pid, signal.SIGKILL)  # no request waits: the client never hears of it ...
+        task.proc.wait(10)
+        again, _ = echo_server(cluster)  # ... and zmq connects to the new one by itself
+        for k in range(3):
+            reply = c.call("echo", tensors={"x": x + k})
+            assert BLOCK_KEY in reply.header, "the new server must attach the area the request names"
+            np.testing.assert_array_equal(reply.tensors["x"], x + k)
+        assert mapped_areas(again.proc.pid) == 1
+    finally:
+        c.close()
+
+
 def test_a_server_that_refuses_shared_memory_gets_the_tensors_through_the_socket(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=0)
     task, address = echo_server(cluster, "--no-shared-memory")
@@ -107,32 +149,40 @@ def test_a_server_that_refuses_shared_memory_gets_the_tensors_through_the_socket
 
 
 def offer_of(kind: str, tmp_path) -> tuple[dict, int]:
-    """An offer that is not a client's own sealed area, and the fd to close afterwards."""
+    """An offer that is not a client's own sealed area, wrong in one way only, and the fd to
+    close afterwards."""
+    nonce = os.urandom(NONCE_BYTES)
     if kind == "regular file":
         path = tmp_path / "area"
-        path.write_bytes(bytes(AREA_BYTES // 64))
+        with open(path, "wb") as f:
+            f.truncate(AREA_BYTES)
         fd = os.open(path, os.O_RDWR)
-        return {"pid": os.getpid(), "fd": fd, "size": AREA_BYTES // 64, "nonce": bytes(16)}, fd
-    area = SharedArea(nbytes=1 << 20)
-    if kind == "unsealed":
-        fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC)
-        os.ftruncate(fd, 1 << 20)
-        return {"pid": os.getpid(), "fd": fd, "size": 1 << 20, "nonce": bytes(16)}, fd
+        os.pwrite(fd, nonce, 0)
+        return {"pid": os.getpid(), "fd": fd, "size": AREA_BYTES, "nonce": nonce}, fd
+    if kind in ("unsealed", "another name"):
+        fd = os.memfd_create(MEMFD_NAME if kind == "unsealed" else "not-shoal", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, AREA_BYTES)
+        if kind == "another name":
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals())
+        os.pwrite(fd, nonce, 0)
+        return {"pid": os.getpid(), "fd": fd, "size": AREA_BYTES, "nonce": nonce}, fd
+    area = SharedArea()
     area.open()
-    offer = area.offer()
+    offer = dict(area.offer())
     fd = os.dup(offer["fd"])
     area.close()  # (the dup keeps the memfd and its nonce)
     if kind == "wrong nonce":
-        offer["nonce"] = bytes(16)
+        offer["nonce"] = bytes(NONCE_BYTES)
     elif kind == "wrong size":
-        offer["size"] = 2 << 20
+        offer["size"] = AREA_BYTES // 2
     elif kind == "another process":
         offer["pid"] = 1
     offer["fd"] = fd
     return offer, fd
 
 
-@pytest.mark.parametrize("kind", ["wrong nonce", "wrong size", "regular file", "unsealed", "another process"])
+@pytest.mark.parametrize("kind", ["wrong nonce", "wrong size", "regular file", "unsealed", "another name",
+                                  "another process"])
 def test_an_offer_that_is_not_the_clients_own_sealed_area_is_refused(make_cluster, tmp_path, kind):
     cluster = make_cluster(num_ps=1, num_workers=0)
     task, address = echo_server(cluster)
@@ -143,6 +193,7 @@ def test_an_offer_that_is_not_the_clients_own_sealed_area_is_refused(make_cluste
         assert reply.header.get("shm_ok") is False
         np.testing.assert_array_equal(reply.tensors["x"], np.ones(4))  # and it goes on serving
         assert mapped_areas(task.proc.pid) == 0
+        assert "through the socket, not shared memory" in task.output()
     finally:
         c.close()
         os.close(fd)
@@ -158,6 +209,7 @@ def test_the_server_lets_go_of_the_area_of_a_client_that_reset_or_died(make_clus
         assert mapped_areas(task.proc.pid) == 1
         c.reset()  # a new connection offers a new area; the old one is let go of
         c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})
+        assert c.shared_state is AreaState.ATTACHED
         assert wait_until(lambda: mapped_areas(task.proc.pid) == 1, SWEEP_EVERY_S * 3)
         child = subprocess.Popen([sys.executable, "-c", CHILD, address], env={**os.environ,
                                  "SHOAL_JOB_SECRET": cluster.secret}, stdout=subprocess.PIPE, text=True)
@@ -192,7 +244,7 @@ def test_seals_keep_an_attached_area_from_shrinking():
     area.open()
     try:
         fd = area.offer()["fd"]
-        assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+        assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & seals() == seals()
         with pytest.raises(PermissionError):
             os.ftruncate(fd, 4096)  # a server that maps it can never fault on a page taken away
     finally:

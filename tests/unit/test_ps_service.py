@@ -253,3 +253,22 @@ def test_the_closure_ledger_forgets_the_oldest_tags_beyond_its_window():
     assert forgotten.body.outcome is PushOutcome.APPLIED  # beyond the window: applied again, as documented
     (remembered,) = push(service, "worker:0", 4, closure=ClosureTag("c.2", 0))
     assert remembered.body.outcome is PushOutcome.DUPLICATE
+
+
+@pytest.mark.parametrize("training", [ASYNC, TrainingMode(Mode.SYNC, 2), TrainingMode(Mode.SYNC, 3)],
+                         ids=["async", "sync-2", "sync-3"])
+def test_a_push_is_consumed_before_the_handler_returns_so_its_tensors_may_stay_in_the_clients_memory(training):
+    """PsService.reads_tensors_in_place says a push's gradients may be read where they arrived
+    (a client's shared memory, which it rewrites for its next request once answered): nothing may
+    read them after `handle` returned, also while the push's reply waits for its sync step."""
+    assert PsService.reads_tensors_in_place({"op": "push"}) and not PsService.reads_tensors_in_place({"op": "init"})
+    replicas = training.replicas or 2
+    service, _ = make_service(num_replicas=replicas, training=training)
+    for k in range(replicas):
+        grad = np.full(3, float(k + 1), np.float32)
+        service.handle(request(PushRequest(f"worker:{k}", 0), {"w": grad}))
+        grad[:] = 1000.0  # the client's block, reused once the handler returned
+    (reply,) = service.handle(request(PullRequest(("w",), min_step=0)))
+    mean = np.mean(np.arange(1, replicas + 1)) if training.replicas else None
+    want = -mean if mean is not None else -float(sum(range(1, replicas + 1)))  # SGD(1.0) from zeros
+    np.testing.assert_allclose(reply.tensors["w"], np.full(3, want, np.float32))

@@ -8,12 +8,14 @@ The job secret comes from SHOAL_JOB_SECRET. `--nofile` sets this process's open-
 before the server starts (as a shell's `ulimit -n` would); `--no-shared-memory` refuses every
 client's shared-memory area. Prints `serving` once bound and
 `handled <op>` for every request the handler receives, so a test can tell whether anything got
-through. A request of op `refuse` gets an error reply. Runs until killed.
+through. A request of op `refuse` gets an error reply; one of op `grow` gets each tensor back
+twice over (a reply bigger than the request). Runs until killed.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import resource
 import sys
@@ -28,6 +30,7 @@ def main() -> int:
     parser.add_argument("--nofile", nargs=2, type=int, metavar=("SOFT", "HARD"))
     parser.add_argument("--no-shared-memory", dest="shared_memory", action="store_false")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
     if args.nofile:
         resource.setrlimit(resource.RLIMIT_NOFILE, tuple(args.nofile))
     server: RpcServer
@@ -36,6 +39,10 @@ def main() -> int:
         print(f"handled {request.op}", flush=True)
         if request.op == "refuse":
             server.reply_error(request, "refused as asked")
+            return
+        if request.op == "grow":
+            import numpy as np
+            server.reply(request, {"echo": request.op}, {n: np.concatenate([t, t]) for n, t in request.tensors.items()})
             return
         server.reply(request, {"echo": request.op}, dict(request.tensors))
 
