@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -73,63 +74,65 @@ def test_tensors_and_their_replies_travel_through_the_area_once_the_server_attac
         c.close()
 
 
-def test_requests_in_flight_have_their_own_blocks_and_what_does_not_fit_goes_through_the_socket(make_cluster):
-    cluster = make_cluster(num_ps=1, num_workers=0)
-    _, address = echo_server(cluster)
-    c = client(cluster, address)
-    try:
-        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})  # attach
-        third = AREA_BYTES // 3 // 4  # three of these do not fit into one area
-        sent = [np.full(third, k, np.float32) for k in range(3)]
-        rids = [c.send("echo", tensors={"x": s}) for s in sent]
-        replies = [c.wait(rid) for rid in rids]
-        assert [BLOCK_KEY in r.header for r in replies] == [True, True, False]
-        for reply, want in zip(replies, sent):
-            np.testing.assert_array_equal(reply.tensors["x"], want)
-        again = c.call("echo", tensors={"x": sent[2]})  # the blocks were handed back
-        assert BLOCK_KEY in again.header
-    finally:
-        c.close()
+@dataclass
+class Attached:
+    cluster: object
+    server: object  # the echo server's task
+    client: RpcClient
 
 
-def test_an_error_reply_hands_the_block_back_and_a_reply_too_big_for_it_comes_as_frames(make_cluster):
-    cluster = make_cluster(num_ps=1, num_workers=0)
-    _, address = echo_server(cluster)
-    c = client(cluster, address)
-    try:
-        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})  # attach
-        third = np.ones(AREA_BYTES // 3 // 4, np.float32)
-        for _ in range(3):  # had the refused requests kept their blocks, the area would be full after these
-            with pytest.raises(RemoteError, match="refused as asked"):
-                c.call("refuse", tensors={"x": third})
-        assert BLOCK_KEY in c.call("echo", tensors={"x": third}).header
-        x = np.arange(BIG, dtype=np.float32)
-        grown = c.call("grow", tensors={"x": x})
-        assert BLOCK_KEY not in grown.header
-        np.testing.assert_array_equal(grown.tensors["x"], np.concatenate([x, x]))
-        assert BLOCK_KEY in c.call("echo", tensors={"x": x}).header
-    finally:
-        c.close()
-
-
-def test_a_server_started_again_on_the_address_attaches_the_area_from_the_next_request(make_cluster):
+@pytest.fixture
+def attached(make_cluster):
+    """A client whose area an echo server has attached (closed afterwards)."""
     cluster = make_cluster(num_ps=1, num_workers=0)
     task, address = echo_server(cluster)
     c = client(cluster, address)
     try:
-        x = np.arange(BIG, dtype=np.float32)
-        c.call("echo", tensors={"x": x})
-        assert BLOCK_KEY in c.call("echo", tensors={"x": x}).header
-        os.killpg(task.proc.pid, signal.SIGKILL)  # no request waits: the client never hears of it ...
-        task.proc.wait(10)
-        again, _ = echo_server(cluster)  # ... and zmq connects to the new one by itself
-        for k in range(3):
-            reply = c.call("echo", tensors={"x": x + k})
-            assert BLOCK_KEY in reply.header, "the new server must attach the area the request names"
-            np.testing.assert_array_equal(reply.tensors["x"], x + k)
-        assert mapped_areas(again.proc.pid) == 1
+        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})
+        assert c.shared_state is AreaState.ATTACHED
+        yield Attached(cluster, task, c)
     finally:
         c.close()
+
+
+def test_requests_in_flight_have_their_own_blocks_and_what_does_not_fit_goes_through_the_socket(attached):
+    c = attached.client
+    third = AREA_BYTES // 3 // 4  # three of these do not fit into one area
+    sent = [np.full(third, k, np.float32) for k in range(3)]
+    rids = [c.send("echo", tensors={"x": s}) for s in sent]
+    replies = [c.wait(rid) for rid in rids]
+    assert [BLOCK_KEY in r.header for r in replies] == [True, True, False]
+    for reply, want in zip(replies, sent):
+        np.testing.assert_array_equal(reply.tensors["x"], want)
+    again = c.call("echo", tensors={"x": sent[2]})  # the blocks were handed back
+    assert BLOCK_KEY in again.header
+
+
+def test_an_error_reply_hands_the_block_back_and_a_reply_too_big_for_it_comes_as_frames(attached):
+    c = attached.client
+    third = np.ones(AREA_BYTES // 3 // 4, np.float32)
+    for _ in range(3):  # had the refused requests kept their blocks, the area would be full after these
+        with pytest.raises(RemoteError, match="refused as asked"):
+            c.call("refuse", tensors={"x": third})
+    assert BLOCK_KEY in c.call("echo", tensors={"x": third}).header
+    x = np.arange(BIG, dtype=np.float32)
+    grown = c.call("grow", tensors={"x": x})
+    assert BLOCK_KEY not in grown.header
+    np.testing.assert_array_equal(grown.tensors["x"], np.concatenate([x, x]))
+    assert BLOCK_KEY in c.call("echo", tensors={"x": x}).header
+
+
+def test_a_server_started_again_on_the_address_attaches_the_area_from_the_next_request(attached):
+    c, x = attached.client, np.arange(BIG, dtype=np.float32)
+    assert BLOCK_KEY in c.call("echo", tensors={"x": x}).header
+    os.killpg(attached.server.proc.pid, signal.SIGKILL)  # no request waits: the client never hears of it ...
+    attached.server.proc.wait(10)
+    again, _ = echo_server(attached.cluster)  # ... and zmq connects to the new one by itself
+    for k in range(3):
+        reply = c.call("echo", tensors={"x": x + k})
+        assert BLOCK_KEY in reply.header, "the new server must attach the area the request names"
+        np.testing.assert_array_equal(reply.tensors["x"], x + k)
+    assert mapped_areas(again.proc.pid) == 1
 
 
 def test_a_server_that_refuses_shared_memory_gets_the_tensors_through_the_socket(make_cluster):
