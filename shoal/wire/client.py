@@ -11,7 +11,6 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from shoal.wire import shared_area
 from shoal.wire.endpoint import connect_endpoint, is_ipv6, is_loopback
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
 from shoal.wire.limits import ConnectionLimits
@@ -20,7 +19,8 @@ from shoal.wire.memory import keep_freed_memory
 from shoal.wire.message import Message, decode, encode
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
-from shoal.wire.shared_area import ACK_KEY, MIN_SHARED_BYTES, OFFER_KEY, AreaState, SharedArea, packed_nbytes
+from shoal.wire.shared_area import (ACK_KEY, MIN_SHARED_BYTES, OFFER_KEY, AreaState, SharedArea, packed_nbytes,
+                                    supported)
 from shoal.wire.sockio import NOBLOCK, recv_message, send_message
 from shoal.wire.watch import EVENTS, ConnectionWatch
 
@@ -69,8 +69,8 @@ class RpcClient:
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
-        self._area = SharedArea() if shared_memory and is_loopback(address) and shared_area.supported() else None
-        self._offered: set[int] = set()  # requests that carried an offer of the area
+        self._area = SharedArea() if shared_memory and is_loopback(address) and supported() else None
+        self._offered: set[int] = set()  # requests sent while the area waited for the server's answer
 
     @property
     def shared_state(self) -> AreaState | None:

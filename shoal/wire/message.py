@@ -208,9 +208,7 @@ def _decode_shared(header: dict, nframes: int, into: Into | None, shared: Shared
         raise ProtocolError(str(e)) from e
     tensors: dict[str, np.ndarray] = {}
     pos = 0
-    for name, dtype_name, shape, nchunks in header["t"]:
-        if nchunks != 0:
-            raise ProtocolError(f"tensor {name!r} is in a frame, but the message's tensors are in shared memory")
+    for name, dtype_name, shape, _ in header["t"]:  # (every nchunks is 0: decode_header checked)
         dtype = DTYPES[dtype_name]
         count = math.prod(shape)
         nbytes = count * dtype.itemsize
@@ -246,11 +244,11 @@ def decode_header(raw: bytes) -> dict[str, Any]:
     rid = header.get("rid")
     if type(rid) is not int or rid < 0:  # (msgpack gives exact ints; `type` also turns bools away)
         raise ProtocolError(f"header field 'rid' must be a non-negative int, got {rid!r}")
-    _validate_descriptors(header.get("t"), 0 if BLOCK_KEY in header else 1)
+    _validate_descriptors(header.get("t"), BLOCK_KEY in header)
     return header
 
 
-def _validate_descriptors(descriptors: Any, min_chunks: int) -> None:
+def _validate_descriptors(descriptors: Any, shared: bool) -> None:
     # Every message passes here: plain loops and exact type checks (msgpack gives exact ints,
     # and `type(x) is int` turns bools away) keep it cheap.
     if type(descriptors) is not list:
@@ -270,8 +268,9 @@ def _validate_descriptors(descriptors: Any, min_chunks: int) -> None:
         for size in shape:
             if type(size) is not int or not 0 <= size < _MAX_DIM:
                 raise ProtocolError(f"tensor {name!r} has bad shape {shape!r:.200}")
-        if type(nchunks) is not int or not min_chunks <= nchunks <= MAX_CHUNKS:  # 0: in a shared block
-            raise ProtocolError(f"tensor {name!r} has bad chunk count {nchunks!r}")
+        if type(nchunks) is not int or not (nchunks == 0 if shared else 1 <= nchunks <= MAX_CHUNKS):
+            raise ProtocolError(f"tensor {name!r} has bad chunk count {nchunks!r}"
+                                + (" (its message's tensors are in a shared block: 0)" if shared else ""))
 
 
 def _fits(dest: np.ndarray, dtype: np.dtype, shape: list[int]) -> bool:

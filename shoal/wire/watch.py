@@ -31,6 +31,7 @@ class ConnectionWatch:
         self.refusal: str | None = None  # why the server will never accept us, once we know
         self.lost = False                # a connection that was up broke while requests were out
         self._up = False                 # the current connection finished its handshake
+        self.dropped = 0                 # connections that finished their handshake and then broke
         self._hangups = 0                # handshakes the server hung up on, in a row
 
     def on_event(self, event: int, value: int, pending: bool) -> None:
@@ -63,4 +64,5 @@ class ConnectionWatch:
             # nothing: zmq reconnects and sends the queued requests.
             if self._up and pending:
                 self.lost = True
+            self.dropped += self._up
             self._up = False

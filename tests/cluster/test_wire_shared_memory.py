@@ -23,6 +23,7 @@ import pytest
 from shoal.wire import JobSecret, RemoteError, RpcClient, Security
 from shoal.wire.shared_area import AREA_BYTES, BLOCK_KEY, MEMFD_NAME, NONCE_BYTES, OFFER_KEY, AreaState, SharedArea, seals
 from shoal.wire.shared_attach import SWEEP_EVERY_S
+from tests.cluster.harness import drain_disconnect_while_idle
 
 ECHO = "tests/cluster/programs/wire_echo.py"
 BIG = 100_000  # float32s: 400 KB, well above MIN_SHARED_BYTES
@@ -127,6 +128,7 @@ def test_a_server_started_again_on_the_address_attaches_the_area_from_the_next_r
     assert BLOCK_KEY in c.call("echo", tensors={"x": x}).header
     os.killpg(attached.server.proc.pid, signal.SIGKILL)  # no request waits: the client never hears of it ...
     attached.server.proc.wait(10)
+    drain_disconnect_while_idle(c)
     again, _ = echo_server(attached.cluster)  # ... and zmq connects to the new one by itself
     for k in range(3):
         reply = c.call("echo", tensors={"x": x + k})
