@@ -16,7 +16,7 @@ from shoal.train.flags import add_training_flags
 
 def add_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """Add the cluster flags (--ps_hosts, --worker_hosts, --job_name, ...) and the training
-    flags (--sync, --steps, --model_dir, --log_every, checkpoints, --wire_security) to `parser`,
+    flags (--sync, --steps, --model_dir, --log_every, checkpoints, --wire_security, --wire_shared_memory) to `parser`,
     leaving out any flag the parser already has: a program's own `--steps` or `--model_dir`
     is used as it is, and must mean the same (global steps; the job's model directory)."""
     adder = _KeepExisting(parser)

@@ -185,8 +185,8 @@ class RpcClient:
             return False
         area = self._area
         try:
-            message = decode(frames, self._destination, area.view if area is not None and area.state is AreaState.ATTACHED
-                             else None)
+            shared = area.view if area is not None and area.state is AreaState.ATTACHED else None
+            message = decode(frames, self._destination, shared)
         except ProtocolError as e:
             log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
             return True

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from shoal.wire import JobSecret, RemoteError, RpcClient, Security
-from shoal.wire.shared_area import AREA_BYTES, BLOCK_KEY, MEMFD_NAME, NONCE_BYTES, OFFER_KEY, AreaState, SharedArea, seals
+from shoal.wire.shared_area import (AREA_BYTES, BLOCK_KEY, MEMFD_NAME, NONCE_BYTES, OFFER_KEY, AreaState, SharedArea,
+                                    seals)
 from shoal.wire.shared_attach import SWEEP_EVERY_S
 from tests.cluster.harness import drain_disconnect_while_idle
 
