@@ -146,7 +146,7 @@ class RpcClient:
             self._offered.add(rid)
             return None
         block = area.allocate(rid, nbytes)
-        return (block.offset, area.writable(block)) if block is not None else None
+        return (block.offset, area.view(block.offset, block.nbytes)) if block is not None else None
 
     def wait(self, rid: int, timeout_s: float | None = None) -> Message:
         """Block until the reply to `rid` arrives. Raises PeerTimeoutError, AuthRejectedError

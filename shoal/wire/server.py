@@ -189,9 +189,7 @@ class RpcServer:
               tensors: Mapping[str, np.ndarray] | None = None, track: bool = False) -> zmq.MessageTracker | None:
         """Send a successful reply. With `track`, returns a tracker that is done once zmq no
         longer reads the tensors' memory (wait on it before modifying them in place)."""
-        header = dict(fields or {}, rid=request.message.rid, ok=True)
-        if request.shared_ok is not None:
-            header[ACK_KEY] = request.shared_ok
+        header = _reply_header(request, dict(fields or {}, ok=True))
         block = request.header.get(BLOCK_KEY)
         first, request.replied = not request.replied, True
         if block is not None and tensors and first and self._reply_into_block(request, header, tensors, block):
@@ -212,11 +210,8 @@ class RpcServer:
         return True
 
     def reply_error(self, request: Request, error: str) -> None:
-        header = {"rid": request.message.rid, "ok": False, "error": error}
-        if request.shared_ok is not None:
-            header[ACK_KEY] = request.shared_ok
         request.replied = True
-        self._send(request.peer, header, None, False)
+        self._send(request.peer, _reply_header(request, {"ok": False, "error": error}), None, False)
 
     def _send(self, peer: bytes, header: dict, tensors, track: bool):
         frames = [peer, *encode(header, tensors)]
@@ -247,6 +242,14 @@ class RpcServer:
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
+
+
+def _reply_header(request: Request, fields: dict) -> dict:
+    """`fields` with the request's id and, if it named a shared area, the answer to that."""
+    fields["rid"] = request.message.rid
+    if request.shared_ok is not None:
+        fields[ACK_KEY] = request.shared_ok
+    return fields
 
 
 def _rid_of(frames) -> int:

@@ -103,7 +103,6 @@ class SharedArea:
         self.state = AreaState.NONE
         self._fd = -1
         self._map: mmap.mmap | None = None
-        self._nonce = b""
         self._offer: dict = {}
         self._blocks: dict[int, Block] = {}  # request id -> its block
 
@@ -118,9 +117,9 @@ class SharedArea:
             os.close(fd)
             raise
         self._fd = fd
-        self._nonce = secrets.token_bytes(NONCE_BYTES)
-        self._map[:NONCE_BYTES] = self._nonce
-        self._offer = {"pid": os.getpid(), "fd": fd, "size": self.nbytes, "nonce": self._nonce}
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        self._map[:NONCE_BYTES] = nonce
+        self._offer = {"pid": os.getpid(), "fd": fd, "size": self.nbytes, "nonce": nonce}
         self.state = AreaState.OFFERED
 
     def offer(self) -> dict:
@@ -129,11 +128,13 @@ class SharedArea:
 
     def answered(self, attached: bool | None) -> None:
         """The server's answer to an offer (None: it answered an offering request without one)."""
-        if self.state is AreaState.OFFERED:
-            self.state = AreaState.ATTACHED if attached else AreaState.REFUSED
-            if not attached:
-                self.close()
-                self.state = AreaState.REFUSED
+        if self.state is not AreaState.OFFERED:
+            return
+        if attached:
+            self.state = AreaState.ATTACHED
+        else:
+            self.close()
+            self.state = AreaState.REFUSED
 
     def allocate(self, rid: int, nbytes: int) -> Block | None:
         """A block of at least `nbytes` for request `rid`, or None if the area has no room (the
@@ -153,11 +154,9 @@ class SharedArea:
         """Request `rid`'s block (if it had one) is free again: its reply was read."""
         self._blocks.pop(rid, None)
 
-    def writable(self, block: Block) -> memoryview:
-        return memoryview(self._map)[block.offset:block.offset + block.nbytes]
-
     def view(self, offset: int, nbytes: int) -> memoryview:
-        """Bytes of a reply's block. Raises ValueError if they are not inside the area."""
+        """Writable bytes of a block (a request's, or its reply's). Raises ValueError if they
+        are not inside the area."""
         if not (PAGE <= offset and nbytes >= 0 and offset + nbytes <= self.nbytes):
             raise ValueError(f"bytes {offset}..{offset + nbytes} are outside the shared area of {self.nbytes} bytes")
         return memoryview(self._map)[offset:offset + nbytes]
