@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -219,6 +220,7 @@ def test_the_server_lets_go_of_the_area_of_a_client_that_reset_or_died(make_clus
         assert wait_until(lambda: mapped_areas(task.proc.pid) == 1, SWEEP_EVERY_S * 3)
         child = subprocess.Popen([sys.executable, "-c", CHILD, address], env={**os.environ,
                                  "SHOAL_JOB_SECRET": cluster.secret}, stdout=subprocess.PIPE, text=True)
+        assert select.select([child.stdout], [], [], 30)[0], "the child client said nothing within 30 s"
         assert child.stdout.readline().strip() == "attached"
         assert mapped_areas(task.proc.pid) == 2
         child.send_signal(signal.SIGKILL)
