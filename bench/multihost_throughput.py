@@ -50,7 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="softmax,mlp")
     parser.add_argument("--modes", default="async,sync")
-    parser.add_argument("--shapes", default="1ps+2w,2ps+2w", help="ps+workers, one task per host")
+    parser.add_argument("--shapes", default="1ps+2w,2ps+2w,2ps+2w/colocated",
+                        help="ps+workers, one task per host; NpsNw/colocated: one ps and one worker per host")
     parser.add_argument("--links", default=",".join(plan.LINKS), help=f"of {', '.join(plan.LINKS)}")
     parser.add_argument("--plain-links", default="1gbit,unshaped",
                         help="links on which Shoal also runs with --wire_security plain (the cost of CURVE)")

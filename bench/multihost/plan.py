@@ -10,18 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.multihost.runs import Config, System
+from bench.multihost.runs import COLOCATED, Config, System
 
 SHAPED = ("1gbit", "10gbit")
 LINKS = (*SHAPED, "unshaped")
 
 
-def parse_shape(text: str) -> tuple[int, int]:
-    """'2ps+2w' -> (2, 2)."""
-    ps, _, workers = text.partition("+")
+def parse_shape(text: str) -> tuple[int, int, bool]:
+    """'2ps+2w' -> (2, 2, False); '2ps+2w/colocated' -> (2, 2, True): one ps and one worker per host."""
+    colocated = text.endswith(COLOCATED)
+    ps, _, workers = text.removesuffix(COLOCATED).partition("+")
     if not (ps.endswith("ps") and workers.endswith("w") and ps[:-2].isdigit() and workers[:-1].isdigit()):
-        raise ValueError(f"shape {text!r} is not like 1ps+2w")
-    return int(ps[:-2]), int(workers[:-1])
+        raise ValueError(f"shape {text!r} is not like 1ps+2w or 2ps+2w{COLOCATED}")
+    if colocated and ps[:-2] != workers[:-1]:
+        raise ValueError(f"shape {text!r}: a colocated shape has as many ps as workers, e.g. 2ps+2w{COLOCATED}")
+    return int(ps[:-2]), int(workers[:-1]), colocated
 
 
 def matrix(models: Sequence[str], modes: Sequence[str], shapes: Sequence[str], links: Sequence[str],
@@ -32,19 +35,21 @@ def matrix(models: Sequence[str], modes: Sequence[str], shapes: Sequence[str], l
     for link in links:
         for model in models:
             for shape in shapes:
-                ps, workers = parse_shape(shape)
+                ps, workers, colocated = parse_shape(shape)
                 for mode in modes:
-                    configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "curve"))
+                    configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "curve",
+                                          colocated=colocated))
                     if link in plain_links:
-                        configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "plain"))
+                        configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "plain",
+                                              colocated=colocated))
                     if link in whole_push_links:
-                        configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "curve", "whole"))
+                        configs.append(Config(System.SHOAL_SSH, model, mode, ps, workers, link, "curve", "whole",
+                                              colocated=colocated))
             for n in ddp_workers:
                 configs.append(Config(System.DDP, model, "sync", 0, n, link, "-"))
     if loopback:
-        for model in models:
-            for shape in shapes:
-                ps, workers = parse_shape(shape)
+        for model in models:  # on loopback every task shares one host: a colocated shape is its plain one
+            for ps, workers in dict.fromkeys(parse_shape(shape)[:2] for shape in shapes):
                 for mode in modes:
                     configs.append(Config(System.SHOAL_LOCAL, model, mode, ps, workers, "loopback", "plain"))
     return configs

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable
 
 from bench import fmt, median_of_present, rounded
+from bench.multihost.runs import COLOCATED
 
 GOAL_FRACTION = 0.85
 GOAL_VS_DDP = 1.0
@@ -90,7 +91,8 @@ def ratios(runs: list[dict], summary: list[dict]) -> dict[str, list[dict]]:
         if row.get("push") == "whole":
             continue
         if security == "curve":
-            add("vs_loopback", row["key"], _key("shoal-local", model, mode, shape, "loopback", "plain"))
+            add("vs_loopback", row["key"], _key("shoal-local", model, mode, shape.removesuffix(COLOCATED), "loopback",
+                                                "plain"))
             add("parts_vs_whole", row["key"], row["key"] + " whole-push")
             add("plain_vs_curve", _key("shoal-ssh", model, mode, shape, link, "plain"), row["key"])
         add("vs_ddp", row["key"], _key("ddp", model, "sync", f"{row['workers']}w", link, "-"),
@@ -108,7 +110,7 @@ def goals(summary: list[dict], found: dict[str, list[dict]]) -> dict:
     for row in summary:
         if row["system"] != "shoal-ssh" or not row.get("fraction_of_link_bound"):
             continue
-        local = loopback.get((row["model"], row["mode"], row["shape"]))
+        local = loopback.get((row["model"], row["mode"], row["shape"].removesuffix(COLOCATED)))
         fractions.append({"key": row["key"], "fraction": row["fraction_of_link_bound"],
                           "met": row["fraction_of_link_bound"] >= GOAL_FRACTION,
                           "loopback_examples_per_s": local,

@@ -5,8 +5,10 @@ Systems:
 
     shoal-ssh    `shoal run --ps P --workers W --hosts host1,...,hostN --ssh-config F -- python
                  examples/<model>.py ...`: the SSH executor; ps.i on host i+1, the workers on
-                 the hosts after them (one task per host). Between hosts the wire is CURVE
-                 (AUTO), or PLAIN with `--wire_security plain`.
+                 the hosts after them (one task per host), or, for a `/colocated` shape, worker.i
+                 next to ps.i on host i+1 (a worker reaches its own host's ps through shared
+                 memory). Between hosts the wire is CURVE (AUTO), or PLAIN with
+                 `--wire_security plain`.
     shoal-local  the same `shoal run` without --hosts: the local executor, every task on
                  127.0.0.1 in the root namespace (PLAIN, as AUTO means on loopback).
     ddp          bench/peers/torch_ddp.py (PyTorch DDP, gloo), rank r inside host r+1's
@@ -49,6 +51,7 @@ DDP_LINE = re.compile(r"^step=\d+ examples=(\d+)$")
 ACCURACY = re.compile(r"accuracy: (\d+\.\d+)$")
 ROLES = ("ps", "worker", "agent", "sshd", "launcher", "other")
 WINDOW_FROM = 0.1  # the window starts at each worker's line at this fraction of its lines
+COLOCATED = "/colocated"  # shape suffix: ps.i and worker.i share host i+1 (the SSH executor's placement)
 
 
 class System(Enum):
@@ -70,14 +73,18 @@ class Config:
     link: str
     security: str
     push: str = "parts"  # "whole": the examples' --push_part_bytes 0, one push message per ps
+    colocated: bool = False  # one ps and one worker on each host (ps == workers), not one task per host
 
     @property
     def hosts(self) -> int:
-        return 0 if self.system is System.SHOAL_LOCAL else self.ps + self.workers
+        if self.system is System.SHOAL_LOCAL:
+            return 0
+        return self.workers if self.colocated else self.ps + self.workers
 
     @property
     def shape(self) -> str:
-        return f"{self.ps}ps+{self.workers}w" if self.ps else f"{self.workers}w"
+        base = f"{self.ps}ps+{self.workers}w" if self.ps else f"{self.workers}w"
+        return base + COLOCATED if self.colocated else base
 
     @property
     def key(self) -> str:

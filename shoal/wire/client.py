@@ -11,7 +11,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from shoal.wire.endpoint import connect_endpoint, is_ipv6, is_loopback
+from shoal.wire.endpoint import connect_endpoint, is_ipv6, is_on_this_host
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
 from shoal.wire.limits import ConnectionLimits
 from shoal.wire.mechanisms import Mechanism, mechanism_for
@@ -44,9 +44,10 @@ class RpcClient:
     `security` picks how the connection authenticates (shoal/wire/security.py): by default
     PLAIN to a loopback address, CURVE (encrypted) otherwise; the server must resolve the same.
 
-    With `shared_memory` (the default), a client of a loopback address sends the tensors of its
-    big requests through a shared-memory area once the server has attached it
-    (shoal/wire/shared_area.py), and through the socket until then or if it does not.
+    With `shared_memory` (the default), a client of a server on this host (a loopback address or
+    one of this host's own, `is_on_this_host`) sends the tensors of its big requests through a
+    shared-memory area once the server has attached it (shoal/wire/shared_area.py), and through
+    the socket until then or if it does not.
 
     Not thread-safe: use one client per thread. Several clients can be awaited together
     with `wait_all`, which is how a worker talks to every parameter server at once.
@@ -69,7 +70,7 @@ class RpcClient:
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
-        self._area = SharedArea() if shared_memory and is_loopback(address) and supported() else None
+        self._area = SharedArea() if shared_memory and supported() and is_on_this_host(address) else None
         self._offered: set[int] = set()  # requests sent while the area waited for the server's answer
 
     @property

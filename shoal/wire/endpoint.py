@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
+
+import psutil
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -48,6 +51,40 @@ def is_loopback(address: str) -> bool:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)
     return (mapped or ip).is_loopback
+
+
+def is_on_this_host(address: str) -> bool:
+    """Whether `address` reaches a server in this network namespace: a loopback address, or one
+    held by an interface here (a host's own address, as the SSH executor writes into TF_CONFIG
+    for a worker next to its ps). Blocks on a name lookup for a host name; False if it fails.
+
+    Only a hint for sharing memory: the server still checks through /proc that the client is a
+    process it can reach, so a namespace that hides one from the other falls back to the socket."""
+    if is_loopback(address):
+        return True
+    host, _ = split_address(address)
+    try:
+        ips = {ipaddress.ip_address(host)}
+    except ValueError:
+        try:
+            ips = {ipaddress.ip_address(info[4][0].split("%")[0])
+                   for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except (OSError, UnicodeError, ValueError):
+            return False
+    ips = {getattr(ip, "ipv4_mapped", None) or ip for ip in ips}
+    return bool(ips & _interface_ips())
+
+
+def _interface_ips() -> set:
+    ips = set()
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    ips.add(ipaddress.ip_address(addr.address.split("%")[0]))
+                except ValueError:
+                    continue
+    return ips
 
 
 def is_ipv6(address: str) -> bool:

@@ -23,9 +23,12 @@ How an area comes to be shared (the server's side is shoal/wire/shared_attach.py
    there and writes its reply's tensors back into the same block when they fit. The block is
    the client's again once the reply is read; every request in flight has its own.
 
-Only a client connecting to a loopback address offers one (a server elsewhere could not attach
-it, and tests put "hosts" in network namespaces of one machine, which could). Closing the area
-leaves it to the kernel: the memory is freed once the server has unmapped it too.
+Only a client of a server in its own network namespace offers one: a loopback address, or an
+address of one of its interfaces (a worker next to its ps on a host of a multi-host job). A
+server elsewhere could not attach it, and tests put "hosts" in network namespaces of one machine,
+whose servers could: their addresses are not local to each other, so they keep to the socket.
+Closing the area leaves it to the kernel: the memory is freed once the server has unmapped it
+too.
 """
 
 from __future__ import annotations

@@ -183,6 +183,9 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
                             "worker.1": address["host1"]}
     found = accuracies(out.stdout)
     assert set(found) == {"worker.0", "worker.1"} and min(found.values()) >= 0.90, found
+    # A worker next to its ps pushes through shared memory; across hosts everything stays on the socket.
+    shared = re.findall(r"^\S+\.(ps\.\d) \| .*: (\d+) requests came through shared memory$", out.stdout, re.M)
+    assert [name for name, n in shared if int(n) > 0] == (["ps.0"] if shape.startswith("2ps") else []), shared
     assert f"checked host1, host2, host3: no process of job {job['id']} is left" in out.stdout
     logs = Path(job["job_dir"]) / "logs"
     assert "accuracy: 0.9" in (logs / "worker.1.log").read_text()  # a remote task's log, on the launcher

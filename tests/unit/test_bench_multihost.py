@@ -28,9 +28,23 @@ def test_rounds_rotate_the_link_groups_and_the_runs_inside_each_group():
 
 
 def test_parse_shape_rejects_what_is_not_ps_plus_workers():
-    assert plan.parse_shape("2ps+4w") == (2, 4)
+    assert plan.parse_shape("2ps+4w") == (2, 4, False)
+    assert plan.parse_shape("2ps+2w/colocated") == (2, 2, True)
     with pytest.raises(ValueError, match="not like 1ps\\+2w"):
         plan.parse_shape("2+4")
+    with pytest.raises(ValueError, match="as many ps as workers"):
+        plan.parse_shape("1ps+2w/colocated")
+
+
+def test_a_colocated_shape_runs_on_as_many_hosts_as_workers_and_shares_the_loopback_run_of_its_plain_shape():
+    configs = plan.matrix(["mlp"], ["sync"], ["2ps+2w", "2ps+2w/colocated"], ["1gbit"], [], [2])
+    keys = [c.key for c in configs]
+    assert "shoal-ssh mlp sync 2ps+2w/colocated 1gbit curve" in keys
+    assert keys.count("shoal-local mlp sync 2ps+2w loopback plain") == 1 and len(keys) == 4
+    colocated = next(c for c in configs if c.colocated)
+    where = Where(("host1", "host2", "host3", "host4"), ("a1", "a2", "a3", "a4"), (), "/cfg", None, None, "py")
+    argv = shoal_argv(colocated, where, 40_000)
+    assert colocated.hosts == 2 and argv[argv.index("--hosts") + 1] == "host1,host2"
 
 
 def test_shoal_argv_places_the_job_on_its_hosts_and_forces_plain_only_when_asked():
