@@ -1,16 +1,17 @@
 """Cross-host throughput of the seed softmax and the MLP over the SSH executor, next to the same
 job on loopback and to PyTorch DDP (gloo) on the same hosts and links (issue 11).
 
-    sudo .venv/bin/python -m bench.multihost_throughput [--json]        # ~15 min, as root
+    sudo .venv/bin/python -m bench.multihost_throughput [--json]        # ~20 min, as root
     python -m bench.multihost_throughput --dry-run                      # the schedule; runs nothing
-        [--models softmax,mlp] [--modes async,sync] [--shapes 1ps+2w,2ps+2w]
+        [--models softmax,mlp] [--modes async,sync] [--shapes 1ps+2w,2ps+2w,2ps+2w/colocated]
         [--links 1gbit,10gbit,unshaped] [--plain-links 1gbit,unshaped] [--whole-push-links 1gbit]
         [--ddp-workers 2,4]
         [--no-loopback] [--rounds 2] [--examples softmax=250000,mlp=50000] [--out DIR] [--out-name NAME]
 
 Hosts are network namespaces with their own sshd on this machine, made with the multi-host
 test fixtures (tests/multihost: HostNetwork, Host.shape = tbf both ways on each host's link),
-one task per host: 1 ps + 2 workers on 3 hosts, 2 ps + 2 workers on 4. Every configuration is
+one task per host: 1 ps + 2 workers on 3 hosts, 2 ps + 2 workers on 4; a `/colocated` shape puts
+ps.i and worker.i on host i+1 (2 ps + 2 workers on 2 hosts). Every configuration is
 a real job: `shoal run --hosts ... --ssh-config ...` (CURVE between hosts, or PLAIN with the
 examples' `--wire_security plain`), the same `shoal run` without --hosts (loopback), and
 bench/peers/torch_ddp.py with 2 and 4 ranks inside the hosts (`ip netns exec`). Rounds run
