@@ -49,8 +49,8 @@ class PsClient:
     to raise (the session adds what the user can do about it). `on_slow` is told every
     `slow_every_s` while a request to every ps waits for its replies. `security` is the wire's
     (shoal/wire/security.py; AUTO: PLAIN to loopback addresses, CURVE otherwise); every ps of
-    the job must resolve the same. `shared_memory`: big requests to a ps on loopback travel through
-    shared memory once it accepts (RpcClient).
+    the job must resolve the same. `shared_memory`: big requests to a ps on this host (loopback,
+    or an address of its own) travel through shared memory once it accepts (RpcClient).
     """
 
     def __init__(self, addresses: Sequence[str], secret: JobSecret, *, timeout_s: float,

@@ -65,9 +65,9 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                              "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
                              "encrypted, for a network you trust; curve = always")
     parser.add_argument("--wire_shared_memory", choices=("auto", "off"), default="auto",
-                        help="auto (default): pushes to a ps on this machine's loopback carry their tensors through "
-                             "shared memory instead of the socket (the ps must accept it, else the socket); off: "
-                             "always the socket")
+                        help="auto (default): pushes to a ps on this machine (loopback, or one of its own "
+                             "addresses) carry their tensors through shared memory instead of the socket (the ps "
+                             "must accept it, else the socket); off: always the socket")
 
 
 def _heartbeat_timeout(text: str) -> float:

@@ -60,8 +60,9 @@ class TrainingSession:
     clear error, never a hang. `secret` is the job secret, resolved at the program's edge
     (`shoal.resolve_job_secret(os.environ)`). `security` is the wire's (shoal/wire/security.py;
     AUTO: PLAIN to a loopback ps, CURVE between hosts); the ps tasks must resolve the same.
-    With `shared_memory` (the default), pushes to a ps on loopback carry their tensors through
-    shared memory (shoal/wire/shared_area.py) instead of the socket.
+    With `shared_memory` (the default), pushes to a ps on this host (loopback, or one of its own
+    addresses) carry their tensors through shared memory (shoal/wire/shared_area.py) instead of
+    the socket.
 
     With a `model_dir`, the chief saves checkpoints there (see CheckpointOptions) and every task
     writes TensorBoard summaries (`summaries`). If a ps task dies and is started again, the

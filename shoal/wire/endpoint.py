@@ -76,8 +76,13 @@ def is_on_this_host(address: str) -> bool:
 
 
 def _interface_ips() -> set:
+    """The addresses of this network namespace's interfaces (none if they cannot be listed)."""
     ips = set()
-    for addrs in psutil.net_if_addrs().values():
+    try:
+        interfaces = psutil.net_if_addrs()
+    except (OSError, RuntimeError):  # no way to list them here: treat the address as another host's
+        return ips
+    for addrs in interfaces.values():
         for addr in addrs:
             if addr.family in (socket.AF_INET, socket.AF_INET6):
                 try:
