@@ -22,7 +22,7 @@ def parse_shape(text: str) -> tuple[int, int, bool]:
     ps, _, workers = text.removesuffix(COLOCATED).partition("+")
     if not (ps.endswith("ps") and workers.endswith("w") and ps[:-2].isdigit() and workers[:-1].isdigit()):
         raise ValueError(f"shape {text!r} is not like 1ps+2w or 2ps+2w{COLOCATED}")
-    if colocated and ps[:-2] != workers[:-1]:
+    if colocated and int(ps[:-2]) != int(workers[:-1]):
         raise ValueError(f"shape {text!r}: a colocated shape has as many ps as workers, e.g. 2ps+2w{COLOCATED}")
     return int(ps[:-2]), int(workers[:-1]), colocated
 

@@ -70,12 +70,13 @@ class RpcClient:
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
-        self._area = SharedArea() if shared_memory and supported() and is_on_this_host(address) else None
+        self._area = SharedArea() if shared_memory and supported() else None  # if the server is here: first use
         self._offered: set[int] = set()  # requests sent while the area waited for the server's answer
 
     @property
     def shared_state(self) -> AreaState | None:
-        """Where the shared-memory area stands; None if this client never uses one."""
+        """Where the shared-memory area stands; None if this client never uses one (its server
+        is on another host, known once it sent a request with tensors, or it may not)."""
         return self._area.state if self._area is not None else None
 
     @property
@@ -106,7 +107,9 @@ class RpcClient:
     def send(self, op: str, fields: dict[str, Any] | None = None,
              tensors: Mapping[str, np.ndarray] | None = None,
              into: Mapping[str, np.ndarray] | None = None) -> int:
-        """Queue a request; returns its id for `wait`. Does not block on the network.
+        """Queue a request; returns its id for `wait`. Does not block on the network (the first
+        request with tensors of MIN_SHARED_BYTES or more decides whether the server is on this
+        host: a name lookup, for a server named by a host name).
 
         `into` maps reply tensor names to arrays the reply's bytes are written into directly
         (when dtype and shape match); nothing is written once the request was given up on."""
@@ -136,6 +139,9 @@ class RpcClient:
         if nbytes < MIN_SHARED_BYTES or area.state is AreaState.REFUSED:
             return None
         if area.state is AreaState.NONE:
+            if not is_on_this_host(self.address):  # decided once, here: it may look the name up
+                self._area = None
+                return None
             try:
                 area.open()
             except OSError as e:

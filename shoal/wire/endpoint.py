@@ -72,15 +72,19 @@ def is_on_this_host(address: str) -> bool:
         except (OSError, UnicodeError, ValueError):
             return False
     ips = {getattr(ip, "ipv4_mapped", None) or ip for ip in ips}
-    return bool(ips & _interface_ips())
+    # (a scoped IPv6 address, fe80::1%eth0, compares unequal to its interface's: False, the socket)
+    return any(ip.is_loopback for ip in ips) or bool(ips & _interface_ips())
 
 
-def _interface_ips() -> set:
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _interface_ips() -> set[IpAddress]:
     """The addresses of this network namespace's interfaces (none if they cannot be listed)."""
-    ips = set()
+    ips: set[IpAddress] = set()
     try:
         interfaces = psutil.net_if_addrs()
-    except (OSError, RuntimeError):  # no way to list them here: treat the address as another host's
+    except (OSError, RuntimeError, psutil.Error):  # cannot list them: treat the address as another host's
         return ips
     for addrs in interfaces.values():
         for addr in addrs:

@@ -3,7 +3,8 @@
 travel through it, requests in flight each in a block of their own, and what does not fit goes
 through the socket; an error reply hands the block back; a server started again on the same
 address attaches the area from the next request; a server that refuses, or an offer that is not
-the client's own area, leaves everything on the socket; the server lets go of an area once its
+the client's own area, leaves everything on the socket, as does a client whose server is on
+another host; the server lets go of an area once its
 client reset or died. Real echo server processes; what the server maps is read from its
 /proc/<pid>/maps."""
 
@@ -73,6 +74,29 @@ def test_tensors_and_their_replies_travel_through_the_area_once_the_server_attac
             np.testing.assert_array_equal(reply.tensors["x"], x + k)
             np.testing.assert_array_equal(reply.tensors["b"], np.full(3, k))
         assert mapped_areas(task.proc.pid) == 1
+    finally:
+        c.close()
+
+
+def test_a_client_whose_server_is_not_on_this_host_never_offers_its_area(make_cluster, monkeypatch):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    task, address = echo_server(cluster)
+    asked = []
+
+    def elsewhere(addr: str) -> bool:  # as is_on_this_host answers for another host's address
+        asked.append(addr)
+        return False
+    monkeypatch.setattr("shoal.wire.client.is_on_this_host", elsewhere)
+    c = client(cluster, address)
+    try:
+        assert c.shared_state is AreaState.NONE and asked == [], "created without asking (no name lookup)"
+        c.call("echo", tensors={"b": np.ones(3)})  # too small to share: still no need to ask
+        assert asked == []
+        for _ in range(2):
+            reply = c.call("echo", tensors={"x": np.arange(BIG, dtype=np.float32)})
+            assert BLOCK_KEY not in reply.header and reply.tensors["x"][-1] == BIG - 1
+        assert asked == [address] and c.shared_state is None
+        assert mapped_areas(task.proc.pid) == 0 and mapped_areas(os.getpid()) == 0
     finally:
         c.close()
 

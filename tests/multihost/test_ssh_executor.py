@@ -175,6 +175,7 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
     where = {t["name"]: t["detail"] for t in job["tasks"]}
     assert all(re.fullmatch(r"exit 0|killed by SIGTERM", d) for d in where.values()), where
     hosts_of = {t["name"]: t["address"].rsplit(":", 1)[0] for t in job["tasks"]}
+    pids = {t["name"]: t["pid"] for t in job["tasks"]}
     address = {h.name: h.address for h in hosts}
     if shape.startswith("1ps"):
         assert hosts_of == {"ps.0": address["host1"], "worker.0": address["host2"], "worker.1": address["host3"]}
@@ -183,9 +184,17 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
                             "worker.1": address["host1"]}
     found = accuracies(out.stdout)
     assert set(found) == {"worker.0", "worker.1"} and min(found.values()) >= 0.90, found
-    # A worker next to its ps pushes through shared memory; across hosts everything stays on the socket.
+    # A worker next to its ps pushes through shared memory (with 2 ps, worker.1 shares host1 with
+    # ps.0, which holds the softmax's W); across hosts everything stays on the socket.
+    attached = re.findall(r"^\S+\.(ps\.\d) \| .*: a client on this machine \(pid (\d+)\) sends its tensors "
+                          r"through shared memory$", out.stdout, re.M)
     shared = re.findall(r"^\S+\.(ps\.\d) \| .*: (\d+) requests came through shared memory$", out.stdout, re.M)
-    assert [name for name, n in shared if int(n) > 0] == (["ps.0"] if shape.startswith("2ps") else []), shared
+    if shape.startswith("2ps"):
+        assert [name for name, _ in attached] == ["ps.0"], attached
+        assert int(attached[0][1]) == pids["worker.1"], (attached, pids)
+        assert [name for name, n in shared if int(n) > 0] == ["ps.0"], shared
+    else:
+        assert attached == [] and shared == [], (attached, shared)
     assert f"checked host1, host2, host3: no process of job {job['id']} is left" in out.stdout
     logs = Path(job["job_dir"]) / "logs"
     assert "accuracy: 0.9" in (logs / "worker.1.log").read_text()  # a remote task's log, on the launcher

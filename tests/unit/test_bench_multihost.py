@@ -36,11 +36,15 @@ def test_parse_shape_rejects_what_is_not_ps_plus_workers():
         plan.parse_shape("1ps+2w/colocated")
 
 
-def test_a_colocated_shape_runs_on_as_many_hosts_as_workers_and_shares_the_loopback_run_of_its_plain_shape():
+def test_a_colocated_shape_shares_the_loopback_run_of_its_plain_shape():
     configs = plan.matrix(["mlp"], ["sync"], ["2ps+2w", "2ps+2w/colocated"], ["1gbit"], [], [2])
     keys = [c.key for c in configs]
     assert "shoal-ssh mlp sync 2ps+2w/colocated 1gbit curve" in keys
     assert keys.count("shoal-local mlp sync 2ps+2w loopback plain") == 1 and len(keys) == 4
+
+
+def test_a_colocated_shape_runs_on_as_many_hosts_as_workers():
+    configs = plan.matrix(["mlp"], ["sync"], ["2ps+2w/colocated"], ["1gbit"], [], [])
     colocated = next(c for c in configs if c.colocated)
     where = Where(("host1", "host2", "host3", "host4"), ("a1", "a2", "a3", "a4"), (), "/cfg", None, None, "py")
     argv = shoal_argv(colocated, where, 40_000)
