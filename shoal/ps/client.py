@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -281,7 +281,10 @@ class PsClient:
             if id(request) not in fields_of:
                 fields_of[id(request)] = request.fields()
         sent = [(ps, request, fields_of[id(request)], tensors) for ps, request, tensors in requests]
-        rids = [self._rpc[ps].send(request.op.value, fields, tensors, into) for ps, request, fields, tensors in sent]
+        try:
+            rids = [self._rpc[ps].send(request.op.value, fields, tensors, into) for ps, request, fields, tensors in sent]
+        except PeerTimeoutError as e:  # zmq had no room to queue one for the timeout
+            self._raise_timeout(e)
         deadline = None
         progress = self._progress(requests[0][1].op) if self._on_slow is not None else None
         while True:
@@ -305,9 +308,7 @@ class PsClient:
                         tuple(moved_parts))
                 return answers
             except PeerTimeoutError as e:
-                if self._timeout_error is None:
-                    raise
-                raise self._timeout_error(e) from e
+                self._raise_timeout(e)
             except (PeerLostError, RemoteError) as e:
                 lost = self._index_of(e.peer_name)
                 if lost is None or self._on_lost is None or self._incarnations[lost] is None or (
@@ -320,6 +321,12 @@ class PsClient:
                 for k, (ps, request, fields, tensors) in enumerate(sent):
                     if ps == lost:
                         rids[k] = self._rpc[ps].send(request.op.value, fields, tensors, into)
+
+    def _raise_timeout(self, e: PeerTimeoutError) -> NoReturn:
+        """Raise `e`, or what the session's `timeout_error` makes of it (it says what to do)."""
+        if self._timeout_error is None:
+            raise e
+        raise self._timeout_error(e) from e
 
     def _adopt_incarnation(self, ps: int, incarnation: str) -> None:
         """A push or pull reply carried values of ps process `incarnation`: this worker's next

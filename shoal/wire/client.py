@@ -107,9 +107,10 @@ class RpcClient:
     def send(self, op: str, fields: dict[str, Any] | None = None,
              tensors: Mapping[str, np.ndarray] | None = None,
              into: Mapping[str, np.ndarray] | None = None) -> int:
-        """Queue a request; returns its id for `wait`. Does not block on the network (the first
-        request with tensors of MIN_SHARED_BYTES or more decides whether the server is on this
-        host: a name lookup, for a server named by a host name).
+        """Queue a request; returns its id for `wait`. Blocks only while zmq has no room to queue
+        it, up to the client's timeout (see `_queue`), and at the first request with tensors of
+        MIN_SHARED_BYTES or more, which decides whether the server is on this host (a name lookup,
+        for a server named by a host name).
 
         `into` maps reply tensor names to arrays the reply's bytes are written into directly
         (when dtype and shape match); nothing is written once the request was given up on."""
@@ -119,7 +120,7 @@ class RpcClient:
         header = dict(fields or {}, op=op, rid=rid)
         block = self._shared_block(rid, header, tensors) if tensors and self._area is not None else None
         try:
-            send_message(self._sock, encode(header, tensors, block), copied=1)
+            self._queue(encode(header, tensors, block), op)
         except BaseException:
             if self._area is not None:  # nothing went out: the block and the offer are void
                 self._area.free(rid)
@@ -129,6 +130,38 @@ class RpcClient:
         if into is not None:
             self._into[rid] = into
         return rid
+
+    def _queue(self, frames: list, op: str) -> None:
+        """Hand a request's frames to zmq. While zmq has no room for them (no connection to queue
+        them on: one whose handshake the server refused can leave none; or SNDHWM requests
+        already waiting), block up to the client's timeout, reading the monitor every
+        WATCH_EVERY_MS: AuthRejectedError once it says the server refused us, PeerTimeoutError
+        if no room came in time (the client is reset either way)."""
+        try:
+            send_message(self._sock, frames, copied=1, flags=NOBLOCK)
+            return
+        except zmq.Again:
+            pass
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            self._read_monitor()
+            refusal = self._watch.refusal if self._watch is not None else None
+            remaining = deadline - time.monotonic()
+            if refusal is not None or remaining <= 0:
+                waiting = self._sock.getsockopt(zmq.SNDHWM)
+                self.reset()
+                if refusal is not None:
+                    raise AuthRejectedError(refusal)
+                raise PeerTimeoutError(
+                    f"{self.peer_name} at {self.address} took no request for {self.timeout_s:.1f}s: zmq had no room "
+                    f"to queue {op!r} (no connection up, or {waiting} requests already waiting); check that the task "
+                    "is running and reachable, or raise the request timeout")
+            self._sock.poll(min(WATCH_EVERY_MS, max(1, int(remaining * 1000))), zmq.POLLOUT)
+            try:
+                send_message(self._sock, frames, copied=1, flags=NOBLOCK)
+                return
+            except zmq.Again:
+                continue
 
     def _shared_block(self, rid: int, header: dict, tensors: Mapping[str, np.ndarray]) -> tuple | None:
         """The block of the shared area that carries request `rid`'s tensors, if they are big

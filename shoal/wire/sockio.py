@@ -21,14 +21,17 @@ _SNDMORE = int(zmq.SNDMORE)
 ZERO_COPY_MIN_BYTES = 2 << 20
 
 
-def send_message(sock: zmq.Socket, frames: Sequence, copied: int) -> None:
+def send_message(sock: zmq.Socket, frames: Sequence, copied: int, flags: int = 0) -> None:
     """Send `frames` as one message; the first `copied` frames are copied into zmq's own
     buffers (small ones: a peer id, a header), the rest are sent zero-copy when at least
     ZERO_COPY_MIN_BYTES (the caller keeps them unchanged until zmq has sent them), else
-    copied. Blocks only if the socket's send queue is full."""
+    copied. Blocks only if zmq has no room for the message (a DEALER with no connection to queue
+    it on, or its queue full); with `flags` NOBLOCK it raises zmq.Again then, having sent
+    nothing (zmq takes or refuses a message at its first frame)."""
     last = len(frames) - 1
     for i, frame in enumerate(frames):
-        sock.send(frame, _SNDMORE if i < last else 0, copy=i < copied or len(frame) < ZERO_COPY_MIN_BYTES)
+        more = _SNDMORE if i < last else 0
+        sock.send(frame, more | flags if i == 0 else more, copy=i < copied or len(frame) < ZERO_COPY_MIN_BYTES)
 
 
 def recv_message(sock: zmq.Socket, flags: int = 0) -> list[zmq.Frame]:

@@ -1,18 +1,20 @@
 """`wait_all` over several connections: the replies come back to the requests that asked, call
 after call, also after a connection was dropped and made again; a connection lost while the
 wait blocks on another one is reported at once, not at the timeout; and a refusal by one server
-leaves the other servers' replies for the next wait. Real echo server processes."""
+leaves the other servers' replies for the next wait; a request zmq has no room for fails after
+the client's timeout instead of blocking. Real echo server processes (and a silent listener)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 import numpy as np
 import pytest
 
-from shoal.wire import JobSecret, PeerLostError, RemoteError, RpcClient, Security, wait_all
+from shoal.wire import JobSecret, PeerLostError, PeerTimeoutError, RemoteError, RpcClient, Security, wait_all
 
 ECHO = "tests/cluster/programs/wire_echo.py"
 
@@ -83,3 +85,24 @@ def test_a_refusal_by_one_server_leaves_the_other_replies_for_the_next_wait(make
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.timeout(60)  # the old send blocked for ever here
+def test_a_request_zmq_has_no_room_for_fails_after_the_clients_timeout_instead_of_blocking():
+    with socket.socket() as silent:  # accepts connections (the kernel does) and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        c = RpcClient(f"127.0.0.1:{silent.getsockname()[1]}", JobSecret(b"a-job-secret", "test"), "echo:0", 1.0,
+                      security=Security.PLAIN)
+        try:
+            queued = 0
+            with pytest.raises(PeerTimeoutError, match="no room to queue 'status'"):
+                while queued < 10_000:
+                    started = time.monotonic()
+                    c.send("status")  # queued by zmq, up to its send high-water mark
+                    queued += 1
+            waited = time.monotonic() - started
+            assert 100 <= queued < 10_000 and 0.9 <= waited < 10, (queued, waited)
+            c.send("status")  # reset: the next request queues on a new connection at once
+        finally:
+            c.close()
