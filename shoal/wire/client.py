@@ -137,13 +137,13 @@ class RpcClient:
         already waiting), block up to the client's timeout, reading the monitor every
         WATCH_EVERY_MS: AuthRejectedError once it says the server refused us, PeerTimeoutError
         if no room came in time (the client is reset either way)."""
-        try:
-            send_message(self._sock, frames, copied=1, flags=NOBLOCK)
-            return
-        except zmq.Again:
-            pass
-        deadline = time.monotonic() + self.timeout_s
+        deadline = None
         while True:
+            try:
+                send_message(self._sock, frames, copied=1, flags=NOBLOCK)
+                return
+            except zmq.Again:
+                deadline = deadline or time.monotonic() + self.timeout_s
             self._read_monitor()
             refusal = self._watch.refusal if self._watch is not None else None
             remaining = deadline - time.monotonic()
@@ -157,11 +157,6 @@ class RpcClient:
                     f"to queue {op!r} (no connection up, or {waiting} requests already waiting); check that the task "
                     "is running and reachable, or raise the request timeout")
             self._sock.poll(min(WATCH_EVERY_MS, max(1, int(remaining * 1000))), zmq.POLLOUT)
-            try:
-                send_message(self._sock, frames, copied=1, flags=NOBLOCK)
-                return
-            except zmq.Again:
-                continue
 
     def _shared_block(self, rid: int, header: dict, tensors: Mapping[str, np.ndarray]) -> tuple | None:
         """The block of the shared area that carries request `rid`'s tensors, if they are big
