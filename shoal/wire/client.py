@@ -11,6 +11,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from shoal.wire.doorbell import BELL_KEY, BELL_MAX_BYTES, BellState, Doorbell, valid_name
 from shoal.wire.endpoint import connect_endpoint, is_ipv6, is_on_this_host
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
 from shoal.wire.limits import ConnectionLimits
@@ -47,7 +48,9 @@ class RpcClient:
     With `shared_memory` (the default), a client of a server on this host (a loopback address or
     one of this host's own, `is_on_this_host`) sends the tensors of its big requests through a
     shared-memory area once the server has attached it (shoal/wire/shared_area.py), and through
-    the socket until then or if it does not.
+    the socket until then or if it does not. From then on its requests that are a header alone
+    go on a doorbell line to the server that skips zmq (shoal/wire/doorbell.py); requests that
+    are out together may then be handled in any order.
 
     Not thread-safe: use one client per thread. Several clients can be awaited together
     with `wait_all`, which is how a worker talks to every parameter server at once.
@@ -72,12 +75,21 @@ class RpcClient:
         self._into: dict[int, Any] = {}
         self._area = SharedArea() if shared_memory and supported() else None  # if the server is here: first use
         self._offered: set[int] = set()  # requests sent while the area waited for the server's answer
+        self._bell: Doorbell | None = None  # the line to the server, once it named one
+        self._bell_poller: zmq.Poller | None = None  # the zmq socket and the line, waited on together
+        self._by_bell: set[int] = set()  # requests out on the line
+        self._rung: set[str] = set()  # doorbells rung on this connection (one that hung up is not rung again)
 
     @property
     def shared_state(self) -> AreaState | None:
         """Where the shared-memory area stands; None if this client never uses one (its server
         is on another host, known once it sent a request with tensors, or it may not)."""
         return self._area.state if self._area is not None else None
+
+    @property
+    def bell_state(self) -> BellState | None:
+        """Where the doorbell line to the server stands (shoal/wire/doorbell.py); None without one."""
+        return self._bell.state if self._bell is not None else None
 
     @property
     def security(self) -> Security:
@@ -108,9 +120,9 @@ class RpcClient:
              tensors: Mapping[str, np.ndarray] | None = None,
              into: Mapping[str, np.ndarray] | None = None) -> int:
         """Queue a request; returns its id for `wait`. Blocks only while zmq has no room to queue
-        it, up to the client's timeout (see `_queue`), and at the first request with tensors of
-        MIN_SHARED_BYTES or more, which decides whether the server is on this host (a name lookup,
-        for a server named by a host name).
+        it, up to the client's timeout (see `_queue`), and at the first request with tensors,
+        which decides whether the server is on this host (a name lookup, for a server named by a
+        host name).
 
         `into` maps reply tensor names to arrays the reply's bytes are written into directly
         (when dtype and shape match); nothing is written once the request was given up on."""
@@ -120,7 +132,9 @@ class RpcClient:
         header = dict(fields or {}, op=op, rid=rid)
         block = self._shared_block(rid, header, tensors) if tensors and self._area is not None else None
         try:
-            self._queue(encode(header, tensors, block), op)
+            frames = encode(header, tensors, block)
+            if not self._ring(rid, frames):
+                self._queue(frames, op)
         except BaseException:
             if self._area is not None:  # nothing went out: the block and the offer are void
                 self._area.free(rid)
@@ -130,6 +144,20 @@ class RpcClient:
         if into is not None:
             self._into[rid] = into
         return rid
+
+    def _ring(self, rid: int, frames: list) -> bool:
+        """Send a request on the doorbell line if it can go there: the line is up, the request
+        is a header alone of at most BELL_MAX_BYTES, and no request waits for a reply through
+        zmq. Returns whether it went (blocks only while the kernel's buffer for the line is full)."""
+        bell = self._bell
+        if (bell is None or bell.state is not BellState.UP or len(frames) != 1 or len(frames[0]) > BELL_MAX_BYTES
+                or len(self._by_bell) != len(self._pending)):
+            return False
+        if not bell.send(frames[0]):
+            self._hang_up()
+            return False
+        self._by_bell.add(rid)
+        return True
 
     def _queue(self, frames: list, op: str) -> None:
         """Hand a request's frames to zmq. While zmq has no room for them (no connection to queue
@@ -159,12 +187,12 @@ class RpcClient:
             self._sock.poll(min(WATCH_EVERY_MS, max(1, int(remaining * 1000))), zmq.POLLOUT)
 
     def _shared_block(self, rid: int, header: dict, tensors: Mapping[str, np.ndarray]) -> tuple | None:
-        """The block of the shared area that carries request `rid`'s tensors, if they are big
-        enough, the server attached the area and it has room. Names the area in `header` (the
-        server attaches it on first sight, and again after zmq made the connection anew)."""
+        """The block of the shared area that carries request `rid`'s tensors, if the server
+        attached the area, it has room, and they are MIN_SHARED_BYTES or more or the doorbell
+        line is up. Names the area in `header` (the server attaches it on first sight, and again
+        after zmq made the connection anew)."""
         area = self._area
-        nbytes = packed_nbytes(tensors)
-        if nbytes < MIN_SHARED_BYTES or area.state is AreaState.REFUSED:
+        if area.state is AreaState.REFUSED:
             return None
         if area.state is AreaState.NONE:
             if not is_on_this_host(self.address):  # decided once, here: it may look the name up
@@ -180,6 +208,9 @@ class RpcClient:
         if area.state is AreaState.OFFERED:
             self._offered.add(rid)
             return None
+        nbytes = packed_nbytes(tensors)
+        if nbytes < MIN_SHARED_BYTES and self._bell is None:
+            return None  # (once the doorbell is up small ones go in the area too: the request is a header alone)
         block = area.allocate(rid, nbytes)
         return (block.offset, area.view(block.offset, block.nbytes)) if block is not None else None
 
@@ -208,15 +239,8 @@ class RpcClient:
     def _read_reply(self, wait_ms: int = 0) -> bool:
         """Take one reply, keeping it if someone waits for it; returns whether one came.
         Blocks up to `wait_ms` for it (0: only a reply already queued)."""
-        try:
-            if wait_ms:
-                if wait_ms != self._wait_ms:  # (an option of zmq's, no system call)
-                    self._sock.setsockopt(zmq.RCVTIMEO, wait_ms)
-                    self._wait_ms = wait_ms
-                frames = recv_message(self._sock)
-            else:
-                frames = recv_message(self._sock, NOBLOCK)
-        except zmq.Again:
+        frames = self._receive(wait_ms) if self._bell is None else self._receive_either(wait_ms)
+        if frames is None:
             return False
         area = self._area
         try:
@@ -230,9 +254,59 @@ class RpcClient:
                 area.answered(message.header.get(ACK_KEY))  # no answer to an offering request: an older server
                 self._offered.discard(message.rid)
             area.free(message.rid)
+            if self._bell is None and area.state is AreaState.ATTACHED and BELL_KEY in message.header:
+                self._ring_up(message.header[BELL_KEY])
+        self._by_bell.discard(message.rid)
         if message.rid in self._pending:
             self._replies[message.rid] = message
         return True
+
+    def _receive(self, wait_ms: int) -> list | None:
+        """The frames of the next message from zmq, waiting up to `wait_ms`; None if none came."""
+        try:
+            if wait_ms:
+                if wait_ms != self._wait_ms:  # (an option of zmq's, no system call)
+                    self._sock.setsockopt(zmq.RCVTIMEO, wait_ms)
+                    self._wait_ms = wait_ms
+                return recv_message(self._sock)
+            return recv_message(self._sock, NOBLOCK)
+        except zmq.Again:
+            return None
+
+    def _receive_either(self, wait_ms: int) -> list | None:
+        """The next message from zmq or the doorbell line, waiting up to `wait_ms` for either;
+        None if none came. The server's answer to the hello and the end of the line are taken
+        care of here (a line that ends leaves the client on zmq alone)."""
+        ready = dict(self._bell_poller.poll(wait_ms))
+        bell = self._bell
+        if bell.fileno() in ready:
+            message = bell.receive()
+            if message is not None:
+                return [message]
+            if bell.state is BellState.GONE:
+                self._hang_up()
+        return self._receive(0) if self._sock in ready else None
+
+    def _ring_up(self, name) -> None:
+        """Connect to the doorbell a reply named, unless this connection rang it before."""
+        if not valid_name(name) or name in self._rung:
+            return
+        self._rung.add(name)
+        bell = Doorbell(name)
+        if bell.ring(self._area.offer()["nonce"]):
+            self._bell = bell
+            self._bell_poller = zmq.Poller()
+            self._bell_poller.register(self._sock, zmq.POLLIN)
+            self._bell_poller.register(bell.fileno(), zmq.POLLIN)
+
+    def _hang_up(self) -> None:
+        """Drop the doorbell line: the next requests go through zmq. The replies to requests
+        still out on it come through zmq or not at all; if the server went, zmq says so (lost)."""
+        if self._bell is not None:
+            self._bell.close()
+            self._bell = None
+            self._bell_poller = None
+        self._by_bell.clear()
 
     def _destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         into = self._into.get(header["rid"]) if header.get("ok") and header["rid"] in self._pending else None
@@ -280,7 +354,10 @@ class RpcClient:
         self._into.clear()
 
     def close(self) -> None:
-        """Close the connection (and the shared area: a new connection offers a new one). Idempotent."""
+        """Close the connection (and the shared area and doorbell line: a new connection offers a
+        new area and rings again). Idempotent."""
+        self._hang_up()
+        self._rung.clear()
         if self._area is not None:
             self._area.close()
             self._offered.clear()

@@ -11,6 +11,8 @@ import numpy as np
 import zmq
 
 from shoal.errors import ShoalError
+from shoal.wire.bell_desk import BellDesk, BellLine
+from shoal.wire.doorbell import BELL_KEY, BELL_MAX_BYTES
 from shoal.wire.endpoint import bind_endpoint, is_ipv6
 from shoal.wire.errors import BindError, ProtocolError
 from shoal.wire.gatekeeper import ZAP_DOMAIN, Gatekeeper
@@ -22,7 +24,7 @@ from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
 from shoal.wire.shared_area import ACK_KEY, BLOCK_KEY, OFFER_KEY, packed_nbytes
 from shoal.wire.shared_attach import AttachedArea, AttachedAreas
-from shoal.wire.sockio import ZERO_COPY_MIN_BYTES, recv_message, send_message
+from shoal.wire.sockio import NOBLOCK, ZERO_COPY_MIN_BYTES, recv_message, send_message
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +33,18 @@ log = logging.getLogger(__name__)
 class Request:
     """One decoded request and the peer it came from. Reply to it with `RpcServer.reply`.
 
-    `area`: the client's shared-memory area the request named (its reply's tensors may go into
-    the request's block there); `shared_ok`: the answer to that, sent with the reply (None: the
-    request named none); `replied`: a reply was sent (a second one never writes into the block,
-    which the client has had back since)."""
+    `peer`: the zmq routing id of its client, or the doorbell line it came on (its reply goes
+    back there if it is a header alone); `area`: the client's shared-memory area the request
+    named (its reply's tensors may go into the request's block there); `shared_ok`: the answer
+    to that, sent with the reply (None: the request named none); `bell`: the doorbell address
+    the reply names (to a request through zmq that named an attached area); `replied`: a reply
+    was sent (a second one never writes into the block, which the client has had back since)."""
 
-    peer: bytes
+    peer: bytes | BellLine
     message: Message
     area: AttachedArea | None = None
     shared_ok: bool | None = None
+    bell: str | None = None
     replied: bool = False
 
     @property
@@ -68,7 +73,9 @@ class RpcServer:
     authenticated can cost (shoal/wire/limits.py).
 
     A client on this machine may offer a shared-memory area (shoal/wire/shared_area.py): its
-    requests' tensors then arrive in it and the replies' go back into it. Such tensors are
+    requests' tensors then arrive in it and the replies' go back into it, and the headers on a
+    doorbell line that skips zmq (shoal/wire/doorbell.py; `bell_requests` counts the requests
+    that came on one). Such tensors are
     copied out before the handler sees them, unless `borrows(header)` says the handler is done
     with that request's tensors once it has replied: they are then read-only views of the
     client's memory (no copy), which the handler must not keep past its reply. With
@@ -98,7 +105,10 @@ class RpcServer:
         self._borrows = borrows or False
         self._shared_memory = shared_memory
         self._areas = AttachedAreas(name)
+        self._desk = BellDesk(name, self._areas)
+        self._desk_failed = False  # the doorbell could not be opened: headers go through zmq
         self.shared_requests = 0
+        self.bell_requests = 0
 
     @property
     def security(self) -> Security:
@@ -140,42 +150,63 @@ class RpcServer:
 
     def serve_once(self, timeout_ms: int) -> bool:
         """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
-        if len(self._areas):
-            self._areas.sweep()  # (a clock read, unless due)
-        if timeout_ms != self._wait_ms:  # (an option of zmq's, no system call)
-            self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
-            self._wait_ms = timeout_ms
-        try:
-            # A blocking receive that gives up after timeout_ms: a poll, then a receive, would cost
-            # a request two more system calls and a second pass through zmq's command queue.
-            frames = recv_message(self._sock)
-        except zmq.Again:
-            return False
+        if len(self._areas) and self._areas.sweep():  # (a clock read, unless due)
+            self._desk.sweep()
+        if self._desk.active:  # clients on this machine: wait on their lines and zmq together
+            got = self._desk.wait(timeout_ms)
+            if got is False:
+                return False
+            if got is not True:
+                self.bell_requests += 1
+                self._handle(got[0], [got[1]])
+                return True
+            try:
+                frames = recv_message(self._sock, NOBLOCK)
+            except zmq.Again:
+                return False
+        else:
+            if timeout_ms != self._wait_ms:  # (an option of zmq's, no system call)
+                self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+                self._wait_ms = timeout_ms
+            try:
+                # A blocking receive that gives up after timeout_ms: a poll, then a receive, would
+                # cost a request two more system calls and a second pass through zmq's command queue.
+                frames = recv_message(self._sock)
+            except zmq.Again:
+                return False
         self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
-        peer = frames[0].bytes
-        area = shared_ok = None
+        self._handle(frames[0].bytes, frames[1:])
+        return True
+
+    def _handle(self, peer: bytes | BellLine, body: list) -> None:
+        """Decode one request (`body`: its header frame, then its tensors' frames) and run the
+        handler on it; a malformed one gets an error reply."""
+        area = shared_ok = bell = None
         try:
-            if len(frames) < 2:
+            if not body:
                 raise ProtocolError("empty message")
-            header = decode_header(frames[1].bytes)
+            header = decode_header(_as_bytes(body[0]))
             offer = header.get(OFFER_KEY)
             if offer is not None:  # the area this request may use, attached on first sight
                 area = self._areas.attach(offer) if self._shared_memory else None
                 shared_ok = area is not None
-            message = decode_body(header, frames[1:], self._into, area.view if area is not None else None,
+                if area is not None and type(peer) is bytes:
+                    area.peer = peer
+                    bell = self._bell_name()
+            message = decode_body(header, body, self._into, area.view if area is not None else None,
                                   self._borrows)
             if not isinstance(message.header.get("op"), str):
                 raise ProtocolError(f"request header field 'op' must be a string, got {message.header.get('op')!r:.80}")
         except ProtocolError as e:
             log.warning("%s refused a malformed message from a peer: %s", self.name, e)
-            error = {"rid": _rid_of(frames), "ok": False, "error": f"malformed message: {e}"}
+            error = {"rid": _rid_of(body), "ok": False, "error": f"malformed message: {e}"}
             if shared_ok is not None:
                 error[ACK_KEY] = shared_ok
             self._send(peer, error, None, False)
-            return True
+            return
         if BLOCK_KEY in header:
             self.shared_requests += 1
-        request = Request(peer, message, area, shared_ok)
+        request = Request(peer, message, area, shared_ok, bell)
         try:
             self._handler(request)
         except ShoalError as e:
@@ -183,7 +214,17 @@ class RpcServer:
         except Exception as e:  # a bug in a handler must not take the server down
             log.exception("%s failed handling %r", self.name, request.op)
             self.reply_error(request, f"internal error in {self.name} handling {request.op!r}: {e!r}")
-        return True
+
+    def _bell_name(self) -> str | None:
+        """The doorbell's address, opened at the first attached area (None if it cannot be)."""
+        if not self._desk.active and not self._desk_failed:
+            try:
+                self._desk.open(self._sock)
+            except OSError as e:
+                log.info("%s: no doorbell for clients on this machine (their headers go through zmq): %s",
+                         self.name, e)
+                self._desk_failed = True
+        return self._desk.name
 
     def reply(self, request: Request, fields: dict[str, Any] | None = None,
               tensors: Mapping[str, np.ndarray] | None = None, track: bool = False) -> zmq.MessageTracker | None:
@@ -206,15 +247,22 @@ class RpcServer:
             into = (block[0], request.area.view(block[0], block[1]))
         except ValueError:
             return False
-        send_message(self._sock, [request.peer, *encode(header, tensors, into)], copied=2)
+        frames = encode(header, tensors, into)
+        peer = self._route(request.peer, frames)
+        if peer is not None:
+            send_message(self._sock, [peer, *frames], copied=2)
         return True
 
     def reply_error(self, request: Request, error: str) -> None:
         request.replied = True
         self._send(request.peer, _reply_header(request, {"ok": False, "error": error}), None, False)
 
-    def _send(self, peer: bytes, header: dict, tensors, track: bool):
-        frames = [peer, *encode(header, tensors)]
+    def _send(self, peer: bytes | BellLine, header: dict, tensors, track: bool):
+        frames = encode(header, tensors)
+        peer = self._route(peer, frames)
+        if peer is None:
+            return None
+        frames = [peer, *frames]
         if track:  # only frames sent zero-copy are tracked: a reply of small ones needs no tracker
             track = any(type(f) is memoryview and f.nbytes >= ZERO_COPY_MIN_BYTES for f in frames[2:])
         if not track:
@@ -230,8 +278,22 @@ class RpcServer:
                 self._sock.send(frame, flags)  # copied: bytes, or a frame too small to track
         return zmq.MessageTracker(*trackers) if trackers else None
 
+    @staticmethod
+    def _route(peer: bytes | BellLine, frames: list) -> bytes | None:
+        """Send a message on the doorbell line `peer` if it can go there (a header alone, and the
+        line takes it now): None then; else the zmq routing id to send it to."""
+        if type(peer) is bytes:
+            return peer
+        if len(frames) == 1 and len(frames[0]) <= BELL_MAX_BYTES and peer.send(frames[0]):
+            return None
+        zmq_peer = peer.zmq_peer()
+        if zmq_peer is None:
+            log.debug("a reply to a doorbell request had no way back (its client went)")
+        return zmq_peer
+
     def close(self) -> None:
         """Stop listening. Idempotent."""
+        self._desk.close()
         self._areas.close()
         if self._sock is not None:
             self._sock.close(linger=0)
@@ -245,18 +307,25 @@ class RpcServer:
 
 
 def _reply_header(request: Request, fields: dict) -> dict:
-    """`fields` with the request's id and, if it named a shared area, the answer to that."""
+    """`fields` with the request's id and, if it named a shared area, the answer to that (and
+    the doorbell's address)."""
     fields["rid"] = request.message.rid
     if request.shared_ok is not None:
         fields[ACK_KEY] = request.shared_ok
+        if request.bell is not None:
+            fields[BELL_KEY] = request.bell
     return fields
 
 
-def _rid_of(frames) -> int:
+def _as_bytes(frame) -> bytes:
+    return frame if type(frame) is bytes else frame.bytes
+
+
+def _rid_of(body) -> int:
     """Best-effort request id of a malformed message, so its sender can match the error."""
     try:
         import msgpack
-        header = msgpack.unpackb(frames[1].bytes, raw=False)
+        header = msgpack.unpackb(_as_bytes(body[0]), raw=False)
         rid = header.get("rid") if isinstance(header, dict) else None
         return rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else 0
     except Exception:

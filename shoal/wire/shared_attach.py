@@ -39,6 +39,7 @@ class AttachedArea:
     identity: tuple[int, int]  # (st_dev, st_ino) of the memfd: it is the same file while these match
     map: mmap.mmap = field(repr=False)
     released: bool = False
+    peer: bytes | None = None  # the zmq routing id of the latest request through zmq that named it
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         """Bytes [offset, offset + nbytes) of the area. Raises ValueError outside it, or once the
@@ -104,17 +105,22 @@ class AttachedAreas:
         log.info("%s: a client on this machine (pid %d) sends its tensors through shared memory", self._name, pid)
         return area
 
-    def sweep(self, force: bool = False) -> None:
+    def find(self, nonce: bytes) -> AttachedArea | None:
+        """The attached area whose nonce is `nonce`, if any."""
+        return self._areas.get(nonce) if type(nonce) is bytes and len(nonce) == NONCE_BYTES else None
+
+    def sweep(self, force: bool = False) -> bool:
         """Let go of areas whose client closed them or exited; at most every SWEEP_EVERY_S
-        unless `force`. Cheap when not due (one clock read)."""
+        unless `force`. Cheap when not due (one clock read). Returns whether it swept."""
         now = time.monotonic()
         if not force and now < self._next_sweep:
-            return
+            return False
         self._next_sweep = now + SWEEP_EVERY_S
         for nonce, area in list(self._areas.items()):
             if not area.alive():
                 area.release()
                 del self._areas[nonce]
+        return True
 
     def close(self) -> None:
         for area in self._areas.values():

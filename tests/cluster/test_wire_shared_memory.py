@@ -90,8 +90,10 @@ def test_a_client_whose_server_is_not_on_this_host_never_offers_its_area(make_cl
     c = client(cluster, address)
     try:
         assert c.shared_state is AreaState.NONE and asked == [], "created without asking (no name lookup)"
-        c.call("echo", tensors={"b": np.ones(3)})  # too small to share: still no need to ask
+        c.call("ping")  # no tensors: still no need to ask
         assert asked == []
+        c.call("echo", tensors={"b": np.ones(3)})  # the first request with tensors asks, once
+        assert asked == [address]
         for _ in range(2):
             reply = c.call("echo", tensors={"x": np.arange(BIG, dtype=np.float32)})
             assert BLOCK_KEY not in reply.header and reply.tensors["x"][-1] == BIG - 1

@@ -7,9 +7,11 @@ transport tests attack and talk to.
 The job secret comes from SHOAL_JOB_SECRET. `--nofile` sets this process's open-file limit
 before the server starts (as a shell's `ulimit -n` would); `--no-shared-memory` refuses every
 client's shared-memory area. Prints `serving` once bound and
-`handled <op>` for every request the handler receives, so a test can tell whether anything got
-through. A request of op `refuse` gets an error reply; one of op `grow` gets each tensor back
-twice over (a reply bigger than the request). Runs until killed.
+`handled <op>` for every request the handler receives (`handled <op> on the doorbell` for one
+that came on a doorbell line, shoal/wire/doorbell.py), so a test can tell whether anything got
+through and how. A request of op `refuse` gets an error reply; one of op `grow` gets each tensor
+back twice over (a reply bigger than the request); one of op `hold` gets no reply at all. Runs
+until killed.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def main() -> int:
     server: RpcServer
 
     def handle(request: Request) -> None:
-        print(f"handled {request.op}", flush=True)
+        print(f"handled {request.op}{'' if type(request.peer) is bytes else ' on the doorbell'}", flush=True)
+        if request.op == "hold":
+            return
         if request.op == "refuse":
             server.reply_error(request, "refused as asked")
             return
