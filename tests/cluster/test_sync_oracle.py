@@ -56,8 +56,9 @@ def test_sync_training_matches_joined_batch_oracle_with_sharded_variables(make_c
     assert all("holds " in t.output() for t in cluster.tasks[:2])
     # and the pushes came through shared memory (every task is on loopback): at least one per step
     for ps in cluster.tasks[:2]:
-        came = re.search(r"ps:\d: (\d+) requests came through shared memory", ps.output())
+        came = re.search(r"ps:\d: (\d+) requests came through shared memory, (\d+) on the doorbell", ps.output())
         assert came and int(came.group(1)) >= STEPS, cluster.dump()
+        assert int(came.group(2)) >= STEPS - 2, "after the first steps, the headers come on the doorbell"
 
 
 def test_sync_training_through_the_socket_matches_the_oracle_too(make_cluster, tmp_path):
