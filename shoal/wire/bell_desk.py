@@ -1,12 +1,14 @@
 """The server's side of doorbells (the scheme, and the client's side: shoal/wire/doorbell.py):
-listening for lines, checking their hellos, and waiting on them and the zmq socket together.
+listening for lines, checking who rings, and waiting on the lines and the zmq socket together.
 
 What a process that is not a client can make the server do: connect to its doorbell (an abstract
-Unix socket, which anyone in the network namespace can list) and send a hello. The server
-accepts at most MAX_UNBOUND such lines at a time, reads at most NONCE_BYTES + 1 bytes of each,
-and closes it unless that is the nonce of an area it attached and the kernel names the area's
-process as the line's other end; a line that says nothing for HELLO_TIMEOUT_S is closed. A line
-of a client that went is closed when its area is let go of.
+Unix socket, which anyone in the network namespace can list). The kernel names the process at
+the other end of each line (SO_PEERCRED): a line of another user, or of a process that holds no
+area the server attached, is hung up on at once, unread (refusals are logged rate-limited). Of
+the rest the server holds at most MAX_UNBOUND lines that have not said hello, reads at most
+NONCE_BYTES + 1 bytes of each, and hangs up unless that is the nonce of that process's area, or
+if nothing came within HELLO_TIMEOUT_S (checked every SWEEP_EVERY_S). A line is closed when its
+area is let go of (its client reset or exited).
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import time
 from dataclasses import dataclass
 
 import zmq
 
-from shoal.wire.doorbell import BELL_MAX_BYTES, BELL_OK, BELL_PREFIX, address_of
+from shoal.wire.doorbell import BELL_MAX_BYTES, BELL_OK, BELL_PREFIX, address_of, peer_of
+from shoal.wire.refusals import RefusalLog
 from shoal.wire.shared_area import NONCE_BYTES
 from shoal.wire.shared_attach import AttachedArea, AttachedAreas
 
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_UNBOUND = 8
 HELLO_TIMEOUT_S = 5.0
-_UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
+SWEEP_EVERY_S = 1.0
 
 
 @dataclass(eq=False)
@@ -36,6 +38,7 @@ class BellLine:
     """One client's line (once its hello named its area: `area`)."""
 
     sock: socket.socket
+    pid: int
     opened: float
     area: AttachedArea | None = None
 
@@ -69,6 +72,9 @@ class BellDesk:
         self._zsock: zmq.Socket | None = None
         self._lines: dict[int, BellLine] = {}  # by file descriptor (what zmq's poll names them by)
         self._zmq_first = True  # whose message is taken when both have one (they take turns)
+        self._turn = 0  # which of several ready lines goes first (they take turns too)
+        self._next_sweep = 0.0
+        self._refusals = RefusalLog(log, f"{server_name} (doorbell)")
 
     @property
     def active(self) -> bool:
@@ -91,34 +97,48 @@ class BellDesk:
         self._poller.register(zsock, zmq.POLLIN)
         self._poller.register(listener.fileno(), zmq.POLLIN)
         self._zsock, self._listener, self.name = zsock, listener, name
+        self._next_sweep = time.monotonic() + SWEEP_EVERY_S
         log.debug("%s: doorbell %s open for clients on this machine", self._server_name, name)
 
     def wait(self, timeout_ms: int) -> tuple[BellLine, bytes] | bool:
         """Block up to `timeout_ms` for the next message: (line, message) for one that came on a
         line, True when the zmq socket has one (receive it without blocking), False if none came.
-        New lines and hellos are taken care of here."""
-        ready = dict(self._poller.poll(timeout_ms))
-        zmq_ready = self._zsock in ready
-        if self._listener.fileno() in ready:
-            self._accept()
-        if zmq_ready and self._zmq_first:
+        New lines and hellos are taken care of here; so are lines past their time, every
+        SWEEP_EVERY_S (a clock read otherwise)."""
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._sweep(now)
+        ready = self._poller.poll(timeout_ms)
+        if not ready:
+            return False
+        zmq_ready = False
+        lines = []
+        for fd, _ in ready:
+            if fd is self._zsock:
+                zmq_ready = True
+            elif fd == self._listener.fileno():
+                self._accept()
+            elif fd in self._lines:
+                lines.append(self._lines[fd])
+        if zmq_ready and (self._zmq_first or not lines):
             self._zmq_first = False
             return True
-        for fd in ready:
-            line = self._lines.get(fd)
-            if line is not None:
-                message = self._read(line)
-                if message is not None:
-                    self._zmq_first = True
-                    return line, message
+        self._turn += 1
+        for k in range(len(lines)):
+            line = lines[(self._turn + k) % len(lines)]
+            message = self._read(line)
+            if message is not None:
+                self._zmq_first = True
+                return line, message
         return zmq_ready
 
-    def sweep(self) -> None:
-        """Close lines whose area was let go of and lines that sent no hello in time."""
-        now = time.monotonic()
+    def queued(self, area: AttachedArea):
+        """The messages waiting on `area`'s line, in order (a request its client sent through zmq
+        after them is handled after them). Yields (line, message)."""
         for line in list(self._lines.values()):
-            if line.area.released if line.area is not None else now - line.opened > HELLO_TIMEOUT_S:
-                self._close_line(line)
+            if line.area is area:
+                while (message := self._read(line)) is not None:
+                    yield line, message
 
     def close(self) -> None:
         for line in list(self._lines.values()):
@@ -129,17 +149,36 @@ class BellDesk:
         self._poller = self._zsock = None
         self.name = None
 
+    def _sweep(self, now: float) -> None:
+        """Close lines whose area was let go of and lines that sent no hello in time."""
+        self._next_sweep = now + SWEEP_EVERY_S
+        for line in list(self._lines.values()):
+            if line.area.released if line.area is not None else now - line.opened > HELLO_TIMEOUT_S:
+                self._close_line(line)
+
     def _accept(self) -> None:
         try:
             sock, _ = self._listener.accept()
         except OSError:
             return
-        if sum(1 for line in self._lines.values() if line.area is None) >= MAX_UNBOUND:
+        try:
+            pid, uid = peer_of(sock)
+        except OSError:
             sock.close()
-            log.info("%s: refused a doorbell line: %d lines have not said hello yet", self._server_name, MAX_UNBOUND)
+            return
+        reason = None
+        if uid != os.getuid():
+            reason = f"it is another user's (uid {uid})"
+        elif not self._areas.held_by(pid):
+            reason = "that process holds no area this server attached"
+        elif sum(1 for line in self._lines.values() if line.area is None) >= MAX_UNBOUND:
+            reason = f"{MAX_UNBOUND} lines have not said hello yet"
+        if reason is not None:
+            sock.close()
+            self._refusals.refused(f"pid {pid}", f"a doorbell line: {reason}", time.monotonic())
             return
         sock.setblocking(False)
-        self._lines[sock.fileno()] = BellLine(sock, time.monotonic())
+        self._lines[sock.fileno()] = BellLine(sock, pid, time.monotonic())
         self._poller.register(sock.fileno(), zmq.POLLIN)
 
     def _read(self, line: BellLine) -> bytes | None:
@@ -152,9 +191,9 @@ class BellDesk:
         except OSError:
             data = b""
         if not data or len(data) >= size or (line.area is not None and line.area.released):
-            if data:
-                log.warning("%s: closed a doorbell line that sent %d bytes, more than it may", self._server_name,
-                            len(data))
+            if data and len(data) >= size:
+                self._refusals.refused(f"pid {line.pid}", f"a doorbell line sent {len(data)} bytes, more than it may",
+                                       time.monotonic())
             self._close_line(line)
             return None
         if line.area is None:
@@ -164,10 +203,9 @@ class BellDesk:
 
     def _hello(self, line: BellLine, nonce: bytes) -> None:
         area = self._areas.find(nonce)
-        pid, uid, _ = _UCRED.unpack(line.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-        if area is None or area.pid != pid or uid != os.getuid():
-            log.info("%s: refused a doorbell line of pid %d: it named no area of that process", self._server_name,
-                     pid)
+        if area is None or area.pid != line.pid:
+            self._refusals.refused(f"pid {line.pid}", "a doorbell hello that names no area of that process",
+                                   time.monotonic())
             self._close_line(line)
             return
         for other in list(self._lines.values()):
@@ -177,10 +215,11 @@ class BellDesk:
         if not line.send(BELL_OK):
             self._close_line(line)
             return
-        log.debug("%s: doorbell line up for pid %d", self._server_name, pid)
+        log.debug("%s: doorbell line up for pid %d", self._server_name, line.pid)
 
     def _close_line(self, line: BellLine) -> None:
         fd = line.sock.fileno()
         if fd >= 0 and self._lines.pop(fd, None) is not None:
             self._poller.unregister(fd)
         line.sock.close()  # (its area stays: a deferred reply to one of its requests goes through zmq)
+

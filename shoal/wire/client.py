@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -11,7 +12,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from shoal.wire.doorbell import BELL_KEY, BELL_MAX_BYTES, BellState, Doorbell, valid_name
+from shoal.wire.doorbell import BELL_KEY, BELL_MAX_BYTES, BellState, Doorbell, Sent, valid_name
 from shoal.wire.endpoint import connect_endpoint, is_ipv6, is_on_this_host
 from shoal.wire.errors import AuthRejectedError, PeerLostError, PeerTimeoutError, ProtocolError, RemoteError
 from shoal.wire.limits import ConnectionLimits
@@ -78,6 +79,7 @@ class RpcClient:
         self._bell: Doorbell | None = None  # the line to the server, once it named one
         self._bell_poller: zmq.Poller | None = None  # the zmq socket and the line, waited on together
         self._by_bell: set[int] = set()  # requests out on the line
+        self._by_zmq: set[int] = set()  # requests out through zmq (while any is, requests keep to zmq)
         self._rung: set[str] = set()  # doorbells rung on this connection (one that hung up is not rung again)
 
     @property
@@ -106,6 +108,9 @@ class RpcClient:
         if self._mechanism is None:
             self._mechanism = mechanism_for(self._requested_security, self.address, self._secret)
         self._mechanism.configure_client(sock)
+        # An id of our own, kept when zmq connects again (the server hands it over): a reply the
+        # server sends through zmq to a request that came on the doorbell line finds us then too.
+        sock.setsockopt(zmq.ROUTING_ID, b"s" + os.urandom(15))
         sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         if is_ipv6(self.address):
@@ -134,7 +139,11 @@ class RpcClient:
         try:
             frames = encode(header, tensors, block)
             if not self._ring(rid, frames):
+                if self._by_bell and OFFER_KEY not in header:  # the server takes what is on the line first
+                    header[OFFER_KEY] = self._area.offer()
+                    frames = encode(header, tensors, block)
                 self._queue(frames, op)
+                self._by_zmq.add(rid)
         except BaseException:
             if self._area is not None:  # nothing went out: the block and the offer are void
                 self._area.free(rid)
@@ -146,15 +155,24 @@ class RpcClient:
         return rid
 
     def _ring(self, rid: int, frames: list) -> bool:
-        """Send a request on the doorbell line if it can go there: the line is up, the request
-        is a header alone of at most BELL_MAX_BYTES, and no request waits for a reply through
-        zmq. Returns whether it went (blocks only while the kernel's buffer for the line is full)."""
+        """Send a request on the doorbell line if it can go there: the line is up and has room,
+        the request is a header alone of at most BELL_MAX_BYTES, and no request waits for a
+        reply through zmq, whose connection is up (the monitor says so). Returns whether it went.
+        Does not block.
+
+        A request that goes through zmq while requests are out on the line names the area
+        (`OFFER_KEY`, see `send`): the server handles what waits on the line before it."""
         bell = self._bell
         if (bell is None or bell.state is not BellState.UP or len(frames) != 1 or len(frames[0]) > BELL_MAX_BYTES
-                or len(self._by_bell) != len(self._pending)):
+                or self._by_zmq):
             return False
-        if not bell.send(frames[0]):
-            self._hang_up()
+        self._read_monitor(sending=True)  # (which may read the end of the line too)
+        if not self._watch.up or self._bell is not bell:  # a reply through zmq would find no connection
+            return False
+        sent = bell.send(frames[0])
+        if sent is Sent.GONE:
+            self._hang_up(read_first=True)
+        if sent is not Sent.SENT:
             return False
         self._by_bell.add(rid)
         return True
@@ -224,14 +242,15 @@ class RpcClient:
         """send + wait. Blocks up to the timeout."""
         return self.wait(self.send(op, fields, tensors), timeout_s)
 
-    def _read_monitor(self) -> None:
-        """Take the monitor's events (connection up, lost, refused)."""
+    def _read_monitor(self, sending: bool = False) -> None:
+        """Take the monitor's events (connection up, lost, refused). `sending`: a request is
+        about to go, so a connection that broke counts as lost as if it were out already."""
         while self._monitor is not None:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            self._watch.on_event(event["event"], event["value"], bool(self._pending))
+            self._watch.on_event(event["event"], event["value"], sending or bool(self._pending))
         if self._watch is not None and (self._watch.lost or self._watch.refusal is not None):
             while self._read_reply():  # the replies that came before the connection went count
                 pass
@@ -242,13 +261,18 @@ class RpcClient:
         frames = self._receive(wait_ms) if self._bell is None else self._receive_either(wait_ms)
         if frames is None:
             return False
+        self._accept(frames)
+        return True
+
+    def _accept(self, frames: list) -> None:
+        """Decode one reply and keep it if someone waits for it."""
         area = self._area
         try:
             shared = area.view if area is not None and area.state is AreaState.ATTACHED else None
             message = decode(frames, self._destination, shared)
         except ProtocolError as e:
             log.warning("ignored a malformed reply from %s at %s: %s", self.peer_name, self.address, e)
-            return True
+            return
         if area is not None:  # the reply's block (copied out above) is free again
             if message.rid in self._offered:
                 area.answered(message.header.get(ACK_KEY))  # no answer to an offering request: an older server
@@ -257,9 +281,9 @@ class RpcClient:
             if self._bell is None and area.state is AreaState.ATTACHED and BELL_KEY in message.header:
                 self._ring_up(message.header[BELL_KEY])
         self._by_bell.discard(message.rid)
+        self._by_zmq.discard(message.rid)
         if message.rid in self._pending:
             self._replies[message.rid] = message
-        return True
 
     def _receive(self, wait_ms: int) -> list | None:
         """The frames of the next message from zmq, waiting up to `wait_ms`; None if none came."""
@@ -299,10 +323,13 @@ class RpcClient:
             self._bell_poller.register(self._sock, zmq.POLLIN)
             self._bell_poller.register(bell.fileno(), zmq.POLLIN)
 
-    def _hang_up(self) -> None:
-        """Drop the doorbell line: the next requests go through zmq. The replies to requests
-        still out on it come through zmq or not at all; if the server went, zmq says so (lost)."""
+    def _hang_up(self, read_first: bool = False) -> None:
+        """Drop the doorbell line: the next requests go through zmq. With `read_first`, the
+        replies still on the line are taken first. The replies to requests still out on it come
+        through zmq or not at all; if the server went, zmq says so (lost)."""
         if self._bell is not None:
+            while read_first and (message := self._bell.receive()) is not None:
+                self._accept([message])
             self._bell.close()
             self._bell = None
             self._bell_poller = None
@@ -358,6 +385,7 @@ class RpcClient:
         new area and rings again). Idempotent."""
         self._hang_up()
         self._rung.clear()
+        self._by_zmq.clear()
         if self._area is not None:
             self._area.close()
             self._offered.clear()

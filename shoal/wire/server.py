@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -27,6 +28,8 @@ from shoal.wire.shared_attach import AttachedArea, AttachedAreas
 from shoal.wire.sockio import NOBLOCK, ZERO_COPY_MIN_BYTES, recv_message, send_message
 
 log = logging.getLogger(__name__)
+
+DESK_RETRY_S = 30.0  # after the doorbell could not be opened (out of descriptors), try again this much later
 
 
 @dataclass(eq=False)
@@ -106,7 +109,7 @@ class RpcServer:
         self._shared_memory = shared_memory
         self._areas = AttachedAreas(name)
         self._desk = BellDesk(name, self._areas)
-        self._desk_failed = False  # the doorbell could not be opened: headers go through zmq
+        self._desk_retry_at = 0.0  # the doorbell could not be opened: not again before this (monotonic)
         self.shared_requests = 0
         self.bell_requests = 0
 
@@ -129,6 +132,7 @@ class RpcServer:
         mechanism = mechanism_for(self._requested_security, self.address, self._secret)
         mechanism.configure_server(sock)
         sock.zap_domain = ZAP_DOMAIN
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client that connects again keeps its routing id (RpcClient)
         if is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
         self._gate = Gatekeeper(self._ctx, self.limits, mechanism.check, self.name)
@@ -150,8 +154,8 @@ class RpcServer:
 
     def serve_once(self, timeout_ms: int) -> bool:
         """Handle at most one request, waiting up to `timeout_ms`. Returns whether one came. Blocks."""
-        if len(self._areas) and self._areas.sweep():  # (a clock read, unless due)
-            self._desk.sweep()
+        if len(self._areas):
+            self._areas.sweep()  # (a clock read, unless due)
         if self._desk.active:  # clients on this machine: wait on their lines and zmq together
             got = self._desk.wait(timeout_ms)
             if got is False:
@@ -193,6 +197,9 @@ class RpcServer:
                 if area is not None and type(peer) is bytes:
                     area.peer = peer
                     bell = self._bell_name()
+                    for line, queued in self._desk.queued(area):  # sent on its line before this one
+                        self.bell_requests += 1
+                        self._handle(line, [queued])
             message = decode_body(header, body, self._into, area.view if area is not None else None,
                                   self._borrows)
             if not isinstance(message.header.get("op"), str):
@@ -217,13 +224,13 @@ class RpcServer:
 
     def _bell_name(self) -> str | None:
         """The doorbell's address, opened at the first attached area (None if it cannot be)."""
-        if not self._desk.active and not self._desk_failed:
+        if not self._desk.active and time.monotonic() >= self._desk_retry_at:
             try:
                 self._desk.open(self._sock)
             except OSError as e:
-                log.info("%s: no doorbell for clients on this machine (their headers go through zmq): %s",
+                log.info("%s: no doorbell for clients on this machine for now (their headers go through zmq): %s",
                          self.name, e)
-                self._desk_failed = True
+                self._desk_retry_at = time.monotonic() + DESK_RETRY_S
         return self._desk.name
 
     def reply(self, request: Request, fields: dict[str, Any] | None = None,

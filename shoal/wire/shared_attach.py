@@ -105,6 +105,10 @@ class AttachedAreas:
         log.info("%s: a client on this machine (pid %d) sends its tensors through shared memory", self._name, pid)
         return area
 
+    def held_by(self, pid: int) -> bool:
+        """Whether process `pid` holds an area attached here."""
+        return any(area.pid == pid for area in self._areas.values())
+
     def find(self, nonce: bytes) -> AttachedArea | None:
         """The attached area whose nonce is `nonce`, if any."""
         return self._areas.get(nonce) if type(nonce) is bytes and len(nonce) == NONCE_BYTES else None

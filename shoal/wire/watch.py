@@ -34,6 +34,11 @@ class ConnectionWatch:
         self.dropped = 0                 # connections that finished their handshake and then broke
         self._hangups = 0                # handshakes the server hung up on, in a row
 
+    @property
+    def up(self) -> bool:
+        """The connection finished its handshake and has not broken since (as far as the events read say)."""
+        return self._up
+
     def on_event(self, event: int, value: int, pending: bool) -> None:
         """Take one monitor event; `pending` says whether requests are waiting for replies."""
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:

@@ -60,6 +60,7 @@ class Relay:
         self.conversations: list[Conversation] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._sockets: list[socket.socket] = [self._listener]
+        self._relayed: list[tuple[socket.socket, socket.socket]] = []
         self._stopped = threading.Event()
         threading.Thread(target=self._accept, name="relay-accept", daemon=True).start()
 
@@ -74,6 +75,15 @@ class Relay:
             with conv.lock:
                 parts += [bytes(conv.upstream), bytes(conv.downstream)]
         return b"".join(parts)
+
+    def cut(self) -> None:
+        """End every relayed connection (both ends see it closed); new ones are still relayed."""
+        for conv_sockets in list(self._relayed):
+            for sock in conv_sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def stop(self) -> None:
         """Close the listener and every relayed connection. Idempotent."""
@@ -93,6 +103,7 @@ class Relay:
                 return
             server.settimeout(None)
             self._sockets += [client, server]
+            self._relayed.append((client, server))
             conv = Conversation()
             self.conversations.append(conv)
             for src, dst, direction in ((client, server, UP), (server, client, DOWN)):

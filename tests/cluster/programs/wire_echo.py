@@ -10,8 +10,8 @@ client's shared-memory area. Prints `serving` once bound and
 `handled <op>` for every request the handler receives (`handled <op> on the doorbell` for one
 that came on a doorbell line, shoal/wire/doorbell.py), so a test can tell whether anything got
 through and how. A request of op `refuse` gets an error reply; one of op `grow` gets each tensor
-back twice over (a reply bigger than the request); one of op `hold` gets no reply at all. Runs
-until killed.
+back twice over (a reply bigger than the request); one of op `hold` gets no reply at all; one of
+op `slow` is answered after 0.3 s. Runs until killed.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ def main() -> int:
         print(f"handled {request.op}{'' if type(request.peer) is bytes else ' on the doorbell'}", flush=True)
         if request.op == "hold":
             return
+        if request.op == "slow":
+            import time
+            time.sleep(0.3)
         if request.op == "refuse":
             server.reply_error(request, "refused as asked")
             return
