@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from shoal.wire.doorbell import BELL_MAX_BYTES, BELL_OK, BELL_PREFIX, address_of, peer_of
+from shoal.wire.doorbell import BELL_MAX_BYTES, BELL_OK, BELL_PREFIX, address_of, peer_of, receive_now
 from shoal.wire.refusals import RefusalLog
 from shoal.wire.shared_area import NONCE_BYTES
 from shoal.wire.shared_attach import AttachedArea, AttachedAreas
@@ -184,12 +184,9 @@ class BellDesk:
     def _read(self, line: BellLine) -> bytes | None:
         """The line's next message, or None (nothing yet, a hello taken care of, or the line closed)."""
         size = BELL_MAX_BYTES + 1 if line.area is not None else NONCE_BYTES + 1
-        try:
-            data = line.sock.recv(size, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
+        data = receive_now(line.sock, size)
+        if data is None:
             return None
-        except OSError:
-            data = b""
         if not data or len(data) >= size or (line.area is not None and line.area.released):
             if data and len(data) >= size:
                 self._refusals.refused(f"pid {line.pid}", f"a doorbell line sent {len(data)} bytes, more than it may",

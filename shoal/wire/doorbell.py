@@ -57,6 +57,17 @@ def peer_of(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
+def receive_now(sock: socket.socket, size: int) -> bytes | None:
+    """The next message on a line, of at most `size` bytes, if one is queued; None if none is;
+    b"" at the end of the line (the other end went or hung up). Does not block."""
+    try:
+        return sock.recv(size, socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
+
+
 def address_of(name: str) -> bytes:
     """The abstract socket address of doorbell `name` (not a file: it vanishes with its socket)."""
     return b"\0" + name.encode("ascii")
@@ -129,12 +140,9 @@ class Doorbell:
         went, or refused the hello), the line is closed and None returned: check `state`."""
         if self._sock is None:
             return None
-        try:
-            data = self._sock.recv(BELL_MAX_BYTES, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
+        data = receive_now(self._sock, BELL_MAX_BYTES)
+        if data is None:
             return None
-        except OSError:
-            data = b""
         if not data or (self.state is BellState.RINGING and data != BELL_OK):
             self.close()
             return None

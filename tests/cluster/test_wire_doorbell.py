@@ -21,25 +21,20 @@ import pytest
 from shoal.wire import PeerLostError
 from shoal.wire.bell_desk import HELLO_TIMEOUT_S, MAX_UNBOUND
 from shoal.wire.doorbell import BELL_MAX_BYTES, BellState, address_of
-from shoal.wire.shared_area import AREA_BYTES, BLOCK_KEY, NONCE_BYTES, AreaState
+from shoal.wire.shared_area import AREA_BYTES, BLOCK_KEY, NONCE_BYTES
 from tests.cluster.harness import drain_disconnect_while_idle
 from tests.cluster.relay import Relay
+from tests.cluster.test_wire_shared_memory import attached  # noqa: F401 (a fixture, used by `rung`)
 from tests.cluster.test_wire_shared_memory import BIG, client, echo_server, wait_until
 
 
 @pytest.fixture
-def rung(make_cluster):
-    """(server task, client, cluster) with the client's doorbell line up."""
-    cluster = make_cluster(num_ps=1, num_workers=0)
-    task, address = echo_server(cluster)
-    c = client(cluster, address)
-    try:
-        c.call("echo", tensors={"x": np.zeros(BIG, np.float32)})  # offers the area: the reply names the doorbell
-        assert c.shared_state is AreaState.ATTACHED
-        assert wait_until(lambda: c.call("ping") is not None and c.bell_state is BellState.UP, 10)
-        yield task, c, cluster
-    finally:
-        c.close()
+def rung(attached):
+    """(server task, client, cluster) with the client's doorbell line up (the client's area is
+    attached: the reply to the request that offered it named the doorbell)."""
+    c = attached.client
+    assert wait_until(lambda: c.call("ping") is not None and c.bell_state is BellState.UP, 10)
+    return attached.server, c, attached.cluster
 
 
 def doorbell_ways(task, op: str) -> tuple[int, int]:
