@@ -81,6 +81,9 @@ class RpcClient:
         self._by_bell: set[int] = set()  # requests out on the line
         self._by_zmq: set[int] = set()  # requests out through zmq (while any is, requests keep to zmq)
         self._rung: set[str] = set()  # doorbells rung on this connection (one that hung up is not rung again)
+        # The connection broke just before a request went (read by `_ring`, not by a wait): lost, as
+        # if the request had been out, unless it is back by the time a wait reads the monitor.
+        self._drop_unseen = False
 
     @property
     def shared_state(self) -> AreaState | None:
@@ -166,8 +169,12 @@ class RpcClient:
         if (bell is None or bell.state is not BellState.UP or len(frames) != 1 or len(frames[0]) > BELL_MAX_BYTES
                 or self._by_zmq):
             return False
-        self._read_monitor(sending=True)  # (which may read the end of the line too)
-        if not self._watch.up or self._bell is not bell:  # a reply through zmq would find no connection
+        watch, dropped = self._watch, self._watch.dropped
+        self._read_monitor()  # (which may read the end of the line too)
+        if not watch.up:  # a reply through zmq would find no connection: the request queues on zmq
+            self._drop_unseen = self._drop_unseen or watch.dropped > dropped
+            return False
+        if self._bell is not bell:
             return False
         sent = bell.send(frames[0])
         if sent is Sent.GONE:
@@ -242,15 +249,17 @@ class RpcClient:
         """send + wait. Blocks up to the timeout."""
         return self.wait(self.send(op, fields, tensors), timeout_s)
 
-    def _read_monitor(self, sending: bool = False) -> None:
-        """Take the monitor's events (connection up, lost, refused). `sending`: a request is
-        about to go, so a connection that broke counts as lost as if it were out already."""
+    def _read_monitor(self) -> None:
+        """Take the monitor's events (connection up, lost, refused)."""
         while self._monitor is not None:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            self._watch.on_event(event["event"], event["value"], sending or bool(self._pending))
+            self._watch.on_event(event["event"], event["value"], bool(self._pending))
+        if self._drop_unseen and self._watch is not None and self._pending:
+            self._drop_unseen = False
+            self._watch.lost = self._watch.lost or not self._watch.up
         if self._watch is not None and (self._watch.lost or self._watch.refusal is not None):
             while self._read_reply():  # the replies that came before the connection went count
                 pass
@@ -299,17 +308,27 @@ class RpcClient:
 
     def _receive_either(self, wait_ms: int) -> list | None:
         """The next message from zmq or the doorbell line, waiting up to `wait_ms` for either;
-        None if none came. The server's answer to the hello and the end of the line are taken
-        care of here (a line that ends leaves the client on zmq alone)."""
-        ready = dict(self._bell_poller.poll(wait_ms))
-        bell = self._bell
-        if bell.fileno() in ready:
-            message = bell.receive()
-            if message is not None:
-                return [message]
-            if bell.state is BellState.GONE:
-                self._hang_up()
-        return self._receive(0) if self._sock in ready else None
+        None if none came in that time. The server's answer to the hello and the end of the line
+        are taken care of here, and the wait goes on after them (a caller that reads the monitor
+        when a wait comes back empty must not do so early). A line that ends leaves the client
+        on zmq alone."""
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            ready = dict(self._bell_poller.poll(wait_ms))
+            bell = self._bell
+            if bell.fileno() in ready:
+                message = bell.receive()
+                if message is not None:
+                    return [message]
+                if bell.state is BellState.GONE:
+                    self._hang_up()
+            if self._sock in ready:
+                return self._receive(0)
+            wait_ms = int((deadline - time.monotonic()) * 1000)
+            if not ready or wait_ms <= 0:
+                return None
+            if self._bell is None:
+                return self._receive(wait_ms)
 
     def _ring_up(self, name) -> None:
         """Connect to the doorbell a reply named, unless this connection rang it before."""
@@ -386,6 +405,7 @@ class RpcClient:
         self._hang_up()
         self._rung.clear()
         self._by_zmq.clear()
+        self._drop_unseen = False
         if self._area is not None:
             self._area.close()
             self._offered.clear()
