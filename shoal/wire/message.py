@@ -137,7 +137,7 @@ def decode(frames: Sequence, into: Into | None = None, shared: SharedView | None
     """
     if not frames:
         raise ProtocolError("empty message")
-    return decode_body(decode_header(_as_bytes(frames[0])), frames, into, shared, borrow)
+    return decode_body(decode_header(frame_bytes(frames[0])), frames, into, shared, borrow)
 
 
 def decode_body(header: dict[str, Any], frames: Sequence, into: Into | None = None, shared: SharedView | None = None,
@@ -278,7 +278,8 @@ def _fits(dest: np.ndarray, dtype: np.dtype, shape: list[int]) -> bool:
             and dest.flags.writeable)
 
 
-def _as_bytes(frame) -> bytes:
+def frame_bytes(frame) -> bytes:
+    """The bytes of a frame (bytes, or a zmq.Frame)."""
     return frame if isinstance(frame, bytes) else frame.bytes
 
 

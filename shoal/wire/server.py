@@ -20,7 +20,7 @@ from shoal.wire.gatekeeper import ZAP_DOMAIN, Gatekeeper
 from shoal.wire.limits import ConnectionLimits, raise_open_file_limit
 from shoal.wire.mechanisms import mechanism_for
 from shoal.wire.memory import keep_freed_memory
-from shoal.wire.message import Into, Message, decode_body, decode_header, encode
+from shoal.wire.message import Into, Message, decode_body, decode_header, encode, frame_bytes
 from shoal.wire.secret import JobSecret
 from shoal.wire.security import Security
 from shoal.wire.shared_area import ACK_KEY, BLOCK_KEY, OFFER_KEY, packed_nbytes
@@ -189,7 +189,7 @@ class RpcServer:
         try:
             if not body:
                 raise ProtocolError("empty message")
-            header = decode_header(_as_bytes(body[0]))
+            header = decode_header(frame_bytes(body[0]))
             offer = header.get(OFFER_KEY)
             if offer is not None:  # the area this request may use, attached on first sight
                 area = self._areas.attach(offer) if self._shared_memory else None
@@ -324,15 +324,11 @@ def _reply_header(request: Request, fields: dict) -> dict:
     return fields
 
 
-def _as_bytes(frame) -> bytes:
-    return frame if type(frame) is bytes else frame.bytes
-
-
 def _rid_of(body) -> int:
     """Best-effort request id of a malformed message, so its sender can match the error."""
     try:
         import msgpack
-        header = msgpack.unpackb(_as_bytes(body[0]), raw=False)
+        header = msgpack.unpackb(frame_bytes(body[0]), raw=False)
         rid = header.get("rid") if isinstance(header, dict) else None
         return rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else 0
     except Exception:

@@ -113,18 +113,17 @@ class AttachedAreas:
         """The attached area whose nonce is `nonce`, if any."""
         return self._areas.get(nonce) if type(nonce) is bytes and len(nonce) == NONCE_BYTES else None
 
-    def sweep(self, force: bool = False) -> bool:
+    def sweep(self, force: bool = False) -> None:
         """Let go of areas whose client closed them or exited; at most every SWEEP_EVERY_S
-        unless `force`. Cheap when not due (one clock read). Returns whether it swept."""
+        unless `force`. Cheap when not due (one clock read)."""
         now = time.monotonic()
         if not force and now < self._next_sweep:
-            return False
+            return
         self._next_sweep = now + SWEEP_EVERY_S
         for nonce, area in list(self._areas.items()):
             if not area.alive():
                 area.release()
                 del self._areas[nonce]
-        return True
 
     def close(self) -> None:
         for area in self._areas.values():
