@@ -9,6 +9,7 @@ which way each request came."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -168,6 +169,7 @@ def test_lines_of_another_user_cannot_keep_a_new_client_off_the_doorbell(rung):
     flood = subprocess.Popen(["/usr/bin/python3", "-c", FLOOD, _doorbell_name(c)], user=65534, group=65534,
                              cwd="/", env={}, stdout=subprocess.PIPE, text=True)
     try:
+        assert select.select([flood.stdout], [], [], 30)[0], "the flooding process said nothing within 30 s"
         assert flood.stdout.readline().strip() == "flooding"
         newcomer = client(cluster, cluster.spec["ps"][0])
         try:
