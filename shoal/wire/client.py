@@ -286,6 +286,9 @@ class RpcClient:
             if message.rid in self._offered:
                 area.answered(message.header.get(ACK_KEY))  # no answer to an offering request: an older server
                 self._offered.discard(message.rid)
+            elif message.header.get(ACK_KEY) is False and area.state is AreaState.ATTACHED:
+                area.refused()  # (a server started again on the address that cannot attach it)
+                self._hang_up()
             area.free(message.rid)
             if self._bell is None and area.state is AreaState.ATTACHED and BELL_KEY in message.header:
                 self._ring_up(message.header[BELL_KEY])

@@ -200,6 +200,9 @@ class RpcServer:
                     for line, queued in self._desk.queued(area):  # sent on its line before this one
                         self.bell_requests += 1
                         self._handle(line, [queued])
+                elif area is None and BLOCK_KEY in header:  # (e.g. its client closed the area since)
+                    self._refuse_unattached(peer, header, shared_ok)
+                    return
             message = decode_body(header, body, self._into, area.view if area is not None else None,
                                   self._borrows)
             if not isinstance(message.header.get("op"), str):
@@ -221,6 +224,17 @@ class RpcServer:
         except Exception as e:  # a bug in a handler must not take the server down
             log.exception("%s failed handling %r", self.name, request.op)
             self.reply_error(request, f"internal error in {self.name} handling {request.op!r}: {e!r}")
+
+    def _refuse_unattached(self, peer: bytes | BellLine, header: dict, shared_ok: bool | None) -> None:
+        """Answer a request whose tensors are in an area this server could not attach (logged at
+        INFO by the attach): not malformed. Its client closed the area after sending it (it
+        reset, having given up on the request), or this server cannot attach areas now (a
+        server started again, out of room); the answer tells the client to use the socket."""
+        rid = header.get("rid")
+        rid = rid if type(rid) is int and rid >= 0 else 0
+        self._send(peer, {"rid": rid, "ok": False, ACK_KEY: shared_ok,
+                          "error": "the shared-memory area holding the request's tensors could not be attached; "
+                                   "its next requests go through the socket"}, None, False)
 
     def _bell_name(self) -> str | None:
         """The doorbell's address, opened at the first attached area (None if it cannot be)."""

@@ -136,8 +136,13 @@ class SharedArea:
         if attached:
             self.state = AreaState.ATTACHED
         else:
-            self.close()
-            self.state = AreaState.REFUSED
+            self.refused()
+
+    def refused(self) -> None:
+        """The server said no (to an offer, or later: a server started again that cannot attach
+        it): close the area; requests go through the socket until the connection is reset."""
+        self.close()
+        self.state = AreaState.REFUSED
 
     def allocate(self, rid: int, nbytes: int) -> Block | None:
         """A block of at least `nbytes` for request `rid`, or None if the area has no room (the

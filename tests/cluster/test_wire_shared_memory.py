@@ -165,6 +165,42 @@ def test_a_server_started_again_on_the_address_attaches_the_area_from_the_next_r
     assert mapped_areas(again.proc.pid) == 1
 
 
+def test_a_server_started_again_that_cannot_attach_the_area_sends_the_client_back_to_the_socket(attached):
+    c, x = attached.client, np.arange(BIG, dtype=np.float32)
+    os.killpg(attached.server.proc.pid, signal.SIGKILL)
+    attached.server.proc.wait(10)
+    drain_disconnect_while_idle(c)
+    again, _ = echo_server(attached.cluster, "--no-shared-memory")
+    with pytest.raises(RemoteError, match="could not be attached; its next requests go through the socket"):
+        c.call("echo", tensors={"x": x})  # its tensors are in the area, which this server does not map
+    assert c.shared_state is AreaState.REFUSED
+    for k in range(2):
+        reply = c.call("echo", tensors={"x": x + k})
+        assert BLOCK_KEY not in reply.header
+        np.testing.assert_array_equal(reply.tensors["x"], x + k)
+    assert "malformed" not in again.output()
+
+
+def test_a_request_whose_area_its_client_closed_before_the_server_read_it_is_answered_not_called_malformed(
+        make_cluster, tmp_path):
+    # As a client that gave up on a request (it reset: a restarted ps looked lost) closes its area
+    # while zmq still delivers the request to the new server, which has not attached that area.
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    task, address = echo_server(cluster)
+    c = client(cluster, address, shared_memory=False)
+    offer, fd = offer_of("own", tmp_path)
+    os.close(fd)
+    try:
+        with pytest.raises(RemoteError, match="could not be attached"):
+            c.call("echo", {OFFER_KEY: offer, BLOCK_KEY: [4096, 4096], "t": []})
+        assert c.call("echo", tensors={"x": np.ones(4)}).tensors["x"].tolist() == [1, 1, 1, 1]
+        output = task.output()
+        assert "through the socket, not shared memory" in output
+        assert "malformed" not in output
+    finally:
+        c.close()
+
+
 def test_a_server_that_refuses_shared_memory_gets_the_tensors_through_the_socket(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=0)
     task, address = echo_server(cluster, "--no-shared-memory")
