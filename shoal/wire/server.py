@@ -230,9 +230,7 @@ class RpcServer:
         INFO by the attach): not malformed. Its client closed the area after sending it (it
         reset, having given up on the request), or this server cannot attach areas now (a
         server started again, out of room); the answer tells the client to use the socket."""
-        rid = header.get("rid")
-        rid = rid if type(rid) is int and rid >= 0 else 0
-        self._send(peer, {"rid": rid, "ok": False, ACK_KEY: shared_ok,
+        self._send(peer, {"rid": header["rid"], "ok": False, ACK_KEY: shared_ok,  # (decode_header checked rid)
                           "error": "the shared-memory area holding the request's tensors could not be attached; "
                                    "its next requests go through the socket"}, None, False)
 
