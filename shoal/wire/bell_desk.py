@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from shoal.wire.doorbell import BELL_MAX_BYTES, BELL_OK, BELL_PREFIX, address_of, peer_of, receive_now
+from shoal.wire.doorbell import BELL_MAX_BYTES, BELL_OK, BELL_PREFIX, Sent, address_of, peer_of, receive_now, send_now
 from shoal.wire.refusals import RefusalLog
 from shoal.wire.shared_area import NONCE_BYTES
 from shoal.wire.shared_attach import AttachedArea, AttachedAreas
@@ -45,11 +45,7 @@ class BellLine:
     def send(self, frame: bytes) -> bool:
         """Send one message without blocking. False if it cannot go now (the client has not read
         the line's earlier messages, or it went): the caller sends it through zmq instead."""
-        try:
-            self.sock.send(frame, socket.MSG_DONTWAIT)
-            return True
-        except OSError:
-            return False
+        return send_now(self.sock, frame) is Sent.SENT
 
     def zmq_peer(self) -> bytes | None:
         """The zmq routing id of this line's client, for a reply that cannot go on the line."""

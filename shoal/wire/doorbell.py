@@ -68,6 +68,18 @@ def receive_now(sock: socket.socket, size: int) -> bytes | None:
         return b""
 
 
+def send_now(sock: socket.socket, frame: bytes) -> Sent:
+    """Send one message on a line without blocking: SENT, FULL (the other end has not read the
+    line's earlier messages) or GONE (it went or hung up). Nothing was sent unless SENT."""
+    try:
+        sock.send(frame, socket.MSG_DONTWAIT)
+        return Sent.SENT
+    except (BlockingIOError, InterruptedError):
+        return Sent.FULL
+    except OSError:
+        return Sent.GONE
+
+
 def address_of(name: str) -> bytes:
     """The abstract socket address of doorbell `name` (not a file: it vanishes with its socket)."""
     return b"\0" + name.encode("ascii")
@@ -124,15 +136,7 @@ class Doorbell:
         """Send one message (a header of at most BELL_MAX_BYTES) without blocking: SENT, FULL
         (the server has not read the line's earlier messages) or GONE (the server went or hung
         up; read what is left on the line, then `close`). Nothing was sent unless SENT."""
-        if self._sock is None:
-            return Sent.GONE
-        try:
-            self._sock.send(frame, socket.MSG_DONTWAIT)
-            return Sent.SENT
-        except (BlockingIOError, InterruptedError):
-            return Sent.FULL
-        except OSError:
-            return Sent.GONE
+        return send_now(self._sock, frame) if self._sock is not None else Sent.GONE
 
     def receive(self) -> bytes | None:
         """The next message if one is queued (non-blocking); None if none is. A RINGING line

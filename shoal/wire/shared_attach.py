@@ -85,8 +85,7 @@ class AttachedAreas:
     def attach(self, offer) -> AttachedArea | None:
         """The area `offer` (a request header's OFFER_KEY field) names, attached now if it was
         not already; None if it cannot be (logged once per offer). Never raises for a bad offer."""
-        nonce = offer.get("nonce") if type(offer) is dict else None
-        area = self._areas.get(nonce) if type(nonce) is bytes else None
+        area = self.find(offer.get("nonce")) if type(offer) is dict else None
         if area is not None and area.pid == offer.get("pid") and area.fd == offer.get("fd"):
             return area
         try:
