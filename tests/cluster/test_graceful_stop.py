@@ -61,3 +61,15 @@ def test_sigterm_to_a_shoal_torch_job_saves_once_and_leaves_without_the_forgotte
     for task in (chief, worker):
         assert "without opt.finish()" not in task.output(), task.output()[-3000:]
     assert chief.output().count("saved checkpoint step=") == 1 and "on SIGTERM" in chief.output()
+
+
+def test_a_ps_whose_job_is_over_exits_0_when_sigterm_comes_while_it_exits(make_cluster):
+    """A launcher stops the ps tasks the moment the workers succeed, while the ps, told by every
+    worker that it is done, is still exiting: that is a success, not a kill (exit 0, not -15)."""
+    cluster = make_cluster(num_ps=1, num_workers=1)
+    cluster.start_all(["examples/mnist_softmax.py", "--steps", "30", "--log_every", "10"])
+    ps, worker = cluster.tasks
+    ps.wait_for_output("ps:0 done: all 1 workers finished", timeout=60)
+    ps.proc.send_signal(signal.SIGTERM)
+    codes = cluster.wait_all(timeout=30)
+    assert codes == {"ps:0": 0, "worker:0": 0}, cluster.dump()

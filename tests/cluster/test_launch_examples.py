@@ -31,6 +31,8 @@ def test_mnist_yaml_trains_two_workers_and_ps_exit_by_themselves(tmp_path):
             assert lines[-1].startswith(f"mnist.worker.{index} | accuracy: 0.")
         [job] = status(home)
         assert job["state"] == "SUCCEEDED" and job["step"] is not None
+        states = {t["name"]: t["state"] for t in job["tasks"]}
+        assert states == dict.fromkeys(("ps.0", "ps.1", "worker.0", "worker.1"), "SUCCEEDED"), text
         assert alive(recorded_pids(home)) == []
     finally:
         cleanup(home)

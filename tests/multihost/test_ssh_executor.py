@@ -173,7 +173,7 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
     job = shoal.job()
     assert job["state"] == "SUCCEEDED"
     where = {t["name"]: t["detail"] for t in job["tasks"]}
-    assert all(re.fullmatch(r"exit 0|killed by SIGTERM", d) for d in where.values()), where
+    assert set(where.values()) == {"exit 0"}, where  # the ps too: they end by themselves (even if stopped as they do)
     hosts_of = {t["name"]: t["address"].rsplit(":", 1)[0] for t in job["tasks"]}
     pids = {t["name"]: t["pid"] for t in job["tasks"]}
     address = {h.name: h.address for h in hosts}
