@@ -145,6 +145,8 @@ class RpcClient:
                 if self._by_bell and OFFER_KEY not in header:  # the server takes what is on the line first
                     header[OFFER_KEY] = self._area.offer()
                     frames = encode(header, tensors, block)
+                if not self._pending:  # a connection that went while nothing was out took nothing with it:
+                    self._read_monitor()  # its event, read later, would be taken for this request's loss
                 self._queue(frames, op)
                 self._by_zmq.add(rid)
         except BaseException:

@@ -1,8 +1,10 @@
 """`wait_all` over several connections: the replies come back to the requests that asked, call
 after call, also after a connection was dropped and made again; a connection lost while the
-wait blocks on another one is reported at once, not at the timeout; and a refusal by one server
-leaves the other servers' replies for the next wait; a request zmq has no room for fails after
-the client's timeout instead of blocking. Real echo server processes (and a silent listener)."""
+wait blocks on another one is reported at once, not at the timeout; a refusal by one server
+leaves the other servers' replies for the next wait; a server restarted while nothing was out
+answers the next request (the old connection's end is not taken for that request's loss); and a
+request zmq has no room for fails after the client's timeout instead of blocking. Real echo
+server processes (and a silent listener)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,13 @@ from shoal.wire import JobSecret, PeerLostError, PeerTimeoutError, RemoteError, 
 ECHO = "tests/cluster/programs/wire_echo.py"
 
 
-def echo_servers(cluster) -> list[RpcClient]:
+def echo_servers(cluster, shared_memory: bool = True) -> list[RpcClient]:
     clients = []
     for index, address in enumerate(cluster.spec["ps"]):
         task = cluster.start("ps", index, [ECHO, address, "--security", Security.PLAIN.value])
         task.wait_for_output("serving", 30)
         clients.append(RpcClient(address, JobSecret(cluster.secret.encode(), "test"), f"echo:{index}", 20,
-                                 security=Security.PLAIN))
+                                 security=Security.PLAIN, shared_memory=shared_memory))
     return clients
 
 
@@ -106,3 +108,24 @@ def test_a_request_zmq_has_no_room_for_fails_after_the_clients_timeout_instead_o
             c.send("status")  # reset: the next request queues on a new connection at once
         finally:
             c.close()
+
+
+@pytest.mark.parametrize("shared_memory", [False, True], ids=["zmq", "doorbell"])
+def test_a_server_restarted_between_requests_answers_the_next_one_and_nothing_is_called_lost(make_cluster,
+                                                                                            shared_memory):
+    """The old connection's DISCONNECTED event, read only after the next request was queued on
+    the new one, was taken for that request's connection going down (PeerLostError)."""
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    (client,) = echo_servers(cluster, shared_memory)
+    try:
+        ask([client], 0)
+        os.killpg(cluster.tasks[0].proc.pid, signal.SIGKILL)  # nothing out: no request can be lost
+        cluster.tasks[0].proc.wait(10)
+        cluster.start("ps", 0, [ECHO, client.address, "--security", Security.PLAIN.value]).wait_for_output(
+            "serving", 30)
+        time.sleep(1.0)  # zmq has seen the old connection go (the event waits unread) and made a new one
+        client.call("slow", timeout_s=10)  # answered after 0.3 s: the wait reads the monitor meanwhile
+        for round_ in range(1, 4):
+            ask([client], round_)
+    finally:
+        client.close()
