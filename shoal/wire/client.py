@@ -145,8 +145,8 @@ class RpcClient:
                 if self._by_bell and OFFER_KEY not in header:  # the server takes what is on the line first
                     header[OFFER_KEY] = self._area.offer()
                     frames = encode(header, tensors, block)
-                if not self._pending:  # a connection that went while nothing was out took nothing with it:
-                    self._read_monitor()  # its event, read later, would be taken for this request's loss
+                if not self._pending:
+                    self._judge_the_connection_first()
                 self._queue(frames, op)
                 self._by_zmq.add(rid)
         except BaseException:
@@ -185,6 +185,18 @@ class RpcClient:
             return False
         self._by_bell.add(rid)
         return True
+
+    def _judge_the_connection_first(self) -> None:
+        """Before a request goes to zmq with none out: read the monitor, so that a connection
+        that broke while nothing was out (a server restarted between two requests) is not taken,
+        once a wait reads its event, for the loss of this request when a new one is up. If none
+        is up (the server is gone, or not back yet), the request counts as lost unless the
+        connection is back by the time a wait reads the monitor, as one out when it broke would.
+        Does not block."""
+        self._read_monitor()
+        watch = self._watch
+        if watch is not None and watch.dropped and not watch.up:
+            self._drop_unseen = True
 
     def _queue(self, frames: list, op: str) -> None:
         """Hand a request's frames to zmq. While zmq has no room for them (no connection to queue

@@ -129,3 +129,21 @@ def test_a_server_restarted_between_requests_answers_the_next_one_and_nothing_is
             ask([client], round_)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("shared_memory", [False, True], ids=["zmq", "doorbell"])
+def test_a_server_that_died_between_requests_fails_the_next_one_at_once_not_at_the_timeout(make_cluster,
+                                                                                          shared_memory):
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    (client,) = echo_servers(cluster, shared_memory)  # a 20 s request timeout
+    try:
+        ask([client], 0)
+        os.killpg(cluster.tasks[0].proc.pid, signal.SIGKILL)  # nothing out; it does not come back
+        cluster.tasks[0].proc.wait(10)
+        time.sleep(1.0)  # zmq has seen the connection go (the event waits unread)
+        started = time.monotonic()
+        with pytest.raises(PeerLostError, match=r"lost the connection to echo:0 at 127\.0\.0\.1:\d+ while it handled 'echo'"):
+            ask([client], 1)
+        assert time.monotonic() - started < 5, "the server's end was noticed only at the timeout"
+    finally:
+        client.close()
