@@ -189,13 +189,18 @@ class RpcClient:
     def _judge_the_connection_first(self) -> None:
         """Before a request goes to zmq with none out: read the monitor, so that a connection
         that broke while nothing was out (a server restarted between two requests) is not taken,
-        once a wait reads its event, for the loss of this request when a new one is up. If none
-        is up (the server is gone, or not back yet), the request counts as lost unless the
-        connection is back by the time a wait reads the monitor, as one out when it broke would.
+        once a wait reads its event, for the loss of this request when a new one is up. If this
+        read saw it break and none is up (the server is gone, or not back yet), the request
+        counts as lost unless the connection is back by the time a wait reads the monitor, as
+        one out when it broke would (and as `_ring` judges). A break read earlier, while no
+        request was out, leaves the request to zmq, which sends it once it connects again.
         Does not block."""
-        self._read_monitor()
         watch = self._watch
-        if watch is not None and watch.dropped and not watch.up:
+        if watch is None:
+            return
+        dropped = watch.dropped
+        self._read_monitor()
+        if watch.dropped > dropped and not watch.up:
             self._drop_unseen = True
 
     def _queue(self, frames: list, op: str) -> None:
