@@ -2,9 +2,9 @@
 after call, also after a connection was dropped and made again; a connection lost while the
 wait blocks on another one is reported at once, not at the timeout; a refusal by one server
 leaves the other servers' replies for the next wait; a server restarted while nothing was out
-answers the next request (the old connection's end is not taken for that request's loss); and a
-request zmq has no room for fails after the client's timeout instead of blocking. Real echo
-server processes (and a silent listener)."""
+answers the next request (the old connection's end is not taken for that request's loss), and
+one that died then fails the next request at once; and a request zmq has no room for fails after
+the client's timeout instead of blocking. Real echo server processes (and a silent listener)."""
 
 from __future__ import annotations
 
