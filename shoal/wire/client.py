@@ -171,11 +171,8 @@ class RpcClient:
         if (bell is None or bell.state is not BellState.UP or len(frames) != 1 or len(frames[0]) > BELL_MAX_BYTES
                 or self._by_zmq):
             return False
-        watch, dropped = self._watch, self._watch.dropped
-        self._read_monitor()  # (which may read the end of the line too)
-        if not watch.up:  # a reply through zmq would find no connection: the request queues on zmq
-            self._drop_unseen = self._drop_unseen or watch.dropped > dropped
-            return False
+        if not self._judge_the_connection_first():  # (which may read the end of the line too)
+            return False  # a reply through zmq would find no connection: the request queues on zmq
         if self._bell is not bell:
             return False
         sent = bell.send(frames[0])
@@ -186,22 +183,23 @@ class RpcClient:
         self._by_bell.add(rid)
         return True
 
-    def _judge_the_connection_first(self) -> None:
-        """Before a request goes to zmq with none out: read the monitor, so that a connection
-        that broke while nothing was out (a server restarted between two requests) is not taken,
-        once a wait reads its event, for the loss of this request when a new one is up. If this
-        read saw it break and none is up (the server is gone, or not back yet), the request
-        counts as lost unless the connection is back by the time a wait reads the monitor, as
-        one out when it broke would (and as `_ring` judges). A break read earlier, while no
-        request was out, leaves the request to zmq, which sends it once it connects again.
-        Does not block."""
+    def _judge_the_connection_first(self) -> bool:
+        """Before a request goes (on the doorbell line, or to zmq with none out): read the
+        monitor, and return whether the connection is up. So a connection that broke while
+        nothing was out (a server restarted between two requests) is not taken, once a wait
+        reads its event, for the loss of this request when a new one is up. If this read saw it
+        break and none is up (the server is gone, or not back yet), the request counts as lost
+        unless the connection is back by the time a wait reads the monitor, as one out when it
+        broke would. A break read earlier, while no request was out, leaves the request to zmq,
+        which sends it once it connects again. Does not block."""
         watch = self._watch
         if watch is None:
-            return
+            return False
         dropped = watch.dropped
         self._read_monitor()
         if watch.dropped > dropped and not watch.up:
             self._drop_unseen = True
+        return watch.up
 
     def _queue(self, frames: list, op: str) -> None:
         """Hand a request's frames to zmq. While zmq has no room for them (no connection to queue
