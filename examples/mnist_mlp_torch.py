@@ -80,6 +80,8 @@ def main(argv=None) -> int:
                 print(f"step={step} loss={loss.item():.4f} examples/s={rate:.0f}", flush=True)
             if step >= args.steps:
                 break
+    if local_steps % args.log_every:  # the step trained to, for `shoal status` (no rate: a partial interval)
+        print(f"step={step} loss={loss.item():.4f} final", flush=True)
     opt.finish()  # the final values into the model; the chief saves the final checkpoint and export
     with torch.no_grad():
         logits = model(torch.from_numpy(np.ascontiguousarray(data.test_x)).to(device))

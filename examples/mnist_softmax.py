@@ -107,6 +107,7 @@ def main(argv=None) -> int:
                 if session.summaries is not None:
                     session.summaries.scalar("accuracy", acc, result.global_step)
         session.pull()
+        progress.finish(session.global_step)
         acc = accuracy(session.params, data.test_x, data.test_y)
         if session.summaries is not None:
             session.summaries.scalar("accuracy", acc, session.global_step)

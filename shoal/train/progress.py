@@ -43,6 +43,8 @@ class ProgressReporter:
         self.local_steps = 0
         self.pushed = 0
         self.applied = 0
+        self._last_loss: float | None = None
+        self._printed_step: int | None = None
 
     def step_done(self, loss: float, global_step: int, applied: bool | None = None) -> None:
         """Count one local step (`applied`: whether the ps applied its gradient, as
@@ -54,8 +56,10 @@ class ProgressReporter:
         if applied is not None:
             self.pushed += 1
             self.applied += bool(applied)
+        self._last_loss = loss
         if self.local_steps % self._every:
             return
+        self._printed_step = global_step
         rate = self.local_steps * self._batch_size / max(1e-9, now - self._started)
         median_ms, p95_ms = self._step_s.figures_ms()
         shares = f" applied={self.applied}/{self.pushed}" if self.pushed else ""
@@ -65,6 +69,16 @@ class ProgressReporter:
               f" step_ms={median_ms:.1f} p95_ms={p95_ms:.1f}{shares}{saves}", file=self._out, flush=True)
         if self._session.summaries is not None:
             self._session.summaries.scalar("loss", loss, global_step)
+
+    def finish(self, global_step: int) -> None:
+        """After the last step: print `<task> step=<global_step> loss=<last loss> final` unless
+        the last line printed already said that step, so `shoal status` ends on the step the
+        job trained to. The line has no examples/s: readers of the rate (the benchmarks) count
+        only the lines `step_done` prints. Does not block."""
+        if self._last_loss is None or self._printed_step == global_step:
+            return
+        self._printed_step = global_step
+        print(f"{self._session.task} step={global_step} loss={self._last_loss:.4f} final", file=self._out, flush=True)
 
 
 def step_time_ms(seconds) -> tuple[float, float]:
