@@ -114,7 +114,8 @@ class SshExecutor:
             sync_workdir(used, self._workdir, self._options)
             self._notify(f"shoal | copied {self._workdir} to {', '.join(used)} (sync: true)")
         conns = open_agents(used, self._connection, timeout=self._options.connect_timeout + _HELLO_GRACE,
-                            python=self._python, workdir=self._workdir, version=self._version)
+                            python=self._python, workdir=self._workdir, version=self._version,
+                            config=self._options.config)
         with self._lock:
             self._conns.update(conns)
         try:
@@ -193,7 +194,8 @@ class SshExecutor:
         try:
             conns = open_agents([task.node], self._connection,
                                 timeout=self._options.connect_timeout + _HELLO_GRACE,
-                                python=self._python, workdir=self._workdir or str(self._cwd), version=self._version)
+                                python=self._python, workdir=self._workdir or str(self._cwd), version=self._version,
+                                config=self._options.config)
         except HostsError as e:
             raise StartError(f"{task.label} cannot be restarted on {task.node}: "
                              f"{str(e).splitlines()[-1].strip()}") from e

@@ -86,13 +86,14 @@ def scan(sites: Sequence[AgentSite], job_id: str, *, options: SshOptions, kill: 
             proc.kill()
             proc.communicate()
             out[host] = HostScan(host, error=explain(host, None, "", python=site.python, workdir=site.workdir,
-                                                     version="", waited=timeout))
+                                                     version="", waited=timeout,
+                                                     config=site.ssh_config or options.config))
             continue
         report = read_report(host, stdout) if proc.returncode == 0 else None
         if report is None:
             out[host] = HostScan(host, error=explain(host, proc.returncode, stderr.decode(errors="replace"),
                                                      python=site.python, workdir=site.workdir, version="",
-                                                     waited=timeout))
+                                                     waited=timeout, config=site.ssh_config or options.config))
             continue
         out[host] = report
     return out

@@ -13,6 +13,7 @@ good host costs one ssh connection, which the job then keeps.
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -30,9 +31,10 @@ _UNREACHABLE = ("timed out", "No route to host", "Network is unreachable", "Conn
 
 
 def explain(host: str, returncode: Optional[int], stderr: str, *, python: str, workdir: str,
-            version: str, waited: float) -> str:
+            version: str, waited: float, config: Optional[str] = None) -> str:
     """What went wrong on `host`, in one line that says how to fix it, from how its agent
-    command ended (`returncode` None: it still ran after `waited` seconds) and its stderr."""
+    command ended (`returncode` None: it still ran after `waited` seconds) and its stderr.
+    `config`: the ssh config file the job uses (`ssh -F`), which the fixes it names then use."""
     last = stderr.strip().splitlines()[-1].strip() if stderr.strip() else ""
     said = f" ({last})" if last else ""
     if returncode is None:
@@ -44,34 +46,44 @@ def explain(host: str, returncode: Optional[int], stderr: str, *, python: str, w
         return (f"{host}: no interpreter {python} there; install the same Python at the same path,"
                 " or name the hosts' one with ssh.python in the spec")
     if returncode == SSH_FAILED:
-        return ssh_problem(host, stderr) or f"{host}: ssh failed{said}"
+        return ssh_problem(host, stderr, config) or f"{host}: ssh failed{said}"
     if "No module named" in stderr:
         return (f"{host}: {python} cannot import Shoal there{said}; install Shoal {version} there, or set"
                 " sync: true if it lives in the working directory")
     return f"{host}: the agent exited with code {returncode}{said}"
 
 
-def ssh_problem(host: str, stderr: str) -> Optional[str]:
+def ssh_problem(host: str, stderr: str, config: Optional[str] = None) -> Optional[str]:
     """The line for an ssh failure that `stderr` shows (refused key, unknown host key, unknown
-    name, unreachable host), None if it shows none."""
+    name, unreachable host), None if it shows none. It quotes ssh's own line (not a trailer
+    that rsync, running ssh, adds after it), and the commands it suggests use `config` (the
+    job's `ssh -F` file) when one is given, since the host's name may exist only there."""
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    said = f" ({lines[-1]})" if lines else ""
+    ssh = f"ssh -F {shlex.quote(config)}" if config else "ssh"
+    copy_id = f"ssh-copy-id -F {shlex.quote(config)}" if config else "ssh-copy-id"
+
+    def quoted(*words: str) -> str:
+        line = next((line for line in lines if any(word in line for word in words)), lines[-1] if lines else "")
+        return f" ({line})" if line else ""
+
     if "Permission denied" in stderr:
-        return (f"{host}: ssh refused the login{said}; add your key there (ssh-copy-id {host}) or load it"
-                " into your ssh-agent")
+        return (f"{host}: ssh refused the login{quoted('Permission denied')}; add your key there"
+                f" ({copy_id} {host}) or load it into your ssh-agent")
     if "Host key verification failed" in stderr or "IDENTIFICATION HAS CHANGED" in stderr:
-        return f"{host}: its host key is unknown or changed{said}; run `ssh {host}` once to check and accept it"
+        return (f"{host}: its host key is unknown or changed{quoted('Host key verification failed', 'IDENTIFICATION')};"
+                f" run `{ssh} {host}` once to check and accept it")
     if "Could not resolve hostname" in stderr:
-        return f"{host}: unknown host name{said}; fix the name, or add it to your ssh config"
+        return f"{host}: unknown host name{quoted('Could not resolve hostname')}; fix the name, or add it to your ssh config"
     if any(word in stderr for word in _UNREACHABLE):
-        return f"{host}: unreachable{said}; check that it is up and runs sshd"
+        return f"{host}: unreachable{quoted(*_UNREACHABLE)}; check that it is up and runs sshd"
     return None
 
 
 def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection], *, timeout: float,
-                python: str, workdir: str, version: str) -> dict[str, AgentConnection]:
+                python: str, workdir: str, version: str, config: Optional[str] = None) -> dict[str, AgentConnection]:
     """Start an agent on every host in parallel and wait for their hellos (at most `timeout`
-    seconds in all); check each one's Shoal version. Returns the connections by host;
+    seconds in all); check each one's Shoal version (`config`: the ssh config file, for the fixes
+    a failure line names). Returns the connections by host;
     HostsError (one line per bad host) after closing them all if any host failed."""
     conns = {host: connect(host) for host in hosts}
     problems = []
@@ -84,7 +96,7 @@ def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection],
                 hello = conn.ready(max(0.0, deadline - time.monotonic()))
             except AgentError:
                 problems.append(_failed(host, conn, python=python, workdir=workdir, version=version,
-                                        waited=timeout))
+                                        waited=timeout, config=config))
                 continue
             if hello.version != version:
                 problems.append(f"{host}: runs Shoal {hello.version}, this launcher {version}; install the"

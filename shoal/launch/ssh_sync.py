@@ -47,7 +47,7 @@ def sync_workdir(hosts: Sequence[str], workdir: str, options: SshOptions, timeou
             if "command not found" in stderr or "rsync: not found" in stderr:
                 problems.append(f"{host}: rsync is not installed there ({last}); install it, or drop sync: true")
             else:
-                problems.append(ssh_problem(host, stderr) or f"{host}: rsync of {workdir} failed ({last})")
+                problems.append(ssh_problem(host, stderr, options.config) or f"{host}: rsync of {workdir} failed ({last})")
     if problems:
         raise HostsError("sync: true: the working directory could not be copied to"
                          f" {len(problems)} of {len(hosts)} hosts (nothing was started):\n  " + "\n  ".join(problems))
@@ -75,7 +75,7 @@ def collect_model_dirs(hosts: Sequence[str], model_dir: str, options: SshOptions
             out[host] = ""
         else:
             last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}"
-            out[host] = ssh_problem(host, stderr) or f"rsync failed ({last})"
+            out[host] = ssh_problem(host, stderr, options.config) or f"rsync failed ({last})"
     return out
 
 

@@ -22,7 +22,7 @@ from shoal.launch.plan import HIDDEN_SECRET, format_plan, make_plan
 from shoal.launch.spec import spec_from_dict
 from shoal.launch.ssh import NO_PYTHON, NO_WORKDIR, SshOptions, agent_command, ssh_argv
 from shoal.launch.ssh_control import AgentSite
-from shoal.launch.ssh_preflight import explain
+from shoal.launch.ssh_preflight import explain, ssh_problem
 from shoal.launch.ssh_sync import rsync_argv
 
 SECRET = "5ec7e7" * 10
@@ -60,6 +60,29 @@ def test_agent_command_checks_workdir_and_interpreter_then_runs_the_agent():
 def test_each_kind_of_bad_host_gets_one_line_that_says_what_to_do(code, stderr, expected):
     line = explain("h", code, stderr, python="/py", workdir="/w", version="9", waited=30)
     assert line.startswith(expected) and "\n" not in line
+
+
+RSYNC_TRAILER = "rsync: connection unexpectedly closed (0 bytes received so far) [sender]\n" \
+                "rsync error: unexplained error (code 255) at io.c(285) [sender=3.5.0]"
+
+
+@pytest.mark.parametrize("ssh_said, expected", [
+    ("root@10.0.0.3: Permission denied (publickey).", "h: ssh refused the login (root@10.0.0.3: Permission denied"),
+    ("Host key verification failed.", "h: its host key is unknown or changed (Host key verification failed.)"),
+    ("ssh: connect to host 10.0.0.3 port 22: No route to host", "h: unreachable (ssh: connect to host 10.0.0.3"),
+])
+def test_an_ssh_failure_under_rsync_quotes_ssh_and_not_rsyncs_trailer(ssh_said, expected):
+    line = ssh_problem("h", f"{ssh_said}\n{RSYNC_TRAILER}")
+    assert line.startswith(expected) and "rsync error" not in line
+
+
+def test_the_fixes_named_for_a_host_use_the_jobs_ssh_config():
+    refused = explain("node2", 255, "Permission denied (publickey).", python="/py", workdir="/w", version="9",
+                      waited=30, config="/c/my cfg")
+    assert "(ssh-copy-id -F '/c/my cfg' node2)" in refused
+    unknown = ssh_problem("node2", "Host key verification failed.", "/c/cfg")
+    assert "run `ssh -F /c/cfg node2` once" in unknown
+    assert "run `ssh node2` once" in ssh_problem("node2", "Host key verification failed.")
 
 
 def test_rsync_goes_over_the_same_ssh_and_makes_the_directory_there():
