@@ -60,6 +60,8 @@ class JobDetail:
 
     state: str
     node_groups: tuple[tuple[str, int, int], ...]
+    het_job_ids: str = ""
+    """The ids of a heterogeneous job's components (`HetJobIdSet`, "1-2"); "" for a plain job."""
 
 
 def job_id_from_environ(environ: Mapping[str, str]) -> Optional[str]:
@@ -108,7 +110,8 @@ def parse_job_detail(text: str, job_id: str) -> JobDetail:
         raise SlurmError(f"scontrol does not describe job {job_id}: {text.strip()[:200]!r}")
     groups = tuple((nodes, count_ids(cpus), gres_gpus(gres))
                    for nodes, cpus, gres in _DETAIL_RE.findall(text))
-    return JobDetail(state.group(1), groups)
+    het = re.search(r"\bHetJobIdSet=(\S+)", text)
+    return JobDetail(state.group(1), groups, het.group(1) if het else "")
 
 
 def parse_node_addresses(text: str) -> dict[str, str]:

@@ -61,6 +61,10 @@ class SlurmCommands:
         """The nodes of a running job, in Slurm's order, with their addresses and the CPUs
         and GPUs the job holds on each. SlurmError if the job does not run."""
         detail = self.detail(job_id)
+        if detail.het_job_ids:
+            raise SlurmError(f"Slurm job {job_id} is a heterogeneous job (components {detail.het_job_ids}), which"
+                             " shoal does not run in: a step of one component cannot reach the nodes of another;"
+                             " allocate one component instead (salloc -N2 -n4 ..., no ':')")
         if detail.state != "RUNNING" or not detail.node_groups:
             raise SlurmError(f"Slurm job {job_id} is {detail.state}, not RUNNING: it has no nodes to run"
                              " tasks on; start shoal inside a running allocation (salloc, sbatch)")
@@ -77,6 +81,13 @@ class SlurmCommands:
         over or unknown."""
         out = self.run(["squeue", "-h", "-j", check_step_id(job_id), "-o", "%T"], check=False).split()
         return out[0] if out else None
+
+    def queue_state(self, job_id: str) -> Optional[tuple[str, str]]:
+        """(state, reason) of the job while it is active ("PENDING", "Resources"; the reason
+        is "None" once it runs), None once it is over or unknown."""
+        lines = self.run(["squeue", "-h", "-j", check_step_id(job_id), "-o", "%T %r"], check=False).splitlines()
+        out = lines[0].split(None, 1) if lines else []
+        return (out[0], out[1].strip() if len(out) > 1 else "") if out else None
 
     def steps(self, job_id: str) -> set[str]:
         """The ids ("12.3") of the job's steps that still run."""

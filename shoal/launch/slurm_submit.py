@@ -35,6 +35,16 @@ from shoal.launch.spec import JobSpec
 HOLD_SCRIPT = "exec sleep infinity"
 """The batch script: it only holds the nodes; the launcher runs the tasks as steps."""
 
+NEVER_STARTS = {
+    "PartitionConfig": "it asks for more than the partition's nodes have (CPUs, memory or GPUs per node)",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+    "PartitionTimeLimit": "its time limit is over the partition's (the spec's deadline sets it)",
+    "BadConstraints": "no node of the partition meets its constraints",
+    "InvalidAccount": "its account is not valid (SBATCH_ACCOUNT)",
+    "InvalidQOS": "its QOS is not valid (SBATCH_QOS)",
+}
+"""Pending reasons (squeue's %r) that do not clear by waiting: the job is cancelled at once."""
+
 _TIME_MARGIN_S = 120.0
 _POLL_S = 0.2
 _GONE_WAIT_S = 30.0
@@ -69,6 +79,7 @@ class Submission:
         self._note = note
         self._queue_timeout = queue_timeout
         self._job_id: Optional[str] = None
+        self._started = False
 
     def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
         if self._job_id is not None:
@@ -76,8 +87,9 @@ class Submission:
         job_id = self._commands.submit(sbatch_argv(spec))
         self._job_id = job_id
         reaper.add(job_id)
-        self._note(f"shoal | submitted Slurm job {job_id}; waiting for it to start")
+        self._note(f"shoal | submitted Slurm job {job_id}; waiting for it to start (Ctrl-C cancels it)")
         self._wait_running(job_id)
+        self._started = True
         return SlurmJob(job_id, self._commands.nodes(job_id), submitted=True)
 
     def preview(self, spec: JobSpec) -> tuple[SlurmJob, str]:
@@ -93,6 +105,8 @@ class Submission:
         if job_id is None:
             return
         self._commands.cancel([job_id])
+        if not self._started:  # the launcher's own lines say how a running job ended
+            self._note(f"shoal | cancelled Slurm job {job_id} before it started")
         deadline = time.monotonic() + _GONE_WAIT_S
         while self._commands.state(job_id) is not None and time.monotonic() < deadline:
             time.sleep(_POLL_S)
@@ -100,18 +114,28 @@ class Submission:
             reaper.remove(job_id)
 
     def _wait_running(self, job_id: str) -> None:
+        """Block until the job runs; say each new state and pending reason. SlurmError (the
+        caller cancels the job) if it ended first, waits for a reason that never clears
+        (NEVER_STARTS), or is still queued after `queue_timeout`."""
         deadline = None if self._queue_timeout is None else time.monotonic() + self._queue_timeout
-        said = ""
+        said = None
         while True:
-            state = self._commands.state(job_id)
+            queued = self._commands.queue_state(job_id)
+            state, reason = queued if queued is not None else (None, "")
             if state == "RUNNING":
                 return
             if state is None or state not in ("PENDING", "CONFIGURING"):
                 raise SlurmError(f"Slurm job {job_id} ended before it ran ({state or 'gone'}); see"
                                  f" scontrol show job {job_id} and the partition's limits (sinfo)")
-            if state != said:
-                self._note(f"shoal | Slurm job {job_id} is {state}")
-                said = state
+            if reason in NEVER_STARTS:
+                raise SlurmError(f"Slurm job {job_id} can never start: it is {state} for {reason}:"
+                                 f" {NEVER_STARTS[reason]}; it is cancelled. Ask for less in the spec's roles"
+                                 " (cpus, memory, gpus, deadline) or another partition (SBATCH_PARTITION);"
+                                 f" sinfo -o '%P %D %c %m %G %l' shows what each partition holds")
+            if (state, reason) != said:
+                why = f" ({reason})" if reason and reason != "None" else ""
+                self._note(f"shoal | Slurm job {job_id} is {state}{why}")
+                said = (state, reason)
             if deadline is not None and time.monotonic() > deadline:
                 raise SlurmError(f"Slurm job {job_id} did not start within {self._queue_timeout:g}s"
                                  " (it is cancelled); ask for fewer resources or try later")

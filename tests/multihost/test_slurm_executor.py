@@ -331,3 +331,35 @@ def test_task_output_comes_through_srun_byte_for_byte(slurm_cluster, tmp_path):
     log = Path(status(env)[0]["tasks"][0]["log_path"]).read_bytes()
     # as for a local task, the launcher completes a last line that has no newline
     assert log == b"x" * 300000 + b"\n" + bytes(range(256)) + b"\n" + b"no newline at the end\n"
+
+
+@pytest.mark.timeout(180)
+def test_a_submitted_job_that_can_never_start_is_cancelled_at_once_and_says_why(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    spec = tmp_path / "big.yaml"  # 4 CPUs per task: more than a node of the test cluster has (2)
+    spec.write_text("name: big\nrun: python examples/mnist_softmax.py --steps 10\n"
+                    "roles:\n  ps: {count: 1}\n  worker: {count: 2, cpus: 4}\n")
+    out = run(env, shoal("train", str(spec), "--slurm"), timeout=120)
+    assert out.returncode == 6, out.stdout
+    job = re.search(r"submitted Slurm job (\d+)", out.stdout).group(1)
+    assert re.search(rf"Slurm job {job} can never start: it is PENDING for PartitionConfig: it asks for more than"
+                     r" the partition's nodes have .*; it is cancelled", out.stdout), out.stdout
+    assert f"shoal | cancelled Slurm job {job} before it started" in out.stdout
+    assert slurm_cluster.job_ids() == []
+
+
+@pytest.mark.timeout(180)
+def test_a_heterogeneous_allocation_is_refused_before_any_step_starts(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    try:
+        out = run(env, ["salloc", "-N1", "-n2", ":", "-N1", "-n2",
+                        *shoal("train", "examples/mnist.yaml", "-p", "steps=50")], timeout=150)
+        assert out.returncode == 6, out.stdout
+        assert re.search(r"Slurm job (\d+) is a heterogeneous job \(components \1-\d+\), which shoal does not run in:"
+                         r" .*allocate one component instead", out.stdout), out.stdout
+        assert "STARTING" not in out.stdout and status(env) == []
+        procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=WAIT_S, what="salloc's job gone")
+    finally:
+        cleanup(home)

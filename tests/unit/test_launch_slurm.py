@@ -41,6 +41,14 @@ def test_job_detail_gives_each_node_groups_cpus_and_gpus():
     assert detail.node_groups == (("n[1-2]", 2, 2), ("n3", 3, 0))
 
 
+def test_job_detail_names_a_heterogeneous_jobs_components_and_a_plain_job_none():
+    het = ("JobId=1 HetJobId=1 HetJobOffset=0 JobName=no-shell HetJobIdSet=1-2 JobState=RUNNING Nodes=n1 CPU_IDs=0 "
+           "Mem=0 GRES=\nJobId=2 HetJobId=1 HetJobOffset=1 JobName=no-shell HetJobIdSet=1-2 JobState=RUNNING "
+           "Nodes=n2 CPU_IDs=0 Mem=0 GRES=")
+    assert parse_job_detail(het, "1").het_job_ids == "1-2"
+    assert parse_job_detail(DETAIL, "42").het_job_ids == ""
+
+
 def test_job_detail_of_another_job_is_refused():
     with pytest.raises(SlurmError, match="does not describe job 7"):
         parse_job_detail(DETAIL, "7")
