@@ -30,6 +30,9 @@ class ExitCode(IntEnum):
     START_FAILED = 127
     DEADLINE = 124
     KILLED = 130
+    PIPE_CLOSED = 141
+    """128 + SIGPIPE: the reader of shoal's output went away (`shoal logs ... | head`), as for
+    a program SIGPIPE ends; nothing is printed."""
 
 
 def exit_code_for(error: BaseException) -> ExitCode:

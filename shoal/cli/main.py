@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -64,6 +65,9 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
     args.argv = tuple(argv)  # the command line, for a launcher that runs it again in the background
     try:
         return int(args.handler(args, env))
+    except BrokenPipeError:  # `shoal logs | head`: the reader has what it wanted
+        _quiet_stdout()
+        return int(ExitCode.PIPE_CLOSED)
     except (ShoalError, OSError, RecursionError) as e:
         env.say(f"shoal {args.command}: error: {describe(e)}", err=True)
         return int(exit_code_for(e))
@@ -72,10 +76,19 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[Environment] = None
         return int(ExitCode.KILLED)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a closed pipe prints no
+    'Exception ignored' either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file (tests pass streams)
+        pass
+
+
 def describe(error: BaseException) -> str:
     """The error as the one line `shoal` prints (a ShoalError's own message)."""
-    if isinstance(error, BrokenPipeError):
-        return "the output was closed before shoal finished writing it (broken pipe)"
     if isinstance(error, RecursionError):
         return ("the input is nested too deeply to process (Python's recursion limit);"
                 " flatten it")

@@ -1,14 +1,16 @@
 """The launcher's output: whole, prefixed lines on the console (none lost or split, even
 with partial writes), per-task log files, `shoal logs` and `shoal logs -f`."""
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import PY, cleanup, program, run_shoal, start_shoal, status, wait_for  # noqa: E402
+from harness import PY, REPO, cleanup, program, run_shoal, start_shoal, status, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 LINES = 5000
@@ -62,5 +64,24 @@ def test_logs_follow_prints_lines_until_the_job_ends(tmp_path):
         assert lines[-1] == "f.worker.0 | worker:0 done, exit 0"
         assert sum("step=" in line for line in lines) == 5
         assert launcher.wait(20) == 0
+    finally:
+        cleanup(home, launcher)
+
+
+def test_logs_follow_into_a_pipe_closed_early_exits_quietly_with_141(tmp_path):
+    home = tmp_path / "home"
+    launcher = start_shoal(home, "run", "--name", "f", "--workers", "1", "--",
+                           PY, program("work.py"), "--steps", "20", "--sleep", "8")  # a line every 0.4 s
+    try:
+        wait_for(lambda: status(home), 20, "the job to be recorded")
+        reader = subprocess.Popen([PY, "-m", "shoal.cli.main", "logs", "f", "-f"], cwd=str(REPO),
+                                  env=dict(os.environ, SHOAL_HOME=str(home)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        first = reader.stdout.readline()
+        reader.stdout.close()  # as `| head -1` does after its line; the next line meets a closed pipe
+        _, err = reader.communicate(timeout=30)
+        assert first.startswith(b"f.worker.0 | ")
+        assert reader.returncode == 141 and err == b"", err.decode()
+        assert launcher.wait(30) == 0  # the job is not disturbed
     finally:
         cleanup(home, launcher)
