@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
@@ -100,6 +100,7 @@ class SlurmExecutor:
         self._job = job
         ids = task_ids(spec)
         nodes = {n.name: n for n in job.nodes}
+        _check_pinned_nodes(spec.pinned_hosts(), job)
         placed = place_tasks(ids, [Host(n.name) for n in job.nodes], spec.pinned_hosts())
         node_of = {task: placed[task].name for task in ids}
         gpus = _assign_gpus(spec, ids, node_of, nodes)
@@ -249,21 +250,42 @@ class SlurmExecutor:
         return {name: use for name, use in usage.items() if use is not None}
 
 
+def _check_pinned_nodes(pinned: Mapping[str, Sequence[str]], job: SlurmJob) -> None:
+    """PlanError naming the Slurm job's nodes if a role's hosts: names a node outside it (under
+    Slurm the nodes come from the job, not from a hosts: list the fix could add to)."""
+    names = [n.name for n in job.nodes]
+    for role, wanted in pinned.items():
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            raise PlanError(f"roles.{role}.hosts names {', '.join(map(repr, unknown))}, which Slurm job"
+                            f" {job.job_id} does not hold (its nodes: {', '.join(names)}); name nodes of the"
+                            f" job in roles.{role}.hosts, or ask Slurm for those (salloc -w NODE,...)")
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
 def _assign_gpus(spec: JobSpec, ids: list[TaskId], node_of: Mapping[TaskId, str],
                  nodes: Mapping[str, SlurmNode]) -> dict[TaskId, tuple[int, ...]]:
     """Distinct GPUs of its node for each task that asks for them (indexes within the node's
     agent step, which asks Slurm for exactly that many); PlanError if a node has too few."""
+    asking = {node: sum(spec.role(t.job).gpus for t in ids if node_of[t] == node) for node in nodes}
+    short = []
+    for node, want in asking.items():
+        if want > nodes[node].gpus:
+            tasks = ", ".join(f"{t.job}.{t.index}" for t in ids if node_of[t] == node and spec.role(t.job).gpus)
+            short.append(f"{node} ({tasks}) asks for {_gpus(want)} and has {nodes[node].gpus}")
+    if short:
+        raise PlanError(f"the Slurm job holds too few GPUs: on {'; on '.join(short)}; ask Slurm for more"
+                        " (e.g. salloc --gpus-per-node=N or --gpus-per-task), lower roles.<role>.gpus, or pin"
+                        " roles to nodes with hosts:")
     out: dict[TaskId, tuple[int, ...]] = {}
     used: dict[str, int] = {}
     for task in ids:
         want = spec.role(task.job).gpus
         node = node_of[task]
         first = used.get(node, 0)
-        if first + want > nodes[node].gpus:
-            asking = sum(spec.role(t.job).gpus for t in ids if node_of[t] == node)
-            raise PlanError(f"the tasks placed on Slurm node {node} ask for {asking} GPUs, but the Slurm job"
-                            f" holds {nodes[node].gpus} there; ask Slurm for more (e.g. salloc --gpus-per-node=N"
-                            " or --gpus-per-task), lower roles.<role>.gpus, or pin roles to nodes with hosts:")
         out[task] = tuple(range(first, first + want))
         used[node] = first + want
     return out

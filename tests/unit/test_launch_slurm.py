@@ -16,7 +16,7 @@ from shoal.cli.executors import executor_for
 from shoal.cli.main import main
 from shoal.cluster import TaskId
 from shoal.launch.errors import PlanError
-from shoal.launch.executor_slurm import _assign_gpus
+from shoal.launch.executor_slurm import _assign_gpus, _check_pinned_nodes
 from shoal.launch.executor import TaskRef
 from shoal.launch.job_processes import JobProcess, measure
 from shoal.launch.job_scan import HostScan, find_args, read_report, task_usage
@@ -119,8 +119,26 @@ def test_gpus_are_numbered_per_node_and_a_node_with_too_few_is_named():
     node_of = {ids[0]: "n1", ids[1]: "n2", ids[2]: "n1", ids[3]: "n1"}
     assert _assign_gpus(job, ids, node_of, nodes) == {ids[0]: (), ids[1]: (0,), ids[2]: (0,), ids[3]: (1,)}
     node_of[ids[1]] = "n1"
-    with pytest.raises(PlanError, match="Slurm node n1 ask for 3 GPUs, but the Slurm job holds 2 there"):
+    with pytest.raises(PlanError, match=r"too few GPUs: on n1 \(worker.0, worker.1, worker.2\) asks for 3 GPUs"
+                                        r" and has 2; ask Slurm for more"):
         _assign_gpus(job, ids, node_of, nodes)
+
+
+def test_every_node_with_too_few_gpus_is_named_at_once():
+    job = spec(worker={"count": 2, "gpus": 1})
+    ids = [TaskId("worker", 0), TaskId("worker", 1)]
+    nodes = {"n1": SlurmNode("n1", "n1", gpus=0), "n2": SlurmNode("n2", "n2", gpus=0)}
+    with pytest.raises(PlanError, match=r"on n1 \(worker.0\) asks for 1 GPU and has 0; on n2 \(worker.1\) asks"
+                                        r" for 1 GPU and has 0;"):
+        _assign_gpus(job, ids, {ids[0]: "n1", ids[1]: "n2"}, nodes)
+
+
+def test_a_role_pinned_to_a_node_outside_the_slurm_job_names_its_nodes():
+    job = SlurmJob("7", (SlurmNode("n1", "n1"), SlurmNode("n2", "n2")), submitted=False)
+    with pytest.raises(PlanError, match=r"roles.ps.hosts names 'n9', which Slurm job 7 does not hold \(its nodes:"
+                                        r" n1, n2\); name nodes of the job"):
+        _check_pinned_nodes({"ps": ["n9"]}, job)
+    _check_pinned_nodes({"ps": ["n2"]}, job)
 
 
 def test_probe_step_runs_the_agents_one_shot_usage_for_the_shoal_job():
