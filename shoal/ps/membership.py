@@ -82,6 +82,7 @@ class _Member:
     deadline: float  # EXPECTED: end of the join grace; TRAINING: last heartbeat + its timeout
     timeout_s: float = 0.0
     failed_incarnation: str = ""
+    terminated: bool = False  # FAILED by SIGTERM (stopped), not by an error
 
 
 class Membership:
@@ -199,7 +200,7 @@ class Membership:
 
     def job_over(self) -> str | None:
         """Why the job is over now, or None: the chief said done and no member still trains, or
-        every member said failed."""
+        every member said failed (by an error, or stopped by SIGTERM: `shoal kill`)."""
         states = [m.state for m in self._members.values()]
         if any(s in LIVE for s in states):
             return None
@@ -209,6 +210,11 @@ class Membership:
                 return f"all {done} workers finished"
             return f"the chief finished and no replica trains any more ({done} done, {len(states) - done} left)"
         if states and all(s is MemberState.FAILED for s in states):
+            stopped = sum(m.terminated for m in self._members.values())
+            if stopped == len(states):
+                return f"all {stopped} workers were stopped (SIGTERM)"
+            if stopped:
+                return f"all {len(states)} workers left: {stopped} stopped (SIGTERM), {len(states) - stopped} failed"
             return f"all {len(states)} workers failed"
         return None
 
@@ -224,7 +230,7 @@ class Membership:
         before = member.state if member is not None else None
         if before is state:
             return None
-        self._members[task] = _Member(state, 0.0)
+        self._members[task] = _Member(state, 0.0, terminated=terminated)
         return self._changed(Change(task, before, state, why, applied=self._applied.get(task, 0),
                                     terminated=terminated))
 

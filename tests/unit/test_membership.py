@@ -170,6 +170,17 @@ def test_a_replica_stopped_by_sigterm_is_logged_as_stopped_not_failed():
     assert m.failed("worker:0", "p1").describe() == "worker:0 failed (0 gradients applied)"
 
 
+def test_a_job_whose_workers_were_all_stopped_says_stopped_not_failed():
+    stopped = Membership(("worker:0", "worker:1"), "worker:0", now=0.0)
+    stopped.failed("worker:0", "p1", terminated=True)
+    stopped.failed("worker:1", "p2", terminated=True)
+    assert stopped.job_over() == "all 2 workers were stopped (SIGTERM)"
+    mixed = Membership(("worker:0", "worker:1"), "worker:0", now=0.0)
+    mixed.failed("worker:0", "p1", terminated=True)
+    mixed.failed("worker:1", "p2")
+    assert mixed.job_over() == "all 2 workers left: 1 stopped (SIGTERM), 1 failed"
+
+
 def test_status_reports_the_membership_version_and_members():
     clock = Clock()
     service = sync_service(clock)
