@@ -18,6 +18,7 @@ import psutil
 from typing import Optional
 
 from shoal.launch.executor import Executor, HostCheck
+from shoal.launch.kill_request import mark_kill_requested
 from shoal.launch.processes import same_process
 from shoal.launch.records import JobRecord, JobStore, ProcessRecord
 from shoal.launch.states import JobState, TaskState
@@ -85,6 +86,7 @@ def kill_job(store: JobStore, job: JobRecord, executor: Executor,
     if not job.state.is_terminal:
         launcher = same_process(job.launcher_pid, job.launcher_started)
         if launcher is not None:
+            mark_kill_requested(job.job_dir)  # so the launcher's end reason names shoal kill
             try:
                 launcher.send_signal(signal.SIGTERM)
             except psutil.Error:

@@ -22,6 +22,7 @@ from shoal.launch.console import ConsoleObserver, Observers, RecordsObserver
 from shoal.launch.errors import WorkspaceError
 from shoal.launch.executor import Executor
 from shoal.launch.files import private_dirs
+from shoal.launch.kill_request import kill_was_requested
 from shoal.launch.launcher_output import launcher_log_path, move_terminal_output
 from shoal.launch.logmux import LogMux
 from shoal.launch.membership_line import MembershipLine
@@ -85,7 +86,10 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
                             observer=Observers(console, records), watchdog=watchdog)
 
     def on_signal(signum: int, _frame: object) -> None:
-        supervisor.request_stop(f"the launcher got {signal.Signals(signum).name}")
+        if signum == signal.SIGTERM and kill_was_requested(plan.job_dir):
+            supervisor.request_stop("stopped by shoal kill")
+        else:
+            supervisor.request_stop(f"the launcher got {signal.Signals(signum).name}")
 
     def on_hangup(_signum: int, _frame: object) -> None:
         path = launcher_log_path(plan.job_dir)

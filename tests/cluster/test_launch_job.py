@@ -189,7 +189,8 @@ def test_shoal_kill_from_another_process_leaves_nothing_and_records_killed(tmp_p
         assert out.returncode == 0, out.stdout.decode()
         assert launcher.wait(10) == 130
         [job] = status(home)
-        assert job["state"] == "KILLED"
+        assert job["state"] == "KILLED" and job["reason"] == "stopped by shoal kill", job
+        assert "job k: KILLED (stopped by shoal kill)" in out.stdout.decode().replace(job["id"], "k")
         assert {t["state"] for t in job["tasks"]} == {"KILLED"}
         assert alive(recorded_pids(home) + grandchild_pids(home)) == []
         again = run_shoal(home, "kill", "k", timeout=30)
@@ -226,7 +227,7 @@ def test_sigint_to_launcher_stops_the_job_as_killed(tmp_path):
         launcher.send_signal(signal.SIGINT)
         assert launcher.wait(15) == 130
         [job] = status(home)
-        assert job["state"] == "KILLED"
+        assert job["state"] == "KILLED" and job["reason"] == "the launcher got SIGINT", job
         assert alive(recorded_pids(home)) == []
     finally:
         cleanup(home, launcher)
