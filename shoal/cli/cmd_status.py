@@ -14,7 +14,7 @@ from shoal.launch.control import reconcile
 from shoal.launch.job_refs import find_job
 from shoal.launch.records import JobRecord, TaskRecord
 from shoal.launch.root_cause import load_root_cause
-from shoal.launch.states import JobState, TaskState
+from shoal.launch.states import JobState, running_of
 from shoal.launch.stragglers import figures
 
 RECENT = 10
@@ -87,10 +87,9 @@ def with_figures(data: dict, job: JobRecord) -> dict:
 def jobs_table(jobs: list[JobRecord], running_only: bool = False) -> str:
     rows = [("#", "ID", "NAME", "STATE", "TASKS", "STEP", "LOSS", "STARTED")]
     for job in jobs:
-        running = sum(t.state is TaskState.RUNNING for t in job.tasks)
         rows.append((
             "" if job.number is None else str(job.number),
-            job.id, job.name, job.state.value, f"{running}/{len(job.tasks)} running",
+            job.id, job.name, job.state.value, running_of(t.state for t in job.tasks),
             "" if job.step is None else str(job.step),
             "" if job.loss is None else f"{job.loss:.4g}",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created)),

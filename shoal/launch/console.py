@@ -17,7 +17,7 @@ from shoal.launch.membership_line import MembershipLine
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.progress_line import ProgressLine
 from shoal.launch.records import JobStore
-from shoal.launch.states import JobState, TaskState
+from shoal.launch.states import JobState, TaskState, running_of
 
 _PLAIN_PROGRESS_EVERY = 10.0
 _RECORD_PROGRESS_EVERY = 1.0
@@ -76,11 +76,10 @@ class ConsoleObserver:
 
     def _status_text(self) -> str:
         with self._lock:
-            running = sum(s is TaskState.RUNNING for s in self._states.values())
+            running = running_of(self._states.values())
             step = self._step
         elapsed = int(time.monotonic() - self._started)
-        text = f"[{self._plan.name} {elapsed // 60}:{elapsed % 60:02d}] {running}/"
-        text += f"{len(self._states)} running"
+        text = f"[{self._plan.name} {elapsed // 60}:{elapsed % 60:02d}] {running}"
         if step is not None:
             text += f" | step {step[0]} loss {step[1]:.4g} ({step[2]})"
         return text

@@ -10,6 +10,7 @@ Job:   PENDING -> RUNNING -> SUCCEEDED | FAILED | KILLED;  PENDING -> FAILED | K
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -68,3 +69,12 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FAILED: frozenset(),
     JobState.KILLED: frozenset(),
 }
+
+
+def running_of(states: Iterable[TaskState]) -> str:
+    """"R/N running": R tasks running of the N still in the job. A task replaced (MOVED to
+    another host) or removed (SCALED_DOWN) on purpose is not counted in N; its replacement is."""
+    states = list(states)
+    running = sum(s is TaskState.RUNNING for s in states)
+    current = sum(s not in (TaskState.MOVED, TaskState.SCALED_DOWN) for s in states)
+    return f"{running}/{current} running"

@@ -181,3 +181,10 @@ def test_prune_keeps_a_finished_jobs_folder_that_a_running_job_trains_in(tmp_pat
     assert shoal("prune") == ExitCode.OK, shoal.err.getvalue()
     assert Path(old.job_dir).exists() and Path(running.job_dir).exists()
     assert f"left {old.job_dir}" in shoal.out.getvalue(), shoal.out.getvalue()
+
+
+def test_running_counts_leave_out_tasks_moved_or_scaled_down_on_purpose():
+    from shoal.launch.states import TaskState, running_of
+    states = [TaskState.RUNNING, TaskState.RUNNING, TaskState.MOVED, TaskState.RUNNING, TaskState.SCALED_DOWN]
+    assert running_of(states) == "3/3 running"  # worker:1 moved (worker:2 runs instead), one scaled down
+    assert running_of([TaskState.RUNNING, TaskState.FAILED, TaskState.RESTARTING]) == "1/3 running"
