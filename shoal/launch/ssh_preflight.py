@@ -73,7 +73,8 @@ def ssh_problem(host: str, stderr: str, config: Optional[str] = None) -> Optiona
         return (f"{host}: its host key is unknown or changed{quoted('Host key verification failed', 'IDENTIFICATION')};"
                 f" run `{ssh} {host}` once to check and accept it")
     if "Could not resolve hostname" in stderr:
-        return f"{host}: unknown host name{quoted('Could not resolve hostname')}; fix the name, or add it to your ssh config"
+        return (f"{host}: unknown host name{quoted('Could not resolve hostname')}; fix the name, or add it to"
+                " your ssh config")
     if any(word in stderr for word in _UNREACHABLE):
         return f"{host}: unreachable{quoted(*_UNREACHABLE)}; check that it is up and runs sshd"
     return None

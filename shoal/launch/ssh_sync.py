@@ -47,7 +47,8 @@ def sync_workdir(hosts: Sequence[str], workdir: str, options: SshOptions, timeou
             if "command not found" in stderr or "rsync: not found" in stderr:
                 problems.append(f"{host}: rsync is not installed there ({last}); install it, or drop sync: true")
             else:
-                problems.append(ssh_problem(host, stderr, options.config) or f"{host}: rsync of {workdir} failed ({last})")
+                problems.append(ssh_problem(host, stderr, options.config)
+                                or f"{host}: rsync of {workdir} failed ({last})")
     if problems:
         raise HostsError("sync: true: the working directory could not be copied to"
                          f" {len(problems)} of {len(hosts)} hosts (nothing was started):\n  " + "\n  ".join(problems))

@@ -249,7 +249,8 @@ class Server:
             self.reason = reason
             log.info("%s stopping: %s", self.config.task, reason)
             if self._rpc is not None and self._rpc.shared_requests:
-                log.info("%s: %d requests came through shared memory, %d on the doorbell", self.config.task,
+                log.info("%s: %d requests came through shared memory, %d on the doorbell (their headers on"
+                         " a local socket, not zmq: docs/wire-protocol.md)", self.config.task,
                          self._rpc.shared_requests, self._rpc.bell_requests)
             closures = self.service.closures
             if closures.applied or closures.duplicates:

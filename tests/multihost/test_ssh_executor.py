@@ -188,7 +188,7 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
     # ps.0, which holds the softmax's W); across hosts everything stays on the socket.
     attached = re.findall(r"^\S+\.(ps\.\d) \| .*: a client on this machine \(pid (\d+)\) sends its tensors "
                           r"through shared memory$", out.stdout, re.M)
-    shared = re.findall(r"^\S+\.(ps\.\d) \| .*: (\d+) requests came through shared memory, (\d+) on the doorbell$",
+    shared = re.findall(r"^\S+\.(ps\.\d) \| .*: (\d+) requests came through shared memory, (\d+) on the doorbell \(",
                         out.stdout, re.M)
     if shape.startswith("2ps"):
         assert [name for name, _ in attached] == ["ps.0"], attached
