@@ -225,16 +225,21 @@ class SshExecutor:
             conns, self._conns = dict(self._conns), {}
             job_id = self._job_id
         close_all(conns.values())
-        lost = [node for node, conn in conns.items() if conn.lost]
-        for node in lost:
-            self._notify(f"shoal | {node}: not checked, its agent was lost ({conns[node].lost}); cut off from the"
+        lost = {node: conn.lost for node, conn in conns.items() if conn.lost}
+        # A host whose agent was lost is checked too, over a new connection: it may be back
+        # (a link that came up again), and its tasks may still run if it never lost us.
+        sites = [self._site(node) for node in conns]
+        scans = scan(sites, job_id, options=self._options, kill=True, has=self._marker) if sites and job_id else {}
+        unchecked = [node for node in lost if node not in scans or scans[node].error]
+        for node in unchecked:
+            again = scans[node].error.removeprefix(f"{node}: ") if node in scans else ""
+            why = f"; a new connection failed too: {again}" if again else ""
+            self._notify(f"shoal | {node}: not checked, its agent was lost ({lost[node]}{why}); cut off from the"
                          f" launcher, it stops the job's tasks after {self._options.heartbeat:g}s by itself"
                          f" (shoal check {job_id or 'JOB'} confirms it once {node} is back)")
         if job_id is None:
             return
-        sites = [self._site(node) for node in conns if node not in lost]
-        scans = scan(sites, job_id, options=self._options, kill=True, has=self._marker) if sites else {}
-        self._report([_check(s) for s in scans.values()], job_id)
+        self._report([_check(s) for node, s in scans.items() if node not in unchecked], job_id)
         if self._marker:
             self._collect([s.host for s in scans.values() if s.has is False], str(Path(self._marker).parent))
             Path(self._marker).unlink(missing_ok=True)
