@@ -42,20 +42,24 @@ def run(args: argparse.Namespace, env: Environment) -> int:
 
 
 def samples_table(samples: list[TaskSample], shown: "list[TaskFigures] | None" = None) -> str:
-    """One row per task; when some task reports straggler figures (shoal/launch/stragglers.py,
-    `shown` in the same order) three columns more at the end: step time median/p95 (ms),
-    gradients applied, and the slow flag."""
+    """One row per task, with its host when some task runs on another machine (ssh, Slurm);
+    when some task reports straggler figures (shoal/launch/stragglers.py, `shown` in the same
+    order) three columns more at the end: step time median/p95 (ms), gradients applied, and
+    the slow flag."""
     with_figures = bool(shown) and any(f.step_ms is not None or f.pushed for f in shown)
-    rows = [("TASK", "STATE", "PID", "CPU%", "MEM%", "MEM USED/TOTAL", "GPU%", "GPU MEM")]
+    with_hosts = any(s.host for s in samples)
+    rows = [("TASK", "STATE", *(("HOST",) if with_hosts else ()), "PID", "CPU%", "MEM%", "MEM USED/TOTAL",
+             "GPU%", "GPU MEM")]
     if with_figures:
         rows[0] += ("STEP MS MED/P95", "APPLIED", "FLAG")
     for i, s in enumerate(samples):
         use = s.usage
+        where = (s.host or "-",) if with_hosts else ()
         if use is None:
-            row: tuple[str, ...] = (s.name, s.state.value, str(s.pid or ""), "-", "-", "-", "-", "-")
+            row: tuple[str, ...] = (s.name, s.state.value, *where, str(s.pid or ""), "-", "-", "-", "-", "-")
         else:
             row = (
-                s.name, s.state.value, str(s.pid or ""), _num(use.cpu_percent),
+                s.name, s.state.value, *where, str(s.pid or ""), _num(use.cpu_percent),
                 _num(use.mem_percent), f"{_size(use.mem_used)}/{_size(use.mem_total)}",
                 _num(use.gpu_percent), _size(use.gpu_mem_used),
             )

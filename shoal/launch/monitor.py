@@ -22,6 +22,8 @@ class TaskSample:
     state: TaskState
     pid: Optional[int]
     usage: Optional[Usage]
+    host: str = ""
+    """Where its current process runs: an ssh host or a Slurm node; "" for this machine."""
 
 
 def sample_job(store: JobStore, job: JobRecord, executor: Executor,
@@ -31,4 +33,5 @@ def sample_job(store: JobStore, job: JobRecord, executor: Executor,
     for rec in store.processes(job.id):
         latest[rec.name] = rec.ref  # in start order: the last one is the current attempt
     usage = executor.sample(latest, interval)
-    return [TaskSample(t.name, t.state, t.pid, usage.get(t.name)) for t in job.tasks]
+    return [TaskSample(t.name, t.state, t.pid, usage.get(t.name), latest[t.name].host if t.name in latest else "")
+            for t in job.tasks]

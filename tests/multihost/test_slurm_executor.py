@@ -242,8 +242,9 @@ def test_status_logs_and_monitor_reach_slurm_tasks_from_another_terminal(slurm_c
         assert monitor.returncode == 0, monitor.stdout
         rows = {line.split()[0]: line.split() for line in monitor.stdout.splitlines()[2:]}
         assert set(rows) == {"ps.0", "worker.0", "worker.1"}
+        assert {row[2] for row in rows.values()} == {"n1", "n2"}, monitor.stdout  # the HOST column
         for row in rows.values():
-            assert row[1] == "RUNNING" and row[3] != "-" and "MiB/" in row[5], monitor.stdout
+            assert row[1] == "RUNNING" and row[4] != "-" and "MiB/" in row[6], monitor.stdout
     finally:
         run(env, shoal("kill", "long"), timeout=90)
         cleanup(home, launcher)

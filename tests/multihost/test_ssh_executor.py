@@ -280,8 +280,10 @@ def test_shoal_kill_from_another_terminal_and_status_logs_monitor_show_remote_ta
     assert monitor.returncode == 0, monitor.stdout
     rows = {line.split()[0]: line.split() for line in monitor.stdout.splitlines()[2:]}
     assert set(rows) == {"ps.0", "worker.0", "worker.1"}
+    assert monitor.stdout.splitlines()[1].split()[:4] == ["TASK", "STATE", "HOST", "PID"]
+    assert {task: row[2] for task, row in rows.items()} == {"ps.0": "host1", "worker.0": "host2", "worker.1": "host3"}
     for row in rows.values():
-        assert row[1] == "RUNNING" and float(row[3]) >= 0 and row[5].endswith("iB"), row  # CPU%, memory measured
+        assert row[1] == "RUNNING" and float(row[4]) >= 0 and row[6].endswith("iB"), row  # CPU%, memory measured
     logs = shoal.run("logs", "watched", "--task", "worker.1", timeout=60).stdout
     assert "worker:1 starts at global step" in logs
     killed = shoal.run("kill", "watched", timeout=90)

@@ -128,3 +128,16 @@ def test_monitor_adds_the_figure_columns_only_when_a_task_reports_them():
     assert lines[0].split()[-5:] == ["STEP", "MS", "MED/P95", "APPLIED", "FLAG"]
     assert lines[3].split()[:2] == ["worker.1", "RUNNING"] and lines[3].split()[-5:] == [
         "40.0", "5/5", "(100%)", "SLOW", "x4.0"]
+
+
+def test_monitor_shows_each_tasks_host_only_when_some_task_runs_elsewhere():
+    from shoal.cli.cmd_monitor import samples_table
+    from shoal.launch.monitor import TaskSample
+
+    here = samples_table([TaskSample("worker.0", TaskState.RUNNING, 7, None)])
+    assert "HOST" not in here.splitlines()[0]
+    remote = samples_table([TaskSample("ps.0", TaskState.RUNNING, 7, None, "node1"),
+                            TaskSample("worker.0", TaskState.RUNNING, 8, None, "node2")])
+    lines = remote.splitlines()
+    assert lines[0].split()[:4] == ["TASK", "STATE", "HOST", "PID"]
+    assert lines[2].split()[:4] == ["worker.0", "RUNNING", "node2", "8"]
