@@ -70,7 +70,7 @@ def describe_checks(checks: list[HostCheck], *, clean: bool = True, killed: bool
         if check.error:
             lines.append(f"could not check {check.error}")
         elif not check.found and clean:
-            lines.append(f"{where}: no process of the job")
+            lines.append(f"{where}: no process of the job" + (f" ({check.note})" if check.note else ""))
         for proc in check.found:
             fate = ("survived SIGKILL" if proc in check.survivors
                     else "was left running; killed" if killed else "still runs")

@@ -118,6 +118,9 @@ class HostCheck:
     found: tuple[Leftover, ...] = ()
     survivors: tuple[Leftover, ...] = ()
     error: str = ""
+    note: str = ""
+    """Said of a clean host whose processes were not looked at but are known to be gone
+    (a Slurm job that is over)."""
 
     @property
     def clean(self) -> bool:

@@ -21,7 +21,8 @@ Control from another process (`shoal kill`, `status`, `monitor`) goes through th
 job id. A task counts as running while its agent's step (or the job shoal submitted) does;
 `kill` cancels them (every task of that node goes with its step); `sample` runs a probe step
 on the task's node: the host agent's one-shot `--find SHOAL_JOB_ID --usage S`, as the SSH
-executor does over ssh (job_scan.py reads the report).
+executor does over ssh (job_scan.py reads the report); `sweep` (`shoal check`) runs the same
+probe with `--kill` when asked (slurm_sweep.py).
 
 `allocate` and `start` must be called from one thread that outlives the job (the srun
 commands get the parent-death signal from it); `close` from any, once that thread is done
@@ -40,7 +41,7 @@ from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
 from shoal.launch.errors import PlanError, StartError
-from shoal.launch.executor import TaskRef, Usage
+from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.hosts import Host, place_tasks
 from shoal.launch.job_scan import find_args, read_report, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan
@@ -49,6 +50,7 @@ from shoal.launch.slurm import (KIND, SlurmError, SlurmJob, SlurmNode, agent_ste
 from shoal.launch.slurm_allocation import SlurmJobSource
 from shoal.launch.slurm_commands import ACTIVE_STATES, SlurmCommands
 from shoal.launch.slurm_reaper import SlurmReaper
+from shoal.launch.slurm_sweep import sweep_slurm
 from shoal.launch.spec import JobSpec
 
 ANY_INTERFACE = "0.0.0.0"
@@ -188,6 +190,10 @@ class SlurmExecutor:
         if extra.get("submitted") == "1" and extra.get("job"):
             ids.append(extra["job"])
         self._commands.cancel(ids)
+
+    def sweep(self, job_id: str, refs: Sequence[TaskRef], kill: bool) -> list[HostCheck]:
+        """Every node of `refs` checked for processes of `job_id` (slurm_sweep.py)."""
+        return sweep_slurm(self._commands, self._python, self._base_env, job_id, refs, kill)
 
     def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:
         groups: dict[tuple[str, str, str], dict[str, TaskRef]] = {}

@@ -189,6 +189,33 @@ def test_shoal_kill_leaves_squeue_empty_and_no_task_behind(slurm_cluster, tmp_pa
         assert slurm_cluster.job_ids() == []
         assert launcher.wait(30) == 130
         procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+        check = run(env, shoal("check", job["id"]), timeout=90)
+        assert check.returncode == 0, check.stdout
+        assert re.search(r"^n\d: no process of the job \(Slurm job \d+ is over: Slurm ended every process of its"
+                         r" steps\)$", check.stdout, re.M), check.stdout
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
+def test_shoal_check_probes_the_nodes_of_a_live_allocation_for_the_jobs_processes(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    launcher = start(env, shoal("run", "--name", "long", "--ps", "1", "--workers", "2", "--", *SERVE))
+    try:
+        shoal_job = wait_running(env, launcher, 3)["id"]
+        running = run(env, shoal("check", shoal_job), timeout=90)
+        assert running.returncode == 6, running.stdout  # the tasks are meant to run, but they are there
+        found = re.findall(r"^(n\d): (ps:0|worker:\d) pid \d+ still runs: ", running.stdout, re.M)
+        assert {task for _, task in found} == {"ps:0", "worker:0", "worker:1"}, running.stdout
+        assert {node for node, _ in found} == {"n1", "n2"}, running.stdout
+        assert run(env, shoal("kill", shoal_job), timeout=90).returncode == 0
+        assert launcher.wait(30) == 130
+        clean = run(env, shoal("check", shoal_job), timeout=90)
+        assert clean.returncode == 0, clean.stdout
+        assert sorted(clean.stdout.splitlines()) == ["n1: no process of the job", "n2: no process of the job"]
+        assert slurm_cluster.job_ids() == [job]  # the user's allocation goes on
     finally:
         cleanup(home, launcher)
 
