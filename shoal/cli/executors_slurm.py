@@ -51,7 +51,7 @@ def slurm_launcher(args: argparse.Namespace, env: "Environment", hosts: Sequence
                       " (or with `env -u SLURM_JOB_ID shoal ...`)")
         source = CurrentAllocation(job_id, commands)
     return SlurmExecutor(commands=commands, python=env.python, base_env=env.environ, source=source,
-                         dry_run=bool(getattr(args, "dry_run", False)))
+                         dry_run=bool(getattr(args, "dry_run", False)), notify=lambda text: env.say(text, err=True))
 
 
 def slurm_recorded(env: "Environment") -> Executor:

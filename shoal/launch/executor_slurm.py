@@ -31,9 +31,10 @@ starting tasks. The constructor does no I/O.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
@@ -73,8 +74,9 @@ class SlurmExecutor:
 
     def __init__(self, *, commands: SlurmCommands, python: str, base_env: Mapping[str, str],
                  source: Optional[SlurmJobSource] = None, dry_run: bool = False,
-                 agent_timeout: float = 60.0) -> None:
+                 agent_timeout: float = 60.0, notify: Callable[[str], None] = lambda text: None) -> None:
         self._commands = commands
+        self._notify = notify
         self._python = python
         self._base_env = dict(base_env)
         self._source = source
@@ -111,6 +113,11 @@ class SlurmExecutor:
         used = [n for n in job.nodes if on_node[n.name]]
         for node in used:
             self._notes += f"# on {node.name}: {', '.join(f'{t.job}.{t.index}' for t in on_node[node.name])}\n"
+        for line in _crowded_nodes(spec, job, on_node):
+            if self._dry_run:
+                self._notes += f"# {line}\n"
+            else:
+                self._notify(f"shoal | {line}")
         counts = {n.name: len(on_node[n.name]) + (n.name == node_of[master]) for n in used}
         if self._dry_run:
             ports = {name: [0] * count for name, count in counts.items()}
@@ -266,6 +273,21 @@ def _check_pinned_nodes(pinned: Mapping[str, Sequence[str]], job: SlurmJob) -> N
             raise PlanError(f"roles.{role}.hosts names {', '.join(map(repr, unknown))}, which Slurm job"
                             f" {job.job_id} does not hold (its nodes: {', '.join(names)}); name nodes of the"
                             f" job in roles.{role}.hosts, or ask Slurm for those (salloc -w NODE,...)")
+
+
+def _crowded_nodes(spec: JobSpec, job: SlurmJob, on_node: Mapping[str, list[TaskId]]) -> list[str]:
+    """A line per node where the tasks placed ask for more CPUs than the Slurm job holds there
+    (a task without `cpus:` counts 1): they run, sharing those CPUs, slower than asked."""
+    lines = []
+    for node in job.nodes:
+        tasks = on_node.get(node.name, [])
+        asked = sum(max(1, math.ceil(spec.role(t.job).cpus or 1)) for t in tasks)
+        if asked > node.cpus:
+            lines.append(f"warning: Slurm job {job.job_id} holds {node.cpus} CPU{'s' if node.cpus != 1 else ''} on"
+                         f" {node.name}, where {', '.join(f'{t.job}.{t.index}' for t in tasks)} ask for {asked}"
+                         " (1 for a task without cpus:); they share them, slower: ask Slurm for more"
+                         " (salloc -n TASKS, --cpus-per-task) or give the roles fewer cpus:")
+    return lines
 
 
 def _gpus(count: int) -> str:

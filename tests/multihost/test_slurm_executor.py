@@ -315,7 +315,19 @@ def test_dry_run_inside_an_allocation_places_tasks_on_its_nodes_and_starts_no_st
     out = run(env, shoal("train", "examples/mnist.yaml", "--dry-run"), timeout=60)
     assert out.returncode == 0, out.stdout
     assert "# on n1: ps.0, worker.0" in out.stdout and "# on n2: ps.1, worker.1" in out.stdout
+    assert "warning" not in out.stdout  # 2 tasks on each node, which holds 2 CPUs of the job
     assert steps(slurm_cluster, job) == []
+
+
+@pytest.mark.timeout(120)
+def test_an_allocation_smaller_than_the_spec_is_warned_about(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster, nodes=1, tasks=1)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    out = run(env, shoal("train", "examples/mnist.yaml", "--dry-run"), timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert re.search(rf"^# warning: Slurm job {job} holds 1 CPU on n\d, where ps.0, ps.1, worker.0, worker.1 ask for"
+                     r" 4 \(1 for a task without cpus:\); they share them", out.stdout, re.M), out.stdout
 
 
 @pytest.mark.timeout(120)
