@@ -12,6 +12,7 @@ Not thread-safe (the session's thread).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Sequence
 
 from shoal.ps.client import PsClient
@@ -20,7 +21,7 @@ from shoal.train.errors import TrainError
 from shoal.train.grow_placement import grow
 from shoal.train.placement import Placement
 from shoal.train.rehome_placement import rehome
-from shoal.train.waiting import poll_until
+from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
 
 log = logging.getLogger("shoal.train.session")
 
@@ -128,12 +129,23 @@ def job_history(statuses: Sequence[StatusReply]) -> tuple[PlacementChange, ...]:
 def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: str) -> Placement | None:
     """At start: apply the placement changes made before this task started (ps tasks re-homed or
     joined), as the first ps tasks to answer `status` report them (polling until one does, up to
-    `deadline`). Returns the new placement, or None if nothing changed. Blocks."""
-    def probe() -> list[StatusReply] | None:
-        return [s for s in client.status_each(0.5) if isinstance(s, StatusReply)] or None
+    `deadline`, and logging every 5 s which ps it waits for). Returns the new placement, or
+    None if nothing changed. Blocks."""
+    missing: list[int] = []
 
+    def probe() -> list[StatusReply] | None:
+        results = client.status_each(0.5)
+        missing[:] = [i for i, r in enumerate(results) if not isinstance(r, StatusReply)]
+        return [s for s in results if isinstance(s, StatusReply)] or None
+
+    def absent() -> str:  # as wait_for_ps says it, which takes over once one ps answered
+        return ", ".join(f"ps:{i} at {client.addresses[i]}" for i in missing) or "the parameter servers"
+
+    total_s = max(0.0, deadline - time.monotonic())
     try:
-        statuses = poll_until(probe, deadline=deadline, interval_s=0.1, timed_out=lambda: TrainError("no ps answered"))
+        statuses = poll_until(probe, deadline=deadline, interval_s=0.1, timed_out=lambda: TrainError("no ps answered"),
+                              waiting=log_waiting(log, lambda: f"{task} waiting for {absent()}", total_s),
+                              log_every_s=LOG_EVERY_S)
     except TrainError:
         return None  # waiting for the ps at start says who is missing
     new = book.catch_up(client, job_history(statuses))

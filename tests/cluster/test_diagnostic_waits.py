@@ -8,6 +8,7 @@ import time
 import pytest
 
 import shoal
+import shoal.train.placement_history
 import shoal.train.session
 from shoal.cluster import ClusterConfig, ClusterSpec, TaskId
 from shoal.launch.ports import free_ports
@@ -51,6 +52,20 @@ def test_session_start_names_the_missing_ps_in_its_error(one_of_two_ps):
                                     secret=SECRET, init_timeout_s=1.0, request_timeout_s=1.0)
     with pytest.raises(shoal.TrainError, match=rf"no answer from ps:1 at {down} \("):
         session.start()
+
+
+def test_session_start_before_any_ps_is_up_says_what_it_waits_for_while_it_waits(monkeypatch, caplog):
+    first, second = (f"127.0.0.1:{p}" for p in free_ports(2))  # nobody behind either
+    monkeypatch.setattr(shoal.train.placement_history, "LOG_EVERY_S", 0.3)  # not every 5 s
+    caplog.set_level(logging.INFO, logger="shoal")
+    spec = ClusterSpec.from_dict({"ps": [first, second], "worker": ["127.0.0.1:1"]})
+    session = shoal.TrainingSession(ClusterConfig(spec, TaskId("worker", 0)), {"w": [0.0, 0.0]}, shoal.SGD(0.1),
+                                    secret=SECRET, init_timeout_s=2.0, request_timeout_s=1.0)
+    with pytest.raises(shoal.TrainError, match="parameter servers did not come up within 2s"):
+        session.start()
+    waiting = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert len(waiting) >= 3, caplog.text  # a line every 0.3 s of the 2 s, not silence
+    assert all(line.startswith(f"worker:0 waiting for ps:0 at {first}, ps:1 at {second} (") for line in waiting), waiting
 
 
 def test_sync_push_timeout_names_the_replica_that_never_pushed(make_cluster, monkeypatch, caplog):
