@@ -22,7 +22,6 @@ from shoal.launch.console import ConsoleObserver, Observers, RecordsObserver
 from shoal.launch.errors import WorkspaceError
 from shoal.launch.executor import Executor
 from shoal.launch.files import private_dirs
-from shoal.launch.kill_request import kill_was_requested
 from shoal.launch.launcher_output import launcher_log_path, move_terminal_output
 from shoal.launch.logmux import LogMux
 from shoal.launch.membership_line import MembershipLine
@@ -32,6 +31,7 @@ from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
 from shoal.launch.root_cause import report_root_cause
 from shoal.launch.scale_requests import ScaleInbox
+from shoal.launch.stop_signals import StopSignals
 from shoal.launch.supervisor import JobResult, Supervisor
 from shoal.launch.watchdog import Watchdog
 
@@ -85,11 +85,7 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     supervisor = Supervisor(plan, executor=executor, mux=mux,
                             observer=Observers(console, records), watchdog=watchdog)
 
-    def on_signal(signum: int, _frame: object) -> None:
-        if signum == signal.SIGTERM and kill_was_requested(plan.job_dir):
-            supervisor.request_stop("stopped by shoal kill")
-        else:
-            supervisor.request_stop(f"the launcher got {signal.Signals(signum).name}")
+    on_signal = StopSignals(plan.job_dir, supervisor.request_stop, mux.note)
 
     def on_hangup(_signum: int, _frame: object) -> None:
         path = launcher_log_path(plan.job_dir)

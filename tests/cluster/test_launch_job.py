@@ -218,6 +218,26 @@ def test_launcher_sigkill_leaves_nothing_after_5s(tmp_path):
         cleanup(home, launcher)
 
 
+def test_one_sigint_delivered_twice_still_waits_out_the_grace_period(tmp_path):
+    """`timeout ... shoal train` forwards the SIGINT its group got: shoal gets it twice, at once."""
+    home = tmp_path / "home"
+    launcher = start_shoal(home, "run", "--name", "twice", "--workers", "1", "--grace", "3s", "--",
+                           PY, program("serve.py"), "--ignore-term")
+    try:
+        wait_for(lambda: recorded_pids(home), 20, "the task to start")
+        launcher.send_signal(signal.SIGINT)
+        launcher.send_signal(signal.SIGINT)
+        stopped_at = time.monotonic()
+        assert launcher.wait(20) == 130
+        assert time.monotonic() - stopped_at >= 2.5  # the 3 s grace, not an immediate SIGKILL
+        text = launcher.stdout.read().decode()
+        assert "again: stopping every task now" not in text, text
+        [job] = status(home)
+        assert job["state"] == "KILLED" and job["reason"] == "the launcher got SIGINT", job
+    finally:
+        cleanup(home, launcher)
+
+
 def test_sigint_to_launcher_stops_the_job_as_killed(tmp_path):
     home = tmp_path / "home"
     launcher = start_shoal(home, "run", "--name", "i", "--workers", "1", "--",
