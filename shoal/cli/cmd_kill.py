@@ -1,4 +1,4 @@
-"""`shoal kill [JOB]`: stop a job (the newest if none is named) and everything it started;
+"""`shoal kill [JOB]`: stop a job (the newest running one if none is named) and everything it started;
 safe to repeat."""
 
 from __future__ import annotations
@@ -7,14 +7,15 @@ import argparse
 
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
-from shoal.cli.job_args import add_job_argument
+from shoal.cli.job_args import JOB_HELP
 from shoal.launch.control import describe_checks, kill_job, sweep_job
-from shoal.launch.job_refs import find_job
+from shoal.launch.job_refs import find_job_to_stop
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("kill", help="stop a job (idempotent)")
-    add_job_argument(parser, newest_by_default=True)
+    parser.add_argument("job", nargs="?", metavar="JOB",
+                        help=f"{JOB_HELP} (default: the newest running job, else the newest job)")
     parser.add_argument("--timeout", type=float, default=20.0,
                         help="seconds to let the launcher stop the tasks before SIGKILL")
     parser.set_defaults(handler=run)
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = find_job(store, args.job)
+        job = find_job_to_stop(store, args.job)
         executor = env.executor(job.executor)
         job = kill_job(store, job, executor, timeout=args.timeout)
         checks = sweep_job(store, job, executor, kill=True)  # verified: nothing of it is left anywhere

@@ -25,6 +25,16 @@ def find_job(store: JobStore, ref: Optional[str]) -> JobRecord:
     return store.find(ref) if ref else store.newest()
 
 
+def find_job_to_stop(store: JobStore, ref: Optional[str]) -> JobRecord:
+    """The job `ref` names; without `ref`, the newest job still recorded as running (so a job
+    that failed since does not shadow the one to stop), else the newest job. JobNotFound if
+    there is none."""
+    if ref:
+        return store.find(ref)
+    running = next((job for job in store.list_jobs() if not job.state.is_terminal), None)
+    return running or store.newest()
+
+
 def find_task(store: JobStore, ref: Optional[str]) -> tuple[JobRecord, Optional[str]]:
     """The job `ref` names and the task it names in it ("worker.1"), or None when `ref`
     names only a job. A job whose name or id looks like a task reference wins.

@@ -188,3 +188,15 @@ def test_running_counts_leave_out_tasks_moved_or_scaled_down_on_purpose():
     states = [TaskState.RUNNING, TaskState.RUNNING, TaskState.MOVED, TaskState.RUNNING, TaskState.SCALED_DOWN]
     assert running_of(states) == "3/3 running"  # worker:1 moved (worker:2 runs instead), one scaled down
     assert running_of([TaskState.RUNNING, TaskState.FAILED, TaskState.RESTARTING]) == "1/3 running"
+
+
+def test_kill_without_a_job_picks_the_newest_running_job_not_a_newer_finished_one(tmp_path):
+    from shoal.launch.job_refs import find_job_to_stop
+    shoal = Captured(tmp_path)
+    record_job(shoal, "a-1", "a", running=True)
+    record_job(shoal, "b-1", "b", state=JobState.FAILED)  # newer, already over
+    with shoal.env.store() as store:
+        assert find_job_to_stop(store, None).id == "a-1"
+        assert find_job_to_stop(store, "b").id == "b-1"
+        store.set_job_state("a-1", JobState.KILLED, "test", ended=True)
+        assert find_job_to_stop(store, None).id == "b-1"  # none runs: the newest, as before
