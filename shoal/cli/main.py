@@ -25,7 +25,7 @@ def build_parser() -> ShoalParser:
         prog="shoal", description="Start, watch and stop parameter-server training jobs.",
         epilog="JOB is a job's number (the # of shoal status), its name (its newest job),"
         " its id or a unique prefix of it; commands that take a JOB use the newest job"
-        " when none is given. shoal COMMAND -h tells more.")
+        " when none is given (kill: the newest running one). shoal COMMAND -h tells more.")
     parser.add_argument("--version", action="version", version=f"shoal {shoal_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
