@@ -111,7 +111,8 @@ def check_plan(plan: JobPlan, *, local: bool, no_ps_asked: bool = False) -> None
             what = "is a directory, not a script" if script.is_dir() else "does not exist"
             raise PreflightError(
                 f"{task.label} would run {script}, which {what} (relative paths start in the job's workdir, "
-                f"{workdir}); fix the path in the command (after -- or the spec's run:); nothing was started",
+                f"{workdir}); fix the path in the command (after -- or the spec's run:), or start shoal in the"
+                " directory it is relative to, or set workdir: in the spec; nothing was started",
                 field="run")
     has_ps = no_ps_asked or any(t.task.job == "ps" for t in plan.tasks)
     for task in plan.tasks:

@@ -64,6 +64,7 @@ def test_train_of_a_spec_whose_script_is_missing_starts_nothing(tmp_path):
     shoal = Captured(tmp_path)
     assert shoal("train", "job.yaml") == ExitCode.SPEC_ERROR
     assert "nope/train.py, which does not exist" in shoal.err.getvalue()
+    assert "or start shoal in the directory it is relative to, or set workdir: in the spec" in shoal.err.getvalue()
     assert nothing_started(tmp_path)
 
 
