@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         job = reconcile(store, job, env.executor(job.executor))
         if job.state.is_terminal:
             raise ScaleError(f"job {job.handle} is not running ({job.state.value}); shoal scale"
-                             " changes running jobs only (start it again with shoal train)")
+                             " changes running jobs only (start it again, with shoal train or shoal run)")
         deadline = time.monotonic() + args.timeout
         outcome = _ask(store, job, request, args.timeout)
         if outcome.error:
