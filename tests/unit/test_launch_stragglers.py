@@ -141,3 +141,12 @@ def test_monitor_shows_each_tasks_host_only_when_some_task_runs_elsewhere():
     lines = remote.splitlines()
     assert lines[0].split()[:4] == ["TASK", "STATE", "HOST", "PID"]
     assert lines[2].split()[:4] == ["worker.0", "RUNNING", "node2", "8"]
+
+
+def test_a_task_scaled_down_or_moved_is_not_flagged_nor_compared():
+    gone = TaskRecord("worker.2", "j.worker.2", "127.0.0.1:1", TaskState.SCALED_DOWN, 1, 0, "", "/l", step_ms=40.0)
+    moved = TaskRecord("worker.3", "j.worker.3", "127.0.0.1:1", TaskState.MOVED, 1, 0, "", "/l", step_ms=90.0)
+    shown = figures([task("worker.0", 10), task("worker.1", 11), gone, moved])
+    assert not any(f.slow for f in shown)
+    assert shown[2].step_ms == 40.0  # still shown, as measured
+    assert [f.name for f in figures([task("worker.0", 10), task("worker.1", 40), moved]) if f.slow] == ["worker.1"]
