@@ -425,6 +425,7 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
             "the job spec must be a mapping with at least name:, run: and roles:",
             source=source, line=1,
         )
+    _refuse_unknown_top_level(data, source, lines)  # before templating: a typo in parameters: says so
     params = data.get("parameters") or {}
     if not isinstance(params, dict):
         raise SpecError("parameters must be a mapping of name: value", source=source,
@@ -455,17 +456,44 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
         raise _spec_error(e, source, lines) from e
 
 
+def _fields_at(parent: tuple) -> list[str]:
+    """The field names a spec mapping at `parent` may hold (its YAML keys), [] if unknown."""
+    models: dict[tuple, type[BaseModel]] = {(): JobSpec, ("ssh",): SshSpec, ("restart",): RestartSpec,
+                                            ("watchdog",): WatchdogSpec}
+    model = models.get(parent) or (RoleSpec if parent[:1] == ("roles",) and len(parent) == 2 else
+                                   HostSpec if parent[:1] == ("hosts",) and len(parent) == 2 else None)
+    return [field.alias or name for name, field in model.model_fields.items()] if model is not None else []
+
+
+def _unknown_field(loc: tuple) -> str:
+    close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1) if loc else []
+    if close:
+        return f"is not a known field (did you mean {close[0]!r}?)"
+    return "is not a known field; check its spelling (see docs/launcher.md)"
+
+
+def _refuse_unknown_top_level(data: dict, source: str, lines: dict) -> None:
+    """SpecError for top-level keys the spec does not have, with the nearest known one."""
+    unknown = [key for key in data if key not in _fields_at(())]
+    if not unknown:
+        return
+    where = [(source + (f":{lines[(k,)]}" if (k,) in lines else ""), k) for k in unknown]
+    msg = _unknown_field((unknown[0],)) + "".join(f"\n  also {w}: {k}: {_unknown_field((k,))}" for w, k in where[1:])
+    raise SpecError(msg, source=source, line=lines.get((unknown[0],)), field=str(unknown[0]))
+
+
 def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
     messages = []
     first: Optional[tuple[Optional[int], str, str]] = None
-    for item in error.errors():
+    # a misspelt field first: the "missing" error of the field it meant follows from it
+    for item in sorted(error.errors(), key=lambda item: item["type"] != "extra_forbidden"):
         loc = tuple(part for part in item["loc"] if not _is_union_tag(part))
         line = _nearest_line(loc, lines)
         msg = item["msg"].removeprefix("Value error, ")
         if item["type"] == "missing":
             msg = "is missing; add it"
         elif item["type"] == "extra_forbidden":
-            msg = "is not a known field; check its spelling (see docs/launcher.md)"
+            msg = _unknown_field(loc)
         elif "input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict):
             msg += f" (got {item['input']!r})"
         field = dotted(loc) or "(top level)"

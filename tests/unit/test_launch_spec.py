@@ -85,6 +85,23 @@ def test_unknown_field_is_an_error(tmp_path):
     assert e.line == 14 and e.field == "dedline" and "not a known field" in str(e)
 
 
+def test_a_misspelt_field_gets_the_nearest_known_one_at_its_level(tmp_path):
+    e = error(tmp_path, GOOD.replace("deadline: 10m", "dedline: 10m"))
+    assert "dedline: is not a known field (did you mean 'deadline'?)" in str(e)
+    e = error(tmp_path, GOOD.replace("ps: {count: 2}", "ps: {cont: 2}").replace("policy:", "polcy:"))
+    assert str(e).splitlines()[0].endswith("roles.ps.cont: is not a known field (did you mean 'count'?)"), str(e)
+    assert "also job.yaml:13: restart.polcy: is not a known field (did you mean 'policy'?)" in str(e)
+    e = error(tmp_path, GOOD.replace("deadline: 10m", "xyzzy: 1"))
+    assert "xyzzy: is not a known field; check its spelling" in str(e)
+
+
+def test_a_misspelt_section_is_named_before_what_it_leaves_missing_or_unfilled(tmp_path):
+    e = error(tmp_path, GOOD.replace("roles:", "rolez:"))
+    assert (e.field, e.line) == ("rolez", 6) and "(did you mean 'roles'?)" in str(e) and "missing" not in str(e)
+    e = error(tmp_path, GOOD.replace("parameters:", "parameter:"))  # its {{ steps }} would be unknown
+    assert e.field == "parameter" and "(did you mean 'parameters'?)" in str(e) and "steps" not in str(e)
+
+
 def test_job_without_chief_or_worker_is_an_error(tmp_path):
     with pytest.raises(SpecError, match="no chief and no worker"):
         spec_from_dict({"name": "x", "run": "true", "roles": {"ps": {"count": 1}}})
