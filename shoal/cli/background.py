@@ -48,7 +48,9 @@ def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environme
             return launcher.exit_code or int(ExitCode.ERROR)
         if not follow:
             state = "runs" if started is Started.RECORDED else "is starting"
-            env.say(detached_text(job_id, f"job {job_id} {state} in the background (launcher pid"
+            number = store.find(job_id).number if store.has(job_id) else None
+            numbered = f"number {number}, " if number is not None else ""
+            env.say(detached_text(job_id, f"job {job_id} {state} in the background ({numbered}launcher pid"
                                           f" {launcher.pid}; its output goes to {log_path})"))
             return int(ExitCode.OK)
         return follow_job(store, store.find(job_id), env, CtrlC.ASK)

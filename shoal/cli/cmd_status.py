@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, env: Environment) -> int:
             env.say(cause.format())
     else:
         env.say(jobs_table(jobs, running_only=args.running))
-        if hidden:
+        if hidden and not args.running:  # --running asked for running jobs only
             env.say(f"{hidden} older finished jobs not shown: shoal status --all or --last N"
                     " (shoal prune removes finished jobs)")
     return int(ExitCode.OK)

@@ -407,6 +407,7 @@ class TrainingSession:
                  used: LeasedBatch | UsedPositions | None = None) -> tuple[float, StepResult]:
         """Compute `loss, grads = loss_and_grad(params, *batch)` and push the gradients (with
         the leased positions they used, see `push`). Blocks."""
+        self._require(SessionState.STARTED, "run_step")
         loss, grads = loss_and_grad(self.params, *batch)
         return loss, self.push(grads, used=used)
 

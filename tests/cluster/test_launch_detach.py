@@ -85,6 +85,8 @@ def test_detach_returns_at_once_and_attach_follows_the_job_to_its_exit_code(tmp_
         assert f"shoal attach {job_id}" in text and f"shoal kill {job_id}" in text
         job = only_job(home)
         assert job["id"] == job_id and job["state"] in ("PENDING", "RUNNING")  # it runs without us
+        if "runs in the background" in text:  # recorded: its number is known
+            assert f"runs in the background (number {job['number']}, launcher pid" in text, text
         attach = run_shoal(home, "attach", "a", timeout=60)
         followed = attach.stdout.decode()
         assert attach.returncode == 3, followed  # the job's exit code: its chief's

@@ -73,6 +73,9 @@ def test_status_running_all_and_last(tmp_path):
         return [job["id"] for job in json.loads(run.out.getvalue())]
 
     assert ids("--running") == ["r-1"]
+    table = Captured(tmp_path)
+    assert table("status", "--running") == ExitCode.OK
+    assert "not shown" not in table.out.getvalue()  # --running asked for running jobs only
     assert ids("--all") == ["d-2", "d-1", "r-1"]
     assert ids("--last", "1") == ["d-2"]
 

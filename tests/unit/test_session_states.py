@@ -23,11 +23,13 @@ def new_session(**kw):
                                  shoal.SGD(0.1), secret=JobSecret(b"s", "test"), **kw)
 
 
-@pytest.mark.parametrize("call", [lambda s: s.push({"w": np.ones(2)}), lambda s: s.pull(),
-                                  lambda s: s.end_job(), lambda s: s.save_checkpoint()])
-def test_calls_before_start_say_to_start_first(call):
+@pytest.mark.parametrize("name, call", [("push", lambda s: s.push({"w": np.ones(2)})), ("pull", lambda s: s.pull()),
+                                        ("end_job", lambda s: s.end_job()),
+                                        ("save_checkpoint", lambda s: s.save_checkpoint()),
+                                        ("run_step", lambda s: s.run_step(lambda p: (0.0, {"w": np.ones(2)})))])
+def test_calls_before_start_say_to_start_first(name, call):
     session = new_session()
-    with pytest.raises(shoal.TrainError, match=r"needs a started session; call start\(\) first"):
+    with pytest.raises(shoal.TrainError, match=rf"{name}\(\) needs a started session; call start\(\) first"):
         call(session)
     assert session.state is shoal.SessionState.NEW
 
