@@ -107,12 +107,14 @@ class LeaseDesk:
         if self.book is not None:
             self.book.step_abandoned(step)
 
-    def release(self, task: str) -> None:
-        """`task` left: what it leased and did not use goes back to the queue. Idempotent."""
+    def release(self, task: str, how: str = "left") -> None:
+        """`task` left (`how`: "finished", or "left" otherwise): what it leased and did not use
+        goes back to the queue. Idempotent."""
         if self.book is not None:
             back = self.book.release(task)
             if back:
-                log.info("%s: %s left; %d positions it held went back to the queue", self.task_name, task, back)
+                log.info("%s: %s %s; the %d positions it had leased but not used went back to the queue",
+                         self.task_name, task, how, back)
 
     def export(self) -> dict[str, Any] | None:
         return self.book.export() if self.book is not None else None

@@ -535,7 +535,8 @@ class PsService:
         log.info("%s %s; %s", self.task_name, self.membership.describe(), "; ".join(c.describe() for c in changes))
         for change in changes:
             if change.after not in LIVE:
-                self._leases.release(change.task)  # its unconsumed positions go back to the queue
+                # its unconsumed positions go back to the queue
+                self._leases.release(change.task, "finished" if change.after is MemberState.DONE else "left")
         if self._sync is not None and any(c.live_changed for c in changes):
             self._sync.set_quorum(self._quorum())
             self._apply_completed_shards()
