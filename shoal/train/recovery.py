@@ -113,6 +113,10 @@ class PsRecovery:
         client.set_incarnation(ps, status.incarnation)
         rolled_back = ""
         if before is not None and status.training is not None and status.training.mode is Mode.ASYNC:
-            rolled_back = (f" (it had answered step {before} before it was lost: "
-                           f"{max(0, before - status.step)} of its updates rolled back)")
+            # A ps restored from a replica answers from the replica's step: what is behind it is
+            # rolled back. One the chief rebuilt from a checkpoint answers from the job's step
+            # (the chief's log says which updates that lost), so no count is claimed for it.
+            rolled_back = (f" (it had answered step {before} before it was lost: {before - status.step} of its"
+                           " updates rolled back)" if status.step < before else
+                           f" (it had answered step {before} before it was lost)")
         log.info("%s: ps:%d is back at step %d%s", self._task, ps, status.step, rolled_back)
