@@ -18,7 +18,7 @@ import psutil
 from typing import Optional
 
 from shoal.launch.executor import Executor, HostCheck
-from shoal.launch.kill_request import mark_kill_requested
+from shoal.launch.kill_request import mark_kill_requested, withdraw_kill_request
 from shoal.launch.processes import same_process
 from shoal.launch.records import JobRecord, JobStore, ProcessRecord
 from shoal.launch.states import JobState, TaskState
@@ -90,7 +90,7 @@ def kill_job(store: JobStore, job: JobRecord, executor: Executor,
             try:
                 launcher.send_signal(signal.SIGTERM)
             except psutil.Error:
-                pass
+                withdraw_kill_request(job.job_dir)
             if not _wait_stopped(store, job.id, launcher, timeout):
                 try:
                     launcher.kill()

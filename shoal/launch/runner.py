@@ -85,9 +85,12 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     supervisor = Supervisor(plan, executor=executor, mux=mux,
                             observer=Observers(console, records), watchdog=watchdog)
 
-    on_signal = StopSignals(plan.job_dir, supervisor.request_stop, mux.note)
+    on_signal = StopSignals(plan.job_dir, supervisor.request_stop)
 
-    def on_hangup(_signum: int, _frame: object) -> None:
+    def on_hangup(_signum: int, _frame: object) -> None:  # prints: not in the handler (see call_soon)
+        supervisor.call_soon(hung_up)
+
+    def hung_up() -> None:
         path = launcher_log_path(plan.job_dir)
         try:
             moved = move_terminal_output(path)

@@ -2,12 +2,13 @@
 
 The first signal asks the supervisor to stop the job (each task: SIGTERM, the grace period,
 SIGKILL), with a reason that says who asked: `stopped by shoal kill` when `shoal kill` left its
-mark (kill_request.py), else the signal's name. A second one skips the grace period, and the
-launcher says so. But one Ctrl-C often arrives twice: `timeout 2h shoal train ...` forwards the
-SIGINT its process group got to shoal, which got it too; such an echo, within `ECHO_S` of the
-first, is not a second request.
+mark (kill_request.py), else the signal's name. A second one skips the grace period (the
+supervisor says so). But one Ctrl-C often arrives twice: `timeout 2h shoal train ...` forwards
+the SIGINT its process group got to shoal, which got it too; such an echo, within `ECHO_S` of
+the first, is not a second request.
 
-Called from a signal handler on the main thread; does not block.
+Called from a signal handler on the main thread: it only sets the supervisor's flags (it
+prints nothing: the output's lock may be held by the code it interrupted); does not block.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ ECHO_S = 0.5
 
 class StopSignals:
     """The handler: `request_stop(reason)` as Supervisor.request_stop (a second call skips the
-    grace period); `note(line)` prints a launcher line."""
+    grace period)."""
 
-    def __init__(self, job_dir: str | Path, request_stop: Callable[[str], None], note: Callable[[str], None],
+    def __init__(self, job_dir: str | Path, request_stop: Callable[[str], None],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._job_dir = job_dir
         self._request_stop = request_stop
-        self._note = note
         self._clock = clock
         self._last: float | None = None
 
@@ -44,5 +44,4 @@ class StopSignals:
             self._request_stop("stopped by shoal kill" if signum == signal.SIGTERM and kill_was_requested(self._job_dir)
                                else f"the launcher got {name}")
             return
-        self._note(f"shoal | {name} again: stopping every task now (SIGKILL), without waiting out the grace period")
         self._request_stop(f"the launcher got {name} twice")

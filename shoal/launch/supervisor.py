@@ -45,6 +45,7 @@ thread- and signal-safe; `request_scale` thread-safe.
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import signal
@@ -184,6 +185,8 @@ class Supervisor:
         self._result: Optional[JobResult] = None
         self._stop_reason: Optional[str] = None
         self._force = False
+        self._force_said = False
+        self._soon: collections.deque[Callable[[], None]] = collections.deque()
         self._finishing = False
         self._failure: Optional[TaskFailure] = None
         self._scale_requests: queue.Queue = queue.Queue()
@@ -201,6 +204,12 @@ class Supervisor:
             self._force = True
         self._force = self._force or force
         self._stop_reason = reason
+
+    def call_soon(self, work: Callable[[], None]) -> None:
+        """Run `work` on the thread that runs the job, within _POLL seconds: for a signal
+        handler, which must not print (the output's lock may be held by the very code it
+        interrupted). Safe from signal handlers and other threads."""
+        self._soon.append(work)
 
     def run(self) -> JobResult:
         """Start every task, supervise until the job is over, stop what is left; blocks.
@@ -220,7 +229,12 @@ class Supervisor:
 
     # --- the loop -------------------------------------------------------------------
 
+    def _run_soon(self) -> None:
+        while self._soon:
+            self._soon.popleft()()
+
     def _step(self, deadline: Optional[float]) -> None:
+        self._run_soon()
         if self._stop_reason is not None:
             self._finish(EndReason.STOPPED, self._stop_reason)
             return
@@ -619,7 +633,12 @@ class Supervisor:
     def _drain(self, seconds: float, force_ok: bool = True) -> None:
         end = self._clock() + seconds
         while any(s.state is TaskState.RUNNING for s in self._slots.values()):
+            self._run_soon()
             if force_ok and self._force:
+                if not self._force_said:
+                    self._force_said = True
+                    self._mux.note("shoal | asked to stop again: SIGKILL to every task now, without waiting out"
+                                   " the grace period")
                 return
             left = end - self._clock()
             if left <= 0:

@@ -231,7 +231,7 @@ def test_one_sigint_delivered_twice_still_waits_out_the_grace_period(tmp_path):
         assert launcher.wait(20) == 130
         assert time.monotonic() - stopped_at >= 2.5  # the 3 s grace, not an immediate SIGKILL
         text = launcher.stdout.read().decode()
-        assert "again: stopping every task now" not in text, text
+        assert "asked to stop again" not in text, text
         [job] = status(home)
         assert job["state"] == "KILLED" and job["reason"] == "the launcher got SIGINT", job
     finally:

@@ -250,7 +250,7 @@ def test_start_failure_fails_the_job_and_stops_what_started(tmp_path):
 
 
 def test_request_stop_then_force_skips_the_grace_period(tmp_path):
-    supervisor, executor, recorder, _ = supervise(
+    supervisor, executor, recorder, out = supervise(
         tmp_path, {"worker": {}, "ps": {}}, {}, ignore_term=True, grace_period="1000s")
     running = threading.Event()
     recorder.hooks[("worker.0", TaskState.RUNNING)] = running.set
@@ -275,3 +275,24 @@ def test_request_stop_then_force_skips_the_grace_period(tmp_path):
     for handle in executor.handles:
         assert handle.signals == [signal.SIGTERM, signal.SIGKILL]
     assert set(recorder.final().values()) == {TaskState.KILLED}
+    said = out.getvalue().decode()  # by the supervisor's thread, not by a signal handler
+    assert said.count("shoal | asked to stop again: SIGKILL to every task now") == 1, said
+
+
+def test_work_handed_over_by_call_soon_runs_on_the_supervisors_thread(tmp_path):
+    supervisor, _, recorder, _ = supervise(tmp_path, {"worker": {}}, {}, ignore_term=False)
+    ran_on: list = []
+    running = threading.Event()
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = running.set
+    thread = threading.Thread(target=supervisor.run, daemon=True)
+    thread.start()
+    assert running.wait(10)
+    supervisor.call_soon(lambda: ran_on.append(threading.current_thread()))
+    for _ in range(100):  # bounded: within _POLL
+        if ran_on:
+            break
+        threading.Event().wait(0.05)
+    assert ran_on == [thread]
+    supervisor.request_stop("test over", force=True)
+    thread.join(10)
+    assert not thread.is_alive()
