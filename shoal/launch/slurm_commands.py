@@ -78,20 +78,31 @@ class SlurmCommands:
 
     def state(self, job_id: str) -> Optional[str]:
         """The job's squeue state while it is active (PENDING, RUNNING, ...), None once it is
-        over or unknown."""
-        out = self.run(["squeue", "-h", "-j", check_step_id(job_id), "-o", "%T"], check=False).split()
+        over or unknown. SlurmError if squeue cannot tell (slurmctld unreachable)."""
+        out = self._squeue(job_id, "%T").split()
         return out[0] if out else None
 
     def queue_state(self, job_id: str) -> Optional[tuple[str, str]]:
         """(state, reason) of the job while it is active ("PENDING", "Resources"; the reason
-        is "None" once it runs), None once it is over or unknown."""
-        lines = self.run(["squeue", "-h", "-j", check_step_id(job_id), "-o", "%T %r"], check=False).splitlines()
+        is "None" once it runs), None once it is over or unknown. SlurmError as `state`."""
+        lines = self._squeue(job_id, "%T %r").splitlines()
         out = lines[0].split(None, 1) if lines else []
         return (out[0], out[1].strip() if len(out) > 1 else "") if out else None
 
     def steps(self, job_id: str) -> set[str]:
-        """The ids ("12.3") of the job's steps that still run."""
-        return set(self.run(["squeue", "-h", "-s", "-j", check_step_id(job_id), "-o", "%i"], check=False).split())
+        """The ids ("12.3") of the job's steps that still run. SlurmError as `state`."""
+        return set(self._squeue(job_id, "%i", steps=True).split())
+
+    def _squeue(self, job_id: str, fmt: str, steps: bool = False) -> str:
+        """squeue's lines for an active job, "" once it is over: no longer listed, or an id
+        slurmctld has forgotten ("Invalid job id"). Any other failure is a SlurmError: a
+        slurmctld that cannot be reached must not read as a job that ended."""
+        try:
+            return self.run(["squeue", "-h", *(["-s"] if steps else []), "-j", check_step_id(job_id), "-o", fmt])
+        except SlurmError as e:
+            if "Invalid job id" in str(e):
+                return ""
+            raise
 
     def cancel(self, ids: Sequence[str]) -> None:
         """scancel jobs ("12") and steps ("12.3"): Slurm TERMs their processes and KILLs them

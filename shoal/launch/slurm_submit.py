@@ -37,17 +37,21 @@ HOLD_SCRIPT = "exec sleep infinity"
 
 NEVER_STARTS = {
     "PartitionConfig": "it asks for more than the partition's nodes have (CPUs, memory or GPUs per node)",
-    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
     "PartitionTimeLimit": "its time limit is over the partition's (the spec's deadline sets it)",
     "BadConstraints": "no node of the partition meets its constraints",
     "InvalidAccount": "its account is not valid (SBATCH_ACCOUNT)",
     "InvalidQOS": "its QOS is not valid (SBATCH_QOS)",
 }
-"""Pending reasons (squeue's %r) that do not clear by waiting: the job is cancelled at once."""
+"""Pending reasons (squeue's %r) that do not clear by waiting (only an administrator's change
+clears them): a job held by one for NEVER_STARTS_AFTER_S is cancelled. Not PartitionNodeLimit,
+which also stands for nodes that are down or drained for now."""
+
+NEVER_STARTS_AFTER_S = 3.0
 
 _TIME_MARGIN_S = 120.0
 _POLL_S = 0.2
 _GONE_WAIT_S = 30.0
+_UNANSWERED_S = 30.0
 _MIB = 1 << 20
 
 
@@ -108,8 +112,11 @@ class Submission:
         if not self._started:  # the launcher's own lines say how a running job ended
             self._note(f"shoal | cancelled Slurm job {job_id} before it started")
         deadline = time.monotonic() + _GONE_WAIT_S
-        while self._commands.state(job_id) is not None and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
+        try:
+            while self._commands.state(job_id) is not None and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+        except SlurmError as e:  # scancel went out; the watchdog tries again if it did not take
+            self._note(f"shoal | could not confirm that Slurm job {job_id} ended: {e}")
         if reaper is not None:
             reaper.remove(job_id)
 
@@ -119,15 +126,29 @@ class Submission:
         (NEVER_STARTS), or is still queued after `queue_timeout`."""
         deadline = None if self._queue_timeout is None else time.monotonic() + self._queue_timeout
         said = None
+        unanswered_since: Optional[float] = None
+        never: Optional[float] = None  # since when it waits for a reason that never clears
         while True:
-            queued = self._commands.queue_state(job_id)
+            try:
+                queued = self._commands.queue_state(job_id)
+                unanswered_since = None
+            except SlurmError:  # slurmctld busy or restarting: ask again, for a while
+                unanswered_since = unanswered_since or time.monotonic()
+                if time.monotonic() - unanswered_since > _UNANSWERED_S:
+                    raise
+                time.sleep(_POLL_S)
+                continue
             state, reason = queued if queued is not None else (None, "")
             if state == "RUNNING":
                 return
             if state is None or state not in ("PENDING", "CONFIGURING"):
                 raise SlurmError(f"Slurm job {job_id} ended before it ran ({state or 'gone'}); see"
                                  f" scontrol show job {job_id} and the partition's limits (sinfo)")
-            if reason in NEVER_STARTS:
+            if reason not in NEVER_STARTS:
+                never = None
+            elif never is None:
+                never = time.monotonic()
+            if never is not None and time.monotonic() - never >= NEVER_STARTS_AFTER_S:
                 raise SlurmError(f"Slurm job {job_id} can never start: it is {state} for {reason}:"
                                  f" {NEVER_STARTS[reason]}; it is cancelled. Ask for less in the spec's roles"
                                  " (cpus, memory, gpus, deadline) or another partition (SBATCH_PARTITION);"

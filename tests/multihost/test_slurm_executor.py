@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from shoal.launch.ports import free_ports
 from tests.multihost import procs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
@@ -216,6 +217,14 @@ def test_shoal_check_probes_the_nodes_of_a_live_allocation_for_the_jobs_processe
         assert clean.returncode == 0, clean.stdout
         assert sorted(clean.stdout.splitlines()) == ["n1: no process of the job", "n2: no process of the job"]
         assert slurm_cluster.job_ids() == [job]  # the user's allocation goes on
+        # A slurmctld that does not answer is no proof the job is over: the check says it could not look.
+        conf = tmp_path / "unreachable.conf"
+        port = free_ports(1)[0]
+        conf.write_text(re.sub(r"(?m)^SlurmctldPort=\d+$", f"SlurmctldPort={port}", slurm_cluster.conf.read_text()))
+        blind = run({**env, "SLURM_CONF": str(conf)}, shoal("check", shoal_job), timeout=120)
+        assert blind.returncode == 6, blind.stdout
+        assert re.search(r"^could not check n\d: .*squeue", blind.stdout, re.M), blind.stdout
+        assert "no process of the job" not in blind.stdout
     finally:
         cleanup(home, launcher)
 
@@ -304,6 +313,7 @@ def test_dry_run_with_slurm_flag_submits_nothing(slurm_cluster, tmp_path):
     out = run(env, shoal("train", "examples/mnist.yaml", "--slurm", "--dry-run"), timeout=60)
     assert out.returncode == 0, out.stdout
     assert "# submitted with: sbatch --parsable --job-name=shoal-mnist --ntasks=4 --cpus-per-task=1" in out.stdout
+    assert "warning" not in out.stdout  # the job it submits is sized for the tasks
     assert slurm_cluster.job_ids() == [] and not (home / "jobs.db").exists()
 
 
