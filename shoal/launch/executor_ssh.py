@@ -42,6 +42,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -62,6 +63,8 @@ from shoal.launch.ssh_sync import collect_model_dirs, sync_workdir
 
 KIND = "ssh"
 _HELLO_GRACE = 20.0
+LOST_HOST_CHECK_S = 8.0
+"""How long the last check waits for a host whose agent was lost (a host still gone costs this)."""
 """Seconds an agent may take to start on a reachable host (beyond the connect timeout)."""
 _REQUEST_TIMEOUT = 30.0
 _ALIVE_CACHE_S = 1.0
@@ -226,10 +229,7 @@ class SshExecutor:
             job_id = self._job_id
         close_all(conns.values())
         lost = {node: conn.lost for node, conn in conns.items() if conn.lost}
-        # A host whose agent was lost is checked too, over a new connection: it may be back
-        # (a link that came up again), and its tasks may still run if it never lost us.
-        sites = [self._site(node) for node in conns]
-        scans = scan(sites, job_id, options=self._options, kill=True, has=self._marker) if sites and job_id else {}
+        scans = self._final_scans([n for n in conns if n not in lost], list(lost), job_id) if job_id else {}
         unchecked = [node for node in lost if node not in scans or scans[node].error]
         for node in unchecked:
             again = scans[node].error.removeprefix(f"{node}: ") if node in scans else ""
@@ -243,6 +243,20 @@ class SshExecutor:
         if self._marker:
             self._collect([s.host for s in scans.values() if s.has is False], str(Path(self._marker).parent))
             Path(self._marker).unlink(missing_ok=True)
+
+    def _final_scans(self, connected: list[str], lost: list[str], job_id: str) -> dict[str, HostScan]:
+        """Every host checked (and cleaned) for the job's processes, all at once. A host whose
+        agent was lost is checked too, over a new connection, for at most LOST_HOST_CHECK_S: it
+        may be back (a link that came up again), and its tasks may still run if it never lost
+        us. Blocks."""
+        if lost:
+            self._notify(f"shoal | checking {', '.join(lost)} again over a new connection (its agent was lost;"
+                         f" up to {LOST_HOST_CHECK_S:g}s)")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            checks = [pool.submit(scan, [self._site(n) for n in hosts], job_id, options=self._options, kill=True,
+                                  has=self._marker, timeout=timeout)
+                      for hosts, timeout in ((connected, None), (lost, LOST_HOST_CHECK_S)) if hosts]
+            return {host: found for check in checks for host, found in check.result().items()}
 
     def _collect(self, nodes: list[str], model_dir: str) -> None:
         """Copy the model dirs of hosts that do not share the launcher's into it."""
