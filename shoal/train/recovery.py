@@ -113,10 +113,9 @@ class PsRecovery:
         client.set_incarnation(ps, status.incarnation)
         rolled_back = ""
         if before is not None and status.training is not None and status.training.mode is Mode.ASYNC:
-            # A ps restored from a replica answers from the replica's step: what is behind it is
-            # rolled back. One the chief rebuilt from a checkpoint answers from the job's step
-            # (the chief's log says which updates that lost), so no count is claimed for it.
-            rolled_back = (f" (it had answered step {before} before it was lost: {before - status.step} of its"
-                           " updates rolled back)" if status.step < before else
-                           f" (it had answered step {before} before it was lost)")
+            # The step it answers from depends on how the chief restored it (a replica's own
+            # step, or the newest step around for a checkpoint), so this worker cannot count the
+            # updates lost: the chief's log says what the restore came from and what it lost.
+            rolled_back = (f" (it had answered step {before} before it was lost; the chief's log says what its"
+                           " restore lost)")
         log.info("%s: ps:%d is back at step %d%s", self._task, ps, status.step, rolled_back)
