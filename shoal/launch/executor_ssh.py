@@ -50,10 +50,9 @@ from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
 from shoal.launch.errors import HostsError, PlanError, StartError
-from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
+from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.hosts import Host, host_for_added, place_tasks
-from shoal.launch.job_processes import JobProcess
-from shoal.launch.job_scan import HostScan, is_member, task_usage
+from shoal.launch.job_scan import HostScan, host_check, is_member, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan, job_workdir
 from shoal.launch.spec import JobSpec
 from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
@@ -239,7 +238,7 @@ class SshExecutor:
                          f" (shoal check {job_id or 'JOB'} confirms it once {node} is back)")
         if job_id is None:
             return
-        self._report([_check(s) for node, s in scans.items() if node not in unchecked], job_id)
+        self._report([host_check(s) for node, s in scans.items() if node not in unchecked], job_id)
         if self._marker:
             self._collect([s.host for s in scans.values() if s.has is False], str(Path(self._marker).parent))
             Path(self._marker).unlink(missing_ok=True)
@@ -330,7 +329,7 @@ class SshExecutor:
     def _sweep_sites(self, sites: Sequence[AgentSite], job_id: str, kill: bool) -> list[HostCheck]:
         if not sites:
             return []
-        return [_check(s) for s in scan(sites, job_id, options=self._options, kill=kill).values()]
+        return [host_check(s) for s in scan(sites, job_id, options=self._options, kill=kill).values()]
 
     def _scan_host(self, ref: TaskRef) -> HostScan:
         job = dict(ref.extra).get("job", "")
@@ -345,13 +344,6 @@ class SshExecutor:
         return result
 
 
-def _check(found: HostScan) -> HostCheck:
-    return HostCheck(found.host, tuple(_leftover(p) for p in found.processes),
-                     tuple(_leftover(p) for p in found.survivors), found.error)
-
-
-def _leftover(proc: JobProcess) -> Leftover:
-    return Leftover(proc.pid, proc.task, proc.command)
 
 
 def _port(address: str) -> int:

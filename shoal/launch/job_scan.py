@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from shoal.launch.executor import TaskRef, Usage
+from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
 from shoal.launch.job_processes import JobProcess
 
 MAX_REPORT = 8 << 20
@@ -101,3 +101,13 @@ def _host_scan(host: str, report: dict[str, Any]) -> HostScan:
 
 def _processes(items: Sequence[Any]) -> tuple[JobProcess, ...]:
     return tuple(JobProcess.from_json(p) for p in items)
+
+
+def host_check(found: HostScan) -> HostCheck:
+    """A host's scan as the HostCheck a sweep reports: its leftovers, survivors, error."""
+    return HostCheck(found.host, tuple(_leftover(p) for p in found.processes),
+                     tuple(_leftover(p) for p in found.survivors), found.error)
+
+
+def _leftover(proc: JobProcess) -> Leftover:
+    return Leftover(proc.pid, proc.task, proc.command)

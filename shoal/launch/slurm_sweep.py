@@ -19,9 +19,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from shoal.launch.executor import HostCheck, Leftover, TaskRef
-from shoal.launch.job_processes import JobProcess
-from shoal.launch.job_scan import HostScan, find_args, read_report
+from shoal.launch.executor import HostCheck, TaskRef
+from shoal.launch.job_scan import find_args, host_check, read_report
 from shoal.launch.slurm import SlurmError, probe_step_argv, step_environment
 from shoal.launch.slurm_commands import ACTIVE_STATES, SlurmCommands
 
@@ -78,13 +77,4 @@ def _probe(python: str, base_env: Mapping[str, str], shoal_job: str, job: str, n
         said = done.stderr.decode(errors="replace").strip().splitlines()
         return HostCheck(node, error=f"{node}: the probe step in Slurm job {job} failed"
                                      f" ({said[-1] if said else f'exit {done.returncode}'})")
-    return _check(scan)
-
-
-def _check(scan: HostScan) -> HostCheck:
-    return HostCheck(scan.host, tuple(_leftover(p) for p in scan.processes),
-                     tuple(_leftover(p) for p in scan.survivors), scan.error)
-
-
-def _leftover(proc: JobProcess) -> Leftover:
-    return Leftover(proc.pid, proc.task, proc.command)
+    return host_check(scan)

@@ -32,6 +32,12 @@ class TaskState(str, Enum):
         return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED,
                         TaskState.SCALED_DOWN, TaskState.MOVED)
 
+    @property
+    def is_retired(self) -> bool:
+        """Ended on purpose and no longer part of the job: scaled down, or moved to another
+        host (its replacement is the task that counts)."""
+        return self in (TaskState.SCALED_DOWN, TaskState.MOVED)
+
 
 class JobState(str, Enum):
     """Where a whole job is; `is_terminal` states never change again."""
@@ -76,5 +82,5 @@ def running_of(states: Iterable[TaskState]) -> str:
     another host) or removed (SCALED_DOWN) on purpose is not counted in N; its replacement is."""
     states = list(states)
     running = sum(s is TaskState.RUNNING for s in states)
-    current = sum(s not in (TaskState.MOVED, TaskState.SCALED_DOWN) for s in states)
+    current = sum(not s.is_retired for s in states)
     return f"{running}/{current} running"

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from shoal.launch.records import TaskRecord
-from shoal.launch.states import TaskState
 
 SLOW_FACTOR = 1.5
 """A task whose median step time is over this many times the others' median is flagged."""
@@ -80,7 +79,7 @@ def figures(tasks: Sequence[TaskRecord]) -> list[TaskFigures]:
     purpose keeps its last figures but is neither compared nor flagged: they date from when the
     job had other workers."""
     times = {t.name: t.step_ms for t in tasks if t.step_ms is not None and t.step_ms > 0
-             and t.state not in (TaskState.SCALED_DOWN, TaskState.MOVED)}
+             and not t.state.is_retired}
     out = []
     for t in tasks:
         slow_by = None

@@ -21,6 +21,7 @@ from shoal.train.errors import TrainError
 from shoal.train.grow_placement import grow
 from shoal.train.placement import Placement
 from shoal.train.rehome_placement import rehome
+from shoal.train.recovery import missing_ps
 from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
 
 log = logging.getLogger("shoal.train.session")
@@ -126,11 +127,12 @@ def job_history(statuses: Sequence[StatusReply]) -> tuple[PlacementChange, ...]:
     return tuple(PlacementChange(ChangeKind.RETIRE, i) for i in retired)
 
 
-def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: str) -> Placement | None:
+def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: str,
+                  total_s: float | None = None) -> Placement | None:
     """At start: apply the placement changes made before this task started (ps tasks re-homed or
     joined), as the first ps tasks to answer `status` report them (polling until one does, up to
-    `deadline`, and logging every 5 s which ps it waits for). Returns the new placement, or
-    None if nothing changed. Blocks."""
+    `deadline`, the end of a wait of `total_s`, and logging every 5 s which ps it waits for).
+    Returns the new placement, or None if nothing changed. Blocks."""
     missing: list[int] = []
 
     def probe() -> list[StatusReply] | None:
@@ -138,13 +140,11 @@ def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: 
         missing[:] = [i for i, r in enumerate(results) if not isinstance(r, StatusReply)]
         return [s for s in results if isinstance(s, StatusReply)] or None
 
-    def absent() -> str:  # as wait_for_ps says it, which takes over once one ps answered
-        return ", ".join(f"ps:{i} at {client.addresses[i]}" for i in missing) or "the parameter servers"
-
-    total_s = max(0.0, deadline - time.monotonic())
-    try:
+    total_s = total_s if total_s is not None else max(0.0, deadline - time.monotonic())
+    try:  # says what it waits for as wait_for_ps does, which takes over once one ps answered
         statuses = poll_until(probe, deadline=deadline, interval_s=0.1, timed_out=lambda: TrainError("no ps answered"),
-                              waiting=log_waiting(log, lambda: f"{task} waiting for {absent()}", total_s),
+                              waiting=log_waiting(log, lambda: f"{task} waiting for {missing_ps(client, missing)}",
+                                                  total_s, deadline),
                               log_every_s=LOG_EVERY_S)
     except TrainError:
         return None  # waiting for the ps at start says who is missing

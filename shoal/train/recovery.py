@@ -32,7 +32,7 @@ def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float, *,
         return None if missing else results  # type: ignore[return-value]
 
     def absent() -> str:
-        return ", ".join(f"ps:{i} at {client.addresses[i]}" for i, _ in missing) or "the parameter servers"
+        return missing_ps(client, [i for i, _ in missing])
 
     def timed_out() -> Exception:
         why = str(missing[0][1]) if missing else "no answer"
@@ -40,7 +40,12 @@ def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float, *,
                           f"{absent()} ({why}); start the ps tasks or fix --ps_hosts / TF_CONFIG")
 
     return poll_until(probe, deadline=deadline, interval_s=0.05, timed_out=timed_out, log_every_s=log_every_s,
-                      waiting=log_waiting(log, lambda: f"{task} waiting for {absent()}", total_s))
+                      waiting=log_waiting(log, lambda: f"{task} waiting for {absent()}", total_s, deadline))
+
+
+def missing_ps(client: PsClient, indices: list[int]) -> str:
+    """"ps:1 at host:2222, ps:2 at ...", or "the parameter servers" for none known."""
+    return ", ".join(f"ps:{i} at {client.addresses[i]}" for i in indices) or "the parameter servers"
 
 
 def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, total_s: float) -> list[StatusReply]:

@@ -205,7 +205,7 @@ class TrainingSession:
             deadline = time.monotonic() + self.init_timeout_s
             known = len(self._book.history)
             # ps tasks re-homed or joined before this replica started
-            changed = learn_history(self._book, self.ps, deadline, self.task)
+            changed = learn_history(self._book, self.ps, deadline, self.task, self.init_timeout_s)
             if changed is not None:
                 self._growing.learned(self.ps, self._book.history[known:])
                 self._use_placement(changed)

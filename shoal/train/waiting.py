@@ -35,7 +35,14 @@ def poll_until(probe: Callable[[], "T | None"], *, deadline: float, interval_s: 
         time.sleep(min(interval_s, max(0.0, deadline - now)))
 
 
-def log_waiting(log: logging.Logger, what: "str | Callable[[], str]", total_s: float) -> Callable[[float], None]:
+def log_waiting(log: logging.Logger, what: "str | Callable[[], str]", total_s: float,
+                deadline: float | None = None) -> Callable[[float], None]:
     """A `waiting` callback that logs "<what> (Ns of Ms)" at INFO; `what` may be a callable
-    that says what is still missing at the time."""
-    return lambda waited: log.info("%s (%.0fs of %.0fs)", what() if callable(what) else what, waited, total_s)
+    that says what is still missing at the time. With `deadline` (time.monotonic) N counts
+    from the start of the whole wait of `total_s` that ends there, not of this poll: waits
+    that take over from one another go on counting."""
+    def waiting(waited: float) -> None:
+        if deadline is not None:
+            waited = total_s - max(0.0, deadline - time.monotonic())
+        log.info("%s (%.0fs of %.0fs)", what() if callable(what) else what, waited, total_s)
+    return waiting
