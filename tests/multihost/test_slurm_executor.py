@@ -82,6 +82,15 @@ def steps(slurm_cluster, job: str) -> list[str]:
     return [s for s in out if not s.endswith(".batch")]
 
 
+def long_job_in_an_allocation(slurm_cluster, tmp_path: Path) -> tuple[Path, str, dict[str, str], subprocess.Popen]:
+    """A user's allocation (its job id) and, started in it, a long 1 ps + 2 workers job:
+    (SHOAL_HOME, allocation, environment, launcher)."""
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    return home, job, env, start(env, shoal("run", "--name", "long", "--ps", "1", "--workers", "2", "--", *SERVE))
+
+
 def nothing_left(home: Path) -> bool:
     return not alive(recorded_pids(home)) and not alive(grandchild_pids(home))
 
@@ -200,10 +209,7 @@ def test_shoal_kill_leaves_squeue_empty_and_no_task_behind(slurm_cluster, tmp_pa
 
 @pytest.mark.timeout(300)
 def test_shoal_check_probes_the_nodes_of_a_live_allocation_for_the_jobs_processes(slurm_cluster, tmp_path):
-    home = tmp_path / "home"
-    job = allocation(slurm_cluster)
-    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
-    launcher = start(env, shoal("run", "--name", "long", "--ps", "1", "--workers", "2", "--", *SERVE))
+    home, job, env, launcher = long_job_in_an_allocation(slurm_cluster, tmp_path)
     try:
         shoal_job = wait_running(env, launcher, 3)["id"]
         running = run(env, shoal("check", shoal_job), timeout=90)
@@ -231,10 +237,7 @@ def test_shoal_check_probes_the_nodes_of_a_live_allocation_for_the_jobs_processe
 
 @pytest.mark.timeout(300)
 def test_no_step_survives_the_launchers_sigkill_in_an_allocation(slurm_cluster, tmp_path):
-    home = tmp_path / "home"
-    job = allocation(slurm_cluster)
-    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
-    launcher = start(env, shoal("run", "--name", "long", "--ps", "1", "--workers", "2", "--", *SERVE))
+    home, job, env, launcher = long_job_in_an_allocation(slurm_cluster, tmp_path)
     try:
         wait_running(env, launcher, 3)
         assert len(steps(slurm_cluster, job)) == 2  # one agent step per node
