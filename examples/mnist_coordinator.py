@@ -19,6 +19,7 @@ accuracy>`; workers and ps tasks exit 0 when the chief is done.
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import os
 import sys
@@ -96,15 +97,21 @@ def coordinate(args, config, secret, session) -> None:
                            session=session) as coordinator:
         batches = coordinator.create_per_worker_dataset(mnist_batches, args.batch_size)
         k = args.steps_per_dispatch
-        if args.sync:  # every worker runs every step; the ps averages their gradients once per step
-            results = [coordinator.schedule_on_every_worker(train, batches, steps=min(k, args.steps - i))[0]
-                       for i in range(first, args.steps, k)]
-        else:
-            results = [coordinator.schedule(train, batches, steps=min(k, args.steps - i))
-                       for i in range(first, args.steps, k)]
+        window = 4 * coordinator.num_workers  # closures scheduled ahead: enough to keep every worker busy
+
+        def schedule(i: int):
+            if args.sync:  # every worker runs every step; the ps averages their gradients once per step
+                return coordinator.schedule_on_every_worker(train, batches, steps=min(k, args.steps - i))[0]
+            return coordinator.schedule(train, batches, steps=min(k, args.steps - i))
+
+        results = collections.deque()
+        ahead = first  # the first step not scheduled yet
         done = top = first
-        for result in results:
-            value = result.fetch(timeout=600)
+        while results or ahead < args.steps:
+            while ahead < args.steps and len(results) < window:
+                results.append(schedule(ahead))
+                ahead += k
+            value = results.popleft().fetch(timeout=600)
             top = max(top, value["global_step"])  # closures end out of order: the highest step seen is the job's
             before, done = done, min(args.steps, done + k)
             session.checkpoint_if_due()  # the chief never pushes: its periodic checkpoints are taken here

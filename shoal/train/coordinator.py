@@ -31,6 +31,7 @@ from shoal.train.coordinator_protocol import MAX_STEPS_PER_RUN, DatasetRequest
 from shoal.train.coordinator_registry import StepRegistry
 from shoal.train.coordinator_values import DatasetRef, encode_values
 from shoal.train.remote_value import RemoteValue
+from shoal.train.shutdown import TrainingTerminated
 from shoal.train.worker_link import FINISH_TIMEOUT_S, WorkerLink
 from shoal.wire import JobSecret, Security
 
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from shoal.train.session import TrainingSession
 
 log = logging.getLogger(__name__)
+
+TERMINATED_CLOSE_S = 1.0
+"""How long `close` waits for the links when the chief leaves on SIGTERM."""
 
 
 class CoordinatorState(Enum):
@@ -118,8 +122,11 @@ class Coordinator:
     def __enter__(self) -> "Coordinator":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        # On SIGTERM every task of the job got one: the workers leave by themselves, and the
+        # chief has its grace period to exit in, not the time to say finish to each of them.
+        terminated = exc_type is not None and issubclass(exc_type, TrainingTerminated)
+        self.close(TERMINATED_CLOSE_S if terminated else FINISH_TIMEOUT_S + 5)
 
     def start(self) -> "Coordinator":
         """Start dispatching to the workers. Does not block. Returns self."""
@@ -162,7 +169,7 @@ class Coordinator:
             raise CoordinatorError(f"steps={steps!r} must be an int from 1 to {MAX_STEPS_PER_RUN}")
         tree, tensors = encode_values(list(args))
         closure_id = next(self._ids)
-        result = RemoteValue(closure_id, name)
+        result = RemoteValue(closure_id, name, self._stop_if_terminated)
         self._queue.put(Closure(closure_id, name, steps, tree, tensors, result, worker))
         return result
 
@@ -192,7 +199,8 @@ class Coordinator:
         the other closures still ran. If no worker answers for `worker_timeout_s`, the queued
         closures fail and join raises."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._queue.wait_idle(1.0):
+        while not self._queue.wait_idle(0.2):
+            self._stop_if_terminated()
             self._fail_if_no_worker()
             if deadline is not None and time.monotonic() >= deadline:
                 raise CoordinatorError(f"{self._queue.pending} scheduled closures still unfinished after "
@@ -203,10 +211,10 @@ class Coordinator:
                 log.error("%d closures failed since the last join; the first is raised", len(errors))
             raise errors[0]
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = FINISH_TIMEOUT_S + 5) -> None:
         """Fail closures that never ran and those still running (their RemoteValues and `join`
         return at once, with a CoordinatorError), tell every worker training is over and stop
-        the dispatcher threads. Idempotent; blocks about 10 seconds at most in all (a worker
+        the dispatcher threads. Idempotent; blocks about `timeout_s` at most in all (a worker
         still running a long step is not waited for)."""
         if self._state is CoordinatorState.CLOSED:
             return
@@ -222,13 +230,21 @@ class Coordinator:
                         running)
         for link in self.links:
             link.stop()
-        deadline = time.monotonic() + FINISH_TIMEOUT_S + 5
+        deadline = time.monotonic() + timeout_s
         for link in self.links:  # a link still waiting for a long run is left behind (a daemon thread)
             link.close(max(0.0, deadline - time.monotonic()))
         if self._ps_watch is not None:  # after the workers' last steps, which a lost ps would hold up
             self._ps_watch.close(max(0.5, deadline - time.monotonic()))
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _stop_if_terminated(self) -> None:
+        """With the chief's session: if the chief got SIGTERM (shoal kill, a deadline), save its
+        final checkpoint and raise TrainingTerminated, from a wait for results. The chief never
+        pushes, so without this its SIGTERM would wait for a step boundary that never comes
+        (and the launcher's SIGKILL would lose every step since the last checkpoint)."""
+        if self._session is not None:
+            self._session.stop_if_terminated()
 
     def _dataset_list(self) -> list[tuple[DatasetRequest, dict]]:
         with self._lock:

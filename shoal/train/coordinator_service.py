@@ -32,6 +32,7 @@ class StepService:
                  security: Security = Security.AUTO):
         self.config = config
         self.executor = StepExecutor(worker_context(config, session), registry)
+        self._session = session
         self.address = config.cluster.task_address(config.task.job, config.task.index)
         self._rpc = RpcServer(self.address, secret, self._handle, f"{config.task} (steps)", security=security)
         self._started = False
@@ -50,7 +51,10 @@ class StepService:
         """Handle requests until the coordinator says finish. Blocks."""
         self.start()
         self._last_request = time.monotonic()
+        stop_if_terminated = getattr(self._session, "stop_if_terminated", None)
         while not self.executor.finished:
+            if stop_if_terminated is not None:
+                stop_if_terminated()  # SIGTERM while idle here: leave now, as a push would
             if not self._rpc.serve_once(200) and idle_timeout_s is not None:
                 if time.monotonic() - self._last_request > idle_timeout_s:
                     raise CoordinatorError(f"{self.config.task} heard nothing from the coordinator "

@@ -44,7 +44,8 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                         help="a lost ps (other than ps 0) that does not come back within --ps_recovery_timeout: "
                              "rehome (default) moves its shards to the other ps tasks (from its replica, else the "
                              "checkpoint) and trains on with one ps fewer; fail ends the job (every worker must say "
-                             "the same; see docs/checkpoints.md)")
+                             "the same; see docs/checkpoints.md). Between-graph training only: in-graph (a "
+                             "coordinator) does not re-home")
     parser.add_argument("--replicate_every_secs", type=float, default=0,
                         help="ps tasks: send a copy of the shards (values, optimizer state, step) to the next ps "
                              "every N seconds, so a ps that dies and is restarted is rebuilt from it, losing at most "

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
 from shoal.train.coordinator_errors import CoordinatorError
+
+
+_STOP_CHECK_S = 0.2
+"""How often a wait for a result runs the coordinator's stop check."""
 
 
 class ClosureState(Enum):
@@ -21,9 +26,10 @@ class ClosureState(Enum):
 class RemoteValue:
     """The result of a step scheduled with `Coordinator.schedule`. Thread-safe."""
 
-    def __init__(self, closure_id: int, step: str):
+    def __init__(self, closure_id: int, step: str, stop_check: Callable[[], None] | None = None):
         self.closure_id = closure_id
         self.step = step
+        self._stop_check = stop_check  # raises to leave a wait (SIGTERM on the coordinating chief)
         self.worker: str | None = None  # the worker that ran it, once it ran
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -42,8 +48,17 @@ class RemoteValue:
     def fetch(self, timeout: float | None = None) -> Any:
         """The step's result (of its last run, if it ran several times). Blocks until it is
         known, at most `timeout` seconds (CoordinatorError then). Raises the step's error:
-        StepFailedError (naming the worker and the remote traceback's last line) if it raised."""
-        if not self._done.wait(timeout):
+        StepFailedError (naming the worker and the remote traceback's last line) if it raised.
+        While it waits, the coordinator's stop check may raise instead (TrainingTerminated:
+        the chief got SIGTERM and saved its final checkpoint)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done.wait(_STOP_CHECK_S if deadline is None else
+                                  max(0.0, min(_STOP_CHECK_S, deadline - time.monotonic()))):
+            if self._stop_check is not None:
+                self._stop_check()
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        if not self._done.is_set():
             raise CoordinatorError(f"step {self.step!r} (closure {self.closure_id}) has no result after "
                                    f"{timeout:.1f}s; wait longer, or check the workers' logs")
         if self._error is not None:

@@ -478,6 +478,7 @@ class TrainingSession:
         Blocks: one status round trip, plus the save when due. Not thread-safe."""
         self._require(SessionState.STARTED, "checkpoint_if_due")
         if self.checkpointer is None:
+            self.stop_if_terminated()
             return False
         try:
             step = self.ps.status(0, self.request_timeout_s).step
@@ -485,7 +486,22 @@ class TrainingSession:
             log.warning("%s could not ask ps:0 for the global step (no periodic checkpoint now): %s", self.task, e)
             return False
         self._step = max(self._step, step)
-        return self.checkpointer.save_if_due(self.ps, step)
+        due = self.checkpointer.save_if_due(self.ps, step)
+        self.stop_if_terminated()
+        return due
+
+    def stop_if_terminated(self) -> None:
+        """For a task that does not push at this point (a coordinating chief between results, a
+        worker serving steps while idle): if the process got SIGTERM, learn the global step from
+        ps 0, save the chief's final checkpoint (with a model dir) and raise TrainingTerminated,
+        as `push` does at its step boundary. Otherwise return at once. Blocks for the save."""
+        if not self._stop.requested:
+            return
+        try:
+            self._step = max(self._step, self.ps.status(0, min(2.0, self.request_timeout_s)).step)
+        except WireError as e:
+            log.warning("%s could not ask ps:0 for the global step on SIGTERM: %s", self.task, e)
+        self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)
 
     # -- internals -------------------------------------------------------------------------
 

@@ -46,3 +46,29 @@ def test_shoal_kill_saves_a_final_checkpoint_at_the_current_step_and_a_new_run_r
         assert int(list_checkpoints(model_dir)[-1].name.split("-")[1]) >= saved + 100
     finally:
         cleanup_launchers(home)
+
+
+def test_shoal_kill_of_an_in_graph_job_saves_the_coordinating_chiefs_final_checkpoint(tmp_path):
+    """The chief coordinates and never pushes: its SIGTERM is taken between results, where it
+    saves, instead of waiting for a step boundary until the launcher's SIGKILL. Idle workers leave
+    on their SIGTERM too."""
+    home, model_dir = tmp_path / "home", tmp_path / "model"
+    try:
+        started = run_shoal(home, "run", "--name", "c", "--chief", "--ps", "1", "--workers", "2", "--output-dir",
+                            str(model_dir), "--detach", "--", PY, "examples/mnist_coordinator.py", "--log_every",
+                            "20", "--checkpoint_every_secs", "0", "--steps", "100000000", timeout=30)
+        assert started.returncode == 0, started.stdout.decode()
+        job = wait_for(lambda: next((j for j in status(home) if (j["step"] or 0) >= 200), None), 90, "step 200")
+        at_kill = job["step"]
+        killed = run_shoal(home, "kill", "c", timeout=60)
+        assert killed.returncode == 0 and "KILLED" in killed.stdout.decode(), killed.stdout.decode()
+        [job] = status(home)
+        tasks = {t["name"]: t for t in job["tasks"]}
+        chief_log = Path(job["job_dir"], "logs", "chief.0.log").read_text()
+        assert "chief:0 stopped training at global step" in chief_log and "on SIGTERM" in chief_log, chief_log[-3000:]
+        assert "SIGKILL" not in tasks["chief.0"]["detail"], tasks  # it left by itself, within the grace period
+        [checkpoint] = list_checkpoints(model_dir)
+        assert int(checkpoint.name.split("-")[1]) >= at_kill
+        assert alive(recorded_pids(home) + launcher_pids(home)) == []
+    finally:
+        cleanup_launchers(home)
