@@ -57,8 +57,10 @@ class ConnectionWatch:
                 pass
             elif self.security is Security.CURVE:
                 self.refusal = (f"{self._who} hung up on {self._hangups} CURVE handshakes in a row: it cannot "
-                                "decrypt this task's hello, so the two tasks hold different job secrets; give every "
-                                "task of the job the same SHOAL_JOB_SECRET (or SHOAL_JOB_SECRET_FILE)")
+                                "decrypt this task's hello, so the two tasks hold different job secrets, or it does "
+                                "not use CURVE (a PLAIN server: AUTO means PLAIN for loopback addresses); give every "
+                                "task of the job the same SHOAL_JOB_SECRET (or SHOAL_JOB_SECRET_FILE) and the same "
+                                "--wire_security")
             else:  # a CURVE server hangs up on a PLAIN hello as often as it says why (PROTOCOL above)
                 self.refusal = (f"{self._who} hung up on {self._hangups} {self.security.name} handshakes in a row: "
                                 "the two tasks use different security settings (AUTO means PLAIN for loopback "
