@@ -9,7 +9,7 @@ from shoal.cli.environment import Environment
 from shoal.cli.launching import add_launch_flags, launch
 from shoal.cli.usage import option_strings
 from shoal.launch.errors import SpecError
-from shoal.launch.preflight import default_ps
+from shoal.launch.preflight import default_ps, script_of
 from shoal.launch.spec import WatchdogAction, is_count_range, parse_count_range, spec_from_dict
 
 
@@ -103,6 +103,12 @@ def run(args: argparse.Namespace, env: Environment) -> int:
                         " add --chief)", source="flags")
     roles: dict = {"worker": {"count": args.workers}}
     ps = default_ps(cmd, env.cwd) if args.ps is None else args.ps
+    script = script_of(cmd, env.cwd)
+    if args.ps is None and not ps and args.workers != 1 and script is not None and script.is_file():
+        env.say("shoal | no ps task: the command does not look like a Shoal program (its script does not use"
+                " TrainingSession, shoal.Server or shoal.torch); if it needs parameter servers (a TensorFlow"
+                " ParameterServerStrategy or TF1 ps program does), pass --ps N; --ps 0 says none and silences"
+                " this", err=True)
     if ps:
         roles["ps"] = {"count": ps}
     if args.chief:

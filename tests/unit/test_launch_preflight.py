@@ -100,3 +100,14 @@ def test_run_help_shows_the_defaults(tmp_path, capsys):
     for default in ("(default: 1 for a Shoal program: its script imports shoal and uses a TrainingSession, shoal.Server or shoal.torch; else 0)", "workers (default: 1)",
                     "(default: never)", "(default: 3)", "(default: 1s)", "(default: 5s)"):
         assert default in text, default
+
+
+def test_run_of_several_workers_of_a_program_that_is_not_shoals_says_it_starts_no_ps(tmp_path):
+    (tmp_path / "tf_ps.py").write_text("import tensorflow as tf\n")
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--workers", "2", "--dry-run", "--", "python", "tf_ps.py") == ExitCode.OK
+    assert "no ps task: the command does not look like a Shoal program" in shoal.err.getvalue()
+    assert "pass --ps N" in shoal.err.getvalue() and "ps.0" not in shoal.out.getvalue()
+    quiet = Captured(tmp_path)
+    assert quiet("run", "--workers", "2", "--ps", "0", "--dry-run", "--", "python", "tf_ps.py") == ExitCode.OK
+    assert "no ps task" not in quiet.err.getvalue()
