@@ -113,7 +113,8 @@ class SlurmExecutor:
         used = [n for n in job.nodes if on_node[n.name]]
         for node in used:
             self._notes += f"# on {node.name}: {', '.join(f'{t.job}.{t.index}' for t in on_node[node.name])}\n"
-        for line in [] if job.submitted else _crowded_nodes(spec, job, on_node):  # shoal sized its own job
+        crowded = [] if job.submitted else _crowded_nodes(spec, job, on_node)  # shoal sized its own job
+        for line in crowded:
             if self._dry_run:
                 self._notes += f"# {line}\n"
             else:

@@ -62,9 +62,9 @@ from shoal.launch.ssh_sync import collect_model_dirs, sync_workdir
 
 KIND = "ssh"
 _HELLO_GRACE = 20.0
+"""Seconds an agent may take to start on a reachable host (beyond the connect timeout)."""
 LOST_HOST_CHECK_S = 8.0
 """How long the last check waits for a host whose agent was lost (a host still gone costs this)."""
-"""Seconds an agent may take to start on a reachable host (beyond the connect timeout)."""
 _REQUEST_TIMEOUT = 30.0
 _ALIVE_CACHE_S = 1.0
 MARKER_PREFIX = ".shoal-launcher-"
@@ -342,8 +342,6 @@ class SshExecutor:
         with self._lock:
             self._alive_cache[key] = (time.monotonic(), result)
         return result
-
-
 
 
 def _port(address: str) -> int:

@@ -20,8 +20,8 @@ from shoal.ps.protocol import ChangeKind, PlacementChange, StatusReply
 from shoal.train.errors import TrainError
 from shoal.train.grow_placement import grow
 from shoal.train.placement import Placement
-from shoal.train.rehome_placement import rehome
 from shoal.train.recovery import missing_ps
+from shoal.train.rehome_placement import rehome
 from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
 
 log = logging.getLogger("shoal.train.session")
