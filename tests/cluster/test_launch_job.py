@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
 from harness import (PY, alive, cleanup, grandchild_pids, program, recorded_pids,  # noqa: E402
-                     run_shoal, start_shoal, status, wait_for, write_spec)
+                     run_shoal, start_shoal, status, task_log, wait_for, write_spec)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -223,8 +223,9 @@ def test_one_sigint_delivered_twice_still_waits_out_the_grace_period(tmp_path):
     home = tmp_path / "home"
     launcher = start_shoal(home, "run", "--name", "twice", "--workers", "1", "--grace", "3s", "--",
                            PY, program("serve.py"), "--ignore-term")
-    try:
-        wait_for(lambda: recorded_pids(home), 20, "the task to start")
+    try:  # RUNNING and serving (its SIGTERM ignored): a task still starting is not given a grace
+        wait_for(lambda: "serving worker:0" in task_log(home, "worker.0") and (jobs := status(home))
+                 and jobs[0]["tasks"][0]["state"] == "RUNNING", 20, "the task to serve")
         launcher.send_signal(signal.SIGINT)
         launcher.send_signal(signal.SIGINT)
         stopped_at = time.monotonic()
