@@ -103,8 +103,7 @@ def run(args: argparse.Namespace, env: Environment) -> int:
                         " add --chief)", source="flags")
     roles: dict = {"worker": {"count": args.workers}}
     ps = default_ps(cmd, env.cwd) if args.ps is None else args.ps
-    script = script_of(cmd, env.cwd)
-    if args.ps is None and not ps and args.workers != 1 and script is not None and script.is_file():
+    if args.ps is None and not ps and args.workers != 1 and (script := script_of(cmd, env.cwd)) and script.is_file():
         env.say("shoal | no ps task: the command does not look like a Shoal program (its script does not use"
                 " TrainingSession, shoal.Server or shoal.torch); if it needs parameter servers (a TensorFlow"
                 " ParameterServerStrategy or TF1 ps program does), pass --ps N; --ps 0 says none and silences"

@@ -39,7 +39,8 @@ class StopSignals:
         now, name = self._clock(), signal.Signals(signum).name
         if self._last is not None and now - self._last < ECHO_S:
             return  # the same stop, delivered twice
-        first, self._last = self._last is None, now
+        first = self._last is None
+        self._last = now
         if first:
             self._request_stop("stopped by shoal kill" if signum == signal.SIGTERM and kill_was_requested(self._job_dir)
                                else f"the launcher got {name}")

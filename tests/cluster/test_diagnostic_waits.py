@@ -65,7 +65,8 @@ def test_session_start_before_any_ps_is_up_says_what_it_waits_for_while_it_waits
         session.start()
     waiting = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
     assert len(waiting) >= 2, caplog.text  # a line every 0.3 s or so of the 3 s (a probe takes 0.5 s), not silence
-    assert all(line.startswith(f"worker:0 waiting for ps:0 at {first}, ps:1 at {second} (") for line in waiting), waiting
+    expected = f"worker:0 waiting for ps:0 at {first}, ps:1 at {second} ("
+    assert all(line.startswith(expected) for line in waiting), waiting
     assert all(line.endswith("s of 3s)") for line in waiting), waiting  # counted against the whole start
 
 

@@ -19,17 +19,23 @@ pytestmark = pytest.mark.timeout(180)
 PROGRAM = ["examples/mnist_softmax.py", "--log_every", "20", "--checkpoint_every_secs", "0"]
 
 
+def _train_to_step_200_then_kill(home: Path, name: str, *run_args: str) -> tuple[dict, int]:
+    """`shoal run --name NAME --detach RUN_ARGS`, trained past step 200, then `shoal kill NAME`
+    from another process: (the job's status after the kill, the step it had reached)."""
+    started = run_shoal(home, "run", "--name", name, "--detach", *run_args, timeout=30)
+    assert started.returncode == 0, started.stdout.decode()
+    job = wait_for(lambda: next((j for j in status(home) if (j["step"] or 0) >= 200), None), 90, "step 200")
+    killed = run_shoal(home, "kill", name, timeout=60)
+    assert killed.returncode == 0 and "KILLED" in killed.stdout.decode(), killed.stdout.decode()
+    [after] = status(home)
+    return after, job["step"]
+
+
 def test_shoal_kill_saves_a_final_checkpoint_at_the_current_step_and_a_new_run_resumes_there(tmp_path):
     home, model_dir = tmp_path / "home", tmp_path / "model"
     try:
-        started = run_shoal(home, "run", "--name", "k", "--ps", "1", "--workers", "2", "--output-dir",
-                            str(model_dir), "--detach", "--", PY, *PROGRAM, "--steps", "100000000", timeout=30)
-        assert started.returncode == 0, started.stdout.decode()
-        job = wait_for(lambda: next((j for j in status(home) if (j["step"] or 0) >= 200), None), 90, "step 200")
-        at_kill = job["step"]
-        killed = run_shoal(home, "kill", "k", timeout=60)
-        assert killed.returncode == 0 and "KILLED" in killed.stdout.decode(), killed.stdout.decode()
-        [job] = status(home)
+        job, at_kill = _train_to_step_200_then_kill(home, "k", "--ps", "1", "--workers", "2", "--output-dir",
+                                                    str(model_dir), "--", PY, *PROGRAM, "--steps", "100000000")
         chief_log = Path(job["job_dir"], "logs", "worker.0.log").read_text()
         assert "on SIGTERM" in chief_log, chief_log[-3000:]
         [checkpoint] = list_checkpoints(model_dir)
@@ -42,7 +48,7 @@ def test_shoal_kill_saves_a_final_checkpoint_at_the_current_step_and_a_new_run_r
                           str(model_dir), "--", PY, *PROGRAM, "--steps", str(saved + 100), timeout=120)
         text = again.stdout.decode()
         assert again.returncode == 0, text[-3000:]
-        assert f"k.worker.0 | " in text and f"restored checkpoint step={saved} " in text
+        assert "k.worker.0 | " in text and f"restored checkpoint step={saved} " in text
         assert int(list_checkpoints(model_dir)[-1].name.split("-")[1]) >= saved + 100
     finally:
         cleanup_launchers(home)
@@ -54,15 +60,9 @@ def test_shoal_kill_of_an_in_graph_job_saves_the_coordinating_chiefs_final_check
     on their SIGTERM too."""
     home, model_dir = tmp_path / "home", tmp_path / "model"
     try:
-        started = run_shoal(home, "run", "--name", "c", "--chief", "--ps", "1", "--workers", "2", "--output-dir",
-                            str(model_dir), "--detach", "--", PY, "examples/mnist_coordinator.py", "--log_every",
-                            "20", "--checkpoint_every_secs", "0", "--steps", "100000000", timeout=30)
-        assert started.returncode == 0, started.stdout.decode()
-        job = wait_for(lambda: next((j for j in status(home) if (j["step"] or 0) >= 200), None), 90, "step 200")
-        at_kill = job["step"]
-        killed = run_shoal(home, "kill", "c", timeout=60)
-        assert killed.returncode == 0 and "KILLED" in killed.stdout.decode(), killed.stdout.decode()
-        [job] = status(home)
+        job, at_kill = _train_to_step_200_then_kill(
+            home, "c", "--chief", "--ps", "1", "--workers", "2", "--output-dir", str(model_dir), "--", PY,
+            "examples/mnist_coordinator.py", "--log_every", "20", "--checkpoint_every_secs", "0", "--steps", "100000000")
         tasks = {t["name"]: t for t in job["tasks"]}
         chief_log = Path(job["job_dir"], "logs", "chief.0.log").read_text()
         assert "chief:0 stopped training at global step" in chief_log and "on SIGTERM" in chief_log, chief_log[-3000:]

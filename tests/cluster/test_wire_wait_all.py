@@ -142,7 +142,8 @@ def test_a_server_that_died_between_requests_fails_the_next_one_at_once_not_at_t
         cluster.tasks[0].proc.wait(10)
         time.sleep(1.0)  # zmq has seen the connection go (the event waits unread)
         started = time.monotonic()
-        with pytest.raises(PeerLostError, match=r"lost the connection to echo:0 at 127\.0\.0\.1:\d+ while it handled 'echo'"):
+        with pytest.raises(PeerLostError,
+                           match=r"lost the connection to echo:0 at 127\.0\.0\.1:\d+ while it handled 'echo'"):
             ask([client], 1)
         assert time.monotonic() - started < 5, "the server's end was noticed only at the timeout"
     finally:
