@@ -207,15 +207,15 @@ class Membership:
         if self.chief is not None and self.state(self.chief) is MemberState.DONE:
             done = states.count(MemberState.DONE)
             if done == len(states):
-                return f"all {done} workers finished"
+                return f"{self._all(done)} finished"
             return f"the chief finished and no replica trains any more ({done} done, {len(states) - done} left)"
         if states and all(s is MemberState.FAILED for s in states):
             stopped = sum(m.terminated for m in self._members.values())
             if stopped == len(states):
-                return f"all {stopped} workers were stopped (SIGTERM)"
+                return f"{self._all(stopped)} were stopped (SIGTERM)"
             if stopped:
-                return f"all {len(states)} workers left: {stopped} stopped (SIGTERM), {len(states) - stopped} failed"
-            return f"all {len(states)} workers failed"
+                return f"{self._all(len(states))} left: {stopped} stopped (SIGTERM), {len(states) - stopped} failed"
+            return f"{self._all(len(states))} failed"
         return None
 
     def describe(self) -> str:
@@ -224,6 +224,14 @@ class Membership:
         return f"membership v{self.version}: {len(live)} training [{', '.join(live)}]"
 
     # --- internals -------------------------------------------------------------------------
+
+    def _all(self, replicas: int) -> str:
+        """All `replicas` members, named as the user counts them: a chief task of its own is not
+        one of the workers ("the chief and all 2 workers"); worker 0 as the chief is."""
+        if self.chief is not None and self.chief in self._members and not self.chief.startswith("worker:"):
+            workers = replicas - 1
+            return f"the chief and all {workers} workers" if workers != 1 else "the chief and its worker"
+        return f"all {replicas} workers" if replicas != 1 else "the one worker"
 
     def _leave(self, task: str, state: MemberState, terminated: bool = False, why: str = "") -> Change | None:
         member = self._members.get(task)

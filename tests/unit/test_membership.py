@@ -234,3 +234,14 @@ def test_a_replica_whose_start_failed_leaves_without_ending_the_job_and_may_star
     assert ended == [] and service.membership.state("worker:0") is MemberState.LOST
     assert service.handle(request(HeartbeatRequest("worker:0", "p1", 2000)))[0].body.joined is False  # late beat
     assert service.handle(request(HeartbeatRequest("worker:0", "p2", 2000)))[0].body.joined is True  # retried
+
+
+def test_the_job_end_counts_a_chief_task_apart_from_the_workers():
+    with_chief = Membership(("chief:0", "worker:0", "worker:1"), "chief:0", now=0.0)
+    for task in ("chief:0", "worker:0", "worker:1"):
+        with_chief.finished(task)
+    assert with_chief.job_over() == "the chief and all 2 workers finished"
+    pair = Membership(("chief:0", "worker:0"), "chief:0", now=0.0)
+    pair.failed("chief:0", "p1", terminated=True)
+    pair.failed("worker:0", "p2", terminated=True)
+    assert pair.job_over() == "the chief and its worker were stopped (SIGTERM)"
