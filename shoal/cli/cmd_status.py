@@ -110,11 +110,11 @@ def job_table(job: JobRecord) -> str:
         rows = [("TASK", "STATE", "PID", "RESTARTS", "STEP MS MED/P95", "APPLIED", "FLAG", "ADDRESS", "DETAIL")]
         for t, f in zip(job.tasks, shown, strict=True):
             rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), f.step_text(),
-                         f.applied_text(), f.flag_text(), t.address, t.detail))
+                         f.applied_text(), f.flag_text(), t.address, detail_text(t)))
     else:
         rows = [("TASK", "STATE", "PID", "RESTARTS", "ADDRESS", "DETAIL")]
         for t in job.tasks:
-            rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), t.address, t.detail))
+            rows.append((t.label, t.state.value, str(t.pid or ""), str(t.restarts), t.address, detail_text(t)))
     where = f"logs: {job.job_dir}/logs   model dir: {job.model_dir}"
     if job.number is not None:
         where = f"number: {job.number}   {where}"
@@ -124,6 +124,15 @@ def job_table(job: JobRecord) -> str:
             row[:2] + (_member_text(t, members),) + row[2:] for t, row in zip(job.tasks, rows[1:], strict=True)]
         where += f"\n{membership_text(job)}"
     return f"{head}\n{where}\n{table(rows)}"
+
+
+def detail_text(task: TaskRecord) -> str:
+    """A task's DETAIL without the "pid N" the PID column shows already: a running task's
+    "pid 4242 on node3" reads "on node3", a local one's nothing."""
+    said = f"pid {task.pid}"
+    if task.pid is None or not (task.detail == said or task.detail.startswith(said + " ")):
+        return task.detail
+    return task.detail[len(said):].strip()
 
 
 def membership_text(job: JobRecord) -> str:
