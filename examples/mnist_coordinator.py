@@ -150,4 +150,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (shoal.ClusterError, shoal.SecretError) as e:  # a bad TF_CONFIG, flag or job secret: the fix, no traceback
+        sys.exit(f"{os.path.basename(__file__)}: {e}")

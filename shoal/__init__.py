@@ -38,5 +38,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.train.progress": ("ProgressReporter",),
     "shoal.train.roles": ("serve_unless_training",),
     "shoal.train.local": ("LocalCluster", "create_local_server"),
-    "shoal.wire": ("JobSecret", "Security"),
+    "shoal.wire": ("JobSecret", "SecretError", "Security"),
 })

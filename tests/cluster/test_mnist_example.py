@@ -1,6 +1,10 @@
 """The seed program: 2 ps + 2 workers on real MNIST reach >= 0.90, and the ps exit 0 by themselves."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +56,16 @@ def test_mnist_run_again_with_the_same_model_dir_resumes_and_writes_summaries(ma
     exported = load_file(model_dir / "export" / "model.safetensors")
     assert exported["W"].shape == (784, 10) and exported["b"].shape == (10,)
     assert abs(exported["W"]).max() > 0
+
+
+@pytest.mark.parametrize("program", ["examples/mnist_softmax.py", "examples/mnist_coordinator.py"])
+def test_the_examples_say_what_is_wrong_with_a_cluster_configuration_in_one_line(program, tmp_path):
+    tf_config = {"cluster": {"ps": ["localhost:2222"], "worker": ["localhost:2223"]},
+                 "task": {"type": "worker", "index": 3}}
+    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "SHOAL_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, program], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"{os.path.basename(program)}: TF_CONFIG task.index 3 is out of range for job 'worker' with 1 tasks"
+        " (valid: 0..0); fix TF_CONFIG task.index or add tasks to cluster.worker"], done.stderr
