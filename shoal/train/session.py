@@ -45,6 +45,7 @@ from shoal.train.shutdown import GracefulStop, TrainingTerminated
 from shoal.train.summaries import TaskSummaries
 from shoal.train.waiting import LOG_EVERY_S
 from shoal.wire import JobSecret, Security, WireError
+from shoal.wire.endpoint import is_on_this_host
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,7 @@ class TrainingSession:
                            recovery_timeout_s=ps_recovery_timeout_s, timeout_error=stalls.timeout_error,
                            on_slow=stalls.on_slow, slow_every_s=LOG_EVERY_S, security=security,
                            shared_memory=shared_memory)
+        self._shared_memory = shared_memory
         stalls.client = self.ps
         if not MIN_TIMEOUT_S <= heartbeat_timeout_s <= MAX_TIMEOUT_S:
             raise TrainError(f"heartbeat_timeout_s={heartbeat_timeout_s!r} is out of range: give {MIN_TIMEOUT_S:g} to "
@@ -239,10 +241,10 @@ class TrainingSession:
         if self.summaries is not None:
             self.summaries.open()
         self._stop.open()
-        log.info("%s starts at global step %d (%s)", self.task, self.global_step,
+        log.info("%s starts at global step %d (%s)%s", self.task, self.global_step,
                  f"sync, {self.training.replicas} of {self.config.num_replicas} replicas per step, following the "
                  "membership" if self.sync
-                 else "async")
+                 else "async", "" if self._shared_memory else _through_the_socket(self.config))
         return self
 
     def close(self) -> None:
@@ -588,6 +590,16 @@ def _as_sendable(grad: Any, dtype: np.dtype) -> np.ndarray:
     if type(grad) is np.ndarray and grad.dtype == dtype and grad.flags.c_contiguous:
         return grad
     return np.require(grad, dtype=dtype, requirements="C")
+
+
+def _through_the_socket(config: ClusterConfig) -> str:
+    """The start line's note when shared memory is off and some ps is on this machine (blocks on a
+    name lookup per ps address): "; tensors to ps:0, ps:1 on this machine go through the socket
+    (--wire_shared_memory off)", else ""."""
+    here = [f"ps:{i}" for i, address in enumerate(config.ps_addresses) if is_on_this_host(address)]
+    if not here:
+        return ""
+    return f"; tensors to {', '.join(here)} on this machine go through the socket (--wire_shared_memory off)"
 
 
 def _first_ps(config: ClusterConfig) -> int:

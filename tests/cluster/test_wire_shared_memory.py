@@ -4,8 +4,8 @@ travel through it, requests in flight each in a block of their own, and what doe
 through the socket; an error reply hands the block back; a server started again on the same
 address attaches the area from the next request; a server that refuses, or an offer that is not
 the client's own area, leaves everything on the socket, as does a client whose server is on
-another host; the server lets go of an area once its
-client reset or died. Real echo server processes; what the server maps is read from its
+another host; the server lets go of an area once its client reset or died; a worker with shared
+memory off says so. Real echo server processes; what the server maps is read from its
 /proc/<pid>/maps."""
 
 from __future__ import annotations
@@ -320,3 +320,15 @@ def test_seals_keep_an_attached_area_from_shrinking():
             os.ftruncate(fd, 4096)  # a server that maps it can never fault on a page taken away
     finally:
         area.close()
+
+
+@pytest.mark.parametrize("flag", ["auto", "off"])
+def test_the_worker_log_says_when_its_tensors_go_through_the_socket_because_shared_memory_is_off(make_cluster, flag):
+    cluster = make_cluster(num_ps=1, num_workers=1)
+    cluster.start_all(["examples/mnist_softmax.py", "--steps", "20", "--log_every", "10",
+                       "--wire_shared_memory", flag])
+    assert cluster.wait_all(timeout=120) == {"ps:0": 0, "worker:0": 0}, cluster.dump()
+    ps, worker = cluster.tasks
+    note = "tensors to ps:0 on this machine go through the socket (--wire_shared_memory off)"
+    assert (note in worker.output()) == (flag == "off"), worker.output()[-3000:]
+    assert ("sends its tensors through shared memory" in ps.output()) == (flag == "auto"), ps.output()[-3000:]
