@@ -1045,17 +1045,22 @@ class JoinRequest:
 @dataclass(frozen=True)
 class JoinReply:
     """`registered`: how many ps tasks ps 0 knows now; `num_ps`: how many its own cluster lists
-    (a ps of a higher index was added to the running job, and is not in the replica ring)."""
+    (a ps of a higher index was added to the running job, and is not in the replica ring);
+    `retired`: the joining ps was re-homed (its shards moved to the others) before this process
+    started, so the job trains without it."""
 
     registered: int
     num_ps: int
+    retired: bool = False
 
     def fields(self) -> dict[str, Any]:
-        return {"registered": self.registered, "num_ps": self.num_ps}
+        return {"registered": self.registered, "num_ps": self.num_ps, "retired": self.retired}
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "JoinReply":
-        return cls(_int(fields, "join reply", "registered"), _int(fields, "join reply", "num_ps", 1))
+        where = "join reply"
+        return cls(_int(fields, where, "registered"), _int(fields, where, "num_ps", 1),
+                   _bool(fields, where, "retired", False))
 
 
 @dataclass(frozen=True)

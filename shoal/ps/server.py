@@ -193,7 +193,14 @@ class Server:
     def _registered(self, reply: JoinReply) -> None:
         """ps 0 took this ps's `join` (the joiner's thread). A ps beyond ps 0's cluster was added
         to the running job: the ring starts from ps 0's cluster, and has this ps once the placement
-        history says it joined (the serving thread follows it: `_follow_ring`)."""
+        history says it joined (the serving thread follows it: `_follow_ring`). A ps that was
+        re-homed while it was down is not restored by anyone: this process stops, and says why."""
+        if reply.retired:
+            log.warning("%s was re-homed while it was down: its shards moved to the other ps tasks and the job trains "
+                        "without it, so this process stops (to add a ps to a running job: shoal scale JOB ps=N, "
+                        "docs/elastic.md)", self.config.task)
+            self._job_over("re-homed before this process started")
+            return
         if self.config.task.index >= reply.num_ps:
             self._start_ps = reply.num_ps  # one int, read by the serving thread
             if self.replication.enabled:

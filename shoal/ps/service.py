@@ -431,7 +431,7 @@ class PsService:
         if known is None:
             self.joined[message.index] = message.address
             log.info("%s: ps:%d registered at %s", self.task_name, message.index, message.address)
-        return Reply(request, JoinReply(len(self.joined), self.num_ps))
+        return Reply(request, JoinReply(len(self.joined), self.num_ps, retired=message.index in self.retired))
 
     def _release_shards(self, request: Request, message: ReleaseRequest) -> Reply:
         """Stop serving shards (they move to a ps that joined) and hand them over; see ReleaseRequest."""

@@ -52,8 +52,9 @@ class Heartbeats:
         self._security = security
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._versions: list[int | None] = [None] * len(self.addresses)
-        self._lock = threading.Lock()  # guards `addresses`, which `add` extends from the session's thread
+        self._versions: dict[str, int] = {}  # per ps address, the membership version of its last reply
+        self._lock = threading.Lock()  # guards `addresses` and `_dropped`, which the session's thread changes
+        self._dropped: frozenset[str] = frozenset()
         self.live_members: int | None = None  # how many replicas ps 0 counts as training, last we heard
 
     def start(self) -> "Heartbeats":
@@ -75,7 +76,13 @@ class Heartbeats:
         with self._lock:
             if address not in self.addresses:
                 self.addresses = (*self.addresses, address)
-                self._versions.append(None)
+
+    def drop(self, address: str) -> None:
+        """Heartbeat the ps at `address` no more, from the next beat on: its shards were re-homed
+        (shoal/train/rehoming.py), and a process started again there must not count this replica
+        as training. Does not block; thread-safe."""
+        with self._lock:
+            self._dropped = self._dropped | {address}
 
     def stop(self) -> None:
         """Stop sending. Waits up to 1 s for the thread (it waits between heartbeats, so it
@@ -91,11 +98,11 @@ class Heartbeats:
         try:
             while not stop.is_set():
                 with self._lock:
-                    added = self.addresses[len(clients):]
+                    added, dropped = self.addresses[len(clients):], self._dropped
                 clients += [RpcClient(address, self._secret, f"ps:{len(clients) + i}", self.interval_s,
                                       security=self._security) for i, address in enumerate(added)]
                 started = time.monotonic()
-                self._beat(clients, fields, started + self.interval_s)
+                self._beat([c for c in clients if c.address not in dropped], fields, started + self.interval_s)
                 stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
         finally:
             for client in clients:
@@ -108,7 +115,7 @@ class Heartbeats:
                 sent.append((client, client.send(Op.HEARTBEAT.value, fields)))
             except WireError as e:
                 log.debug("%s: heartbeat to %s not sent: %s", self.task, client.peer_name, e)
-        for i, (client, rid) in enumerate(sent):
+        for client, rid in sent:
             try:
                 reply = HeartbeatReply.decode(client.wait(rid, max(0.01, deadline - time.monotonic())).header)
             except (PeerTimeoutError, PeerLostError) as e:
@@ -117,10 +124,10 @@ class Heartbeats:
             except WireError as e:
                 log.debug("%s: heartbeat to %s refused: %s", self.task, client.peer_name, e)
                 continue
-            if reply.joined and self._versions[i] is not None:
+            if reply.joined and client.address in self._versions:
                 log.warning("%s rejoined %s's membership (v%d, %d training): it had been dropped after %gs "
                             "without a heartbeat, or the ps restarted", self.task, client.peer_name, reply.version,
                             reply.members, self.timeout_s)
-            self._versions[i] = reply.version
-            if i == 0:
+            self._versions[client.address] = reply.version
+            if client.address == self.addresses[0]:  # ps 0, never re-homed
                 self.live_members = reply.members

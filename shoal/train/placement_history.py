@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from shoal.ps.client import PsClient
 from shoal.ps.protocol import ChangeKind, PlacementChange, StatusReply
@@ -63,9 +63,12 @@ def replay(placement: Placement, ids: Sequence[int], history: Sequence[Placement
 class PlacementBook:
     """One task's placement and the history of changes it applied (see module docstring)."""
 
-    def __init__(self, placement: Placement):
+    def __init__(self, placement: Placement, on_retired: Callable[[str], None] | None = None):
+        """`on_retired(address)`: told the address of each ps this task retires (its heartbeats
+        stop going there)."""
         self.placement = placement
         self.history: list[PlacementChange] = []
+        self._on_retired = on_retired
 
     @property
     def retired(self) -> list[int]:
@@ -75,9 +78,12 @@ class PlacementBook:
     def retire(self, client: PsClient, ps: int) -> Placement:
         """Client ps `ps` was re-homed: drop it; returns the new placement."""
         change = PlacementChange(ChangeKind.RETIRE, client.ps_id(ps))
+        address = client.addresses[ps]
         self.placement = rehome(self.placement, ps)
         client.drop(ps)
         self.history.append(change)
+        if self._on_retired is not None:
+            self._on_retired(address)
         return self.placement
 
     def join(self, client: PsClient, cluster_id: int, address: str) -> Placement:

@@ -81,15 +81,21 @@ class PsRecovery:
         never re-homes one (shoal/train/rehoming.py does). Does not block."""
         return None
 
-    def recover(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
-        """The PsClient's `on_lost`: block until ps `ps` is ready again."""
+    def recover(self, client: PsClient, ps: int, deadline: float, cause: Exception,
+                retired: Callable[[], bool] | None = None) -> bool:
+        """The PsClient's `on_lost`: block until ps `ps` is ready again (True). With `retired`
+        (asked at each poll, a worker other than the chief under re-homing): False as soon as it
+        says the ps was re-homed — a process started again at its address after that is never
+        restored, so waiting for it would fail."""
         address = client.addresses[ps]
         before = client.answered_step(ps)
         log.warning("%s lost ps:%d at %s (%s); waiting up to %.0fs for it to come back", self._task, ps, address,
                     cause, max(0.0, deadline - time.monotonic()))
         last: list[StatusReply | None] = [None]
 
-        def probe() -> StatusReply | None:
+        def probe() -> StatusReply | bool | None:
+            if retired is not None and retired():
+                return False
             try:
                 status = client.status(ps, timeout_s=2.0)
             except WireError:
@@ -115,6 +121,8 @@ class PsRecovery:
 
         status = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
                             waiting=log_waiting(log, waiting_for, self._timeout_s))
+        if status is False:
+            return False
         client.set_incarnation(ps, status.incarnation)
         rolled_back = ""
         if before is not None and status.training is not None and status.training.mode is Mode.ASYNC:
@@ -124,3 +132,4 @@ class PsRecovery:
             rolled_back = (f" (it had answered step {before} before it was lost; the chief's log says what its"
                            " restore lost)")
         log.info("%s: ps:%d is back at step %d%s", self._task, ps, status.step, rolled_back)
+        return True

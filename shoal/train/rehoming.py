@@ -157,7 +157,8 @@ class Rehoming:
 
     def _wait(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         """Wait for ps `ps` to come back (PsRecovery then waits for the chief to restore it) or
-        for the chief to re-home it."""
+        for the chief to re-home it — also while PsRecovery waits: a process started at the ps's
+        address after the chief moved its shards answers, but is never restored."""
         if client.num_ps < 2:
             self._recovery.recover(client, ps, deadline, cause)
             return
@@ -186,8 +187,8 @@ class Rehoming:
         outcome = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
                              waiting=log_waiting(log, f"{self._task} waiting for {name} at {address} to come back "
                                                  f"or the chief ({self._chief_task}) to move its shards", total_s))
-        if outcome == "back":
-            self._recovery.recover(client, ps, deadline, cause)
+        if outcome == "back" and self._recovery.recover(client, ps, deadline, cause,
+                                                         retired=lambda: self._retired_everywhere(client, ps)):
             return
         self._leave(client, ps)
 

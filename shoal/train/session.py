@@ -146,7 +146,7 @@ class TrainingSession:
         self._watch: PsWatch | None = None
         self._secret, self._security = secret, security
         # the placement and its changes (re-homed and joined ps tasks), shared by the parts that change it
-        self._book = PlacementBook(self.placement)
+        self._book = PlacementBook(self.placement, on_retired=lambda address: self._heartbeats.drop(address))
         # what happens to a lost ps that does not come back in time: the job fails, or it is re-homed
         self._recovery: PsRecovery | Rehoming = recovery if not rehome_lost_ps else Rehoming(
             self.task, str(config.chief_task), ps_recovery_timeout_s, recovery, self._book, self._chief)

