@@ -12,7 +12,9 @@ from shoal.cli.errors import UsageError
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import reconcile
+from shoal.launch.executor import Executor
 from shoal.launch.job_refs import find_task
+from shoal.launch.records import JobRecord, JobStore
 
 _POLL = 0.2
 
@@ -34,6 +36,10 @@ def run(args: argparse.Namespace, env: Environment) -> int:
                              f" {args.task}; give one of them")
         task_name = task_name or args.task
         executor = env.executor(job.executor)
+        if not job.tasks:  # recorded while it waits in a queue (--slurm): no task, no log yet
+            job = _wait_for_tasks(store, job, executor, env, follow=args.follow)
+            if not job.tasks:
+                return int(ExitCode.OK)
         tasks = [job.task(task_name)] if task_name else list(job.tasks)
         prefix = (lambda t: b"") if task_name else (lambda t: t.label.encode() + b" | ")
         offsets = {t.name: 0 for t in tasks}
@@ -51,6 +57,21 @@ def run(args: argparse.Namespace, env: Environment) -> int:
                 break
             time.sleep(_POLL)
     return int(ExitCode.OK)
+
+
+def _wait_for_tasks(store: JobStore, job: JobRecord, executor: Executor, env: Environment, *,
+                    follow: bool) -> JobRecord:
+    """A job recorded before it had tasks (waiting in a queue): say so; with `follow`, block
+    until it has tasks or is over. Returns the job as last read."""
+    if job.state.is_terminal:
+        env.say(f"job {job.handle}: {job.state.value} before any task started ({job.reason})", err=True)
+        return job
+    env.say(f"job {job.handle} waits in the queue ({job.reason}); no task has started"
+            + (", following it" if follow else ", so there are no logs yet (--follow waits for them)"), err=True)
+    while follow and not job.tasks and not job.state.is_terminal:
+        time.sleep(_POLL)
+        job = reconcile(store, store.find(job.id), executor)
+    return job
 
 
 def _copy(path: Path, offset: int, prefix: bytes, env: Environment, final: bool = False) -> int:

@@ -34,7 +34,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
             job = reconcile(store, job, executor)
             samples = sample_job(store, job, executor, interval=min(args.interval, 0.5)
                                  if args.once else args.interval)
-            text = f"job {job.id}  {job.state.value}\n{samples_table(samples, figures(job.tasks))}"
+            table = (samples_table(samples, figures(job.tasks)) if job.tasks else
+                     f"no task has started ({job.reason})" if job.reason else "no task has started")
+            text = f"job {job.id}  {job.state.value}\n{table}"
             if args.once or job.state.is_terminal:
                 env.say(text)
                 return int(ExitCode.OK)

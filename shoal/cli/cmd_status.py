@@ -89,7 +89,7 @@ def jobs_table(jobs: list[JobRecord], running_only: bool = False) -> str:
     for job in jobs:
         rows.append((
             "" if job.number is None else str(job.number),
-            job.id, job.name, job.state.value, running_of(t.state for t in job.tasks),
+            job.id, job.name, job.state.value, running_of(t.state for t in job.tasks) if job.tasks else _no_tasks(job),
             "" if job.step is None else str(job.step),
             "" if job.loss is None else f"{job.loss:.4g}",
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.created)),
@@ -97,6 +97,11 @@ def jobs_table(jobs: list[JobRecord], running_only: bool = False) -> str:
     if jobs:
         return table(rows)
     return "no job is running" if running_only else "no jobs yet; start one with shoal train SPEC.yaml"
+
+
+def _no_tasks(job: JobRecord) -> str:
+    """The TASKS column of a job recorded before it had tasks: waiting in a queue (`--slurm`)."""
+    return "queued" if job.state is JobState.PENDING else "none started"
 
 
 def job_table(job: JobRecord) -> str:
@@ -118,6 +123,11 @@ def job_table(job: JobRecord) -> str:
     where = f"logs: {job.job_dir}/logs   model dir: {job.model_dir}"
     if job.number is not None:
         where = f"number: {job.number}   {where}"
+    if not job.tasks:  # recorded while it waited in a queue (--slurm): no plan, no tasks yet
+        number = f"number: {job.number}   " if job.number is not None else ""
+        what = ("it waits in the queue; its tasks start once it runs (shoal kill cancels it)"
+                if job.state is JobState.PENDING else "no task of it ever started")
+        return f"{head}\n{number}{what}"
     if job.membership_version is not None:  # the ps's view: a MEMBER column after STATE
         members = set(job.members)
         rows = [rows[0][:2] + ("MEMBER",) + rows[0][2:]] + [

@@ -6,6 +6,8 @@ code. With `--detach`, or in a terminal, the launcher runs in the background ins
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
+from typing import ContextManager
 
 from shoal.cli.background import launch_in_background
 from shoal.cli.environment import Environment
@@ -13,11 +15,12 @@ from shoal.cli.errors import UsageError
 from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.detach import BACKGROUND_FLAG
-from shoal.launch.executor import LaunchNotes
+from shoal.launch.executor import Executor, LaunchNotes, Queued
 from shoal.launch.errors import SpecError
 from shoal.launch.executor_local import KIND as LOCAL
-from shoal.launch.plan import format_plan, is_job_id, make_plan, new_job_id
+from shoal.launch.plan import format_plan, is_job_id, job_dir_for, make_plan, new_job_id
 from shoal.launch.preflight import check_plan
+from shoal.launch.queued_job import QueuedJob
 from shoal.launch.runner import run_job
 from shoal.launch.spec import JobSpec
 
@@ -50,14 +53,17 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     if not args.dry_run and background_id is None and (args.detach or env.interactive):
         return launch_in_background(spec, args, env, follow=not args.detach)
     executor = executor_for(spec, args, env)
+    job_id = background_id or new_job_id(spec.name)
     try:
-        plan = make_plan(spec, executor.allocate(spec), job_id=background_id or new_job_id(spec.name),
-                         shoal_home=env.shoal_home, workdir=env.cwd)
+        with _queue_record(executor, spec, job_id, env, dry_run=args.dry_run):
+            plan = make_plan(spec, executor.allocate(spec), job_id=job_id, shoal_home=env.shoal_home,
+                             workdir=env.cwd)
+            if not args.dry_run:
+                check_plan(plan, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
         if args.dry_run:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
             env.say(notes + format_plan(plan, show_secret=args.show_secret), end="")
             return int(ExitCode.OK)
-        check_plan(plan, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
                              live_status=env.is_tty)
@@ -66,3 +72,15 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
         return code
     finally:
         executor.close()
+
+
+def _queue_record(executor: Executor, spec: JobSpec, job_id: str, env: Environment, *,
+                  dry_run: bool) -> ContextManager[object]:
+    """Around allocating and planning a job whose executor may wait in a queue (`--slurm`): the
+    job's record while it waits (shoal/launch/queued_job.py), told each state of the wait;
+    nothing for the other executors and for a dry run."""
+    if dry_run or not isinstance(executor, Queued):
+        return nullcontext()
+    queued = QueuedJob(env.store(), job_id, spec.name, job_dir_for(env.shoal_home, job_id), executor.kind)
+    executor.watch_queue(queued.update)
+    return queued

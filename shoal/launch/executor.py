@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, runtime_checkable
 
 from shoal.launch.errors import LaunchError
 
@@ -243,4 +243,15 @@ class LaunchNotes(Protocol):
     def launch_notes(self) -> str:
         """Lines (each ending in a newline) saying what the executor does besides starting
         the tasks; after `allocate`. No I/O."""
+        ...
+
+
+@runtime_checkable
+class Queued(Protocol):
+    """An executor whose `allocate` may wait in a scheduler's queue before the job has
+    anywhere to run (a Slurm job `--slurm` submitted), so the job is recorded while it waits."""
+
+    def watch_queue(self, listener: "Callable[[str], None]") -> None:
+        """Before `allocate`: have `listener(text)` told each new state of that wait, in words
+        ("Slurm job 42 is PENDING (Resources)"), on `allocate`'s thread. No I/O."""
         ...

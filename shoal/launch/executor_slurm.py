@@ -94,6 +94,10 @@ class SlurmExecutor:
 
     # --- running a job --------------------------------------------------------------
 
+    def watch_queue(self, listener: Callable[[str], None]) -> None:
+        if self._source is not None:
+            self._source.watch_queue(listener)
+
     def allocate(self, spec: JobSpec) -> Allocation:
         if self._source is None:
             raise PlanError("this SlurmExecutor only controls recorded tasks; give it a source to run a job")

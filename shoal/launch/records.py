@@ -176,24 +176,45 @@ class JobStore:
                    executor: str = "local") -> int:
         """Record a new job PENDING, run by `executor` (its kind) from the launcher
         process `launcher_pid` created at `launcher_started`; returns its number (one more
-        than the last number given, even if that job was deleted)."""
+        than the last number given, even if that job was deleted). A job recorded while it
+        waited in a queue (`create_queued`) keeps its record and number and gets its tasks."""
         with self._tx() as db:
-            db.execute("UPDATE counters SET value = value + 1 WHERE name = ?", (JOB_NUMBER,))
-            number = int(db.execute("SELECT value FROM counters WHERE name = ?",
-                                    (JOB_NUMBER,)).fetchone()[0])
-            db.execute(
-                "INSERT INTO jobs (id, name, state, created, launcher_pid, launcher_started,"
-                " job_dir, model_dir, executor, number)"
-                " VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?)",
-                (plan.job_id, plan.name, time.time(), launcher_pid, launcher_started,
-                 plan.job_dir, plan.model_dir, executor, number),
-            )
+            queued = db.execute("SELECT number FROM jobs WHERE id = ? AND state = 'PENDING'",
+                                (plan.job_id,)).fetchone()
+            if queued is not None:
+                number = int(queued[0])
+                db.execute("UPDATE jobs SET reason = '', job_dir = ?, model_dir = ? WHERE id = ?",
+                           (plan.job_dir, plan.model_dir, plan.job_id))
+            else:
+                number = self._insert_job(db, plan.job_id, plan.name, launcher_pid, launcher_started,
+                                          plan.job_dir, plan.model_dir, executor, "")
             db.executemany(
                 "INSERT INTO tasks (job_id, name, label, address, state, log_path, position)"
                 " VALUES (?, ?, ?, ?, 'PENDING', ?, ?)",
                 [(plan.job_id, t.name, t.label, t.address, t.log_path, i)
                  for i, t in enumerate(plan.tasks)],
             )
+        return number
+
+    def create_queued(self, job_id: str, name: str, job_dir: str, launcher_pid: int,
+                      launcher_started: float, executor: str, reason: str) -> int:
+        """Record a job PENDING before it has tasks: its executor waits in a scheduler's queue
+        (`reason` says how it waits), so other terminals see it and `shoal kill` reaches its
+        launcher; `create_job` completes it. Returns its number."""
+        with self._tx() as db:
+            return self._insert_job(db, job_id, name, launcher_pid, launcher_started, job_dir, "", executor, reason)
+
+    def _insert_job(self, db: sqlite3.Connection, job_id: str, name: str, launcher_pid: int,
+                    launcher_started: float, job_dir: str, model_dir: str, executor: str, reason: str) -> int:
+        db.execute("UPDATE counters SET value = value + 1 WHERE name = ?", (JOB_NUMBER,))
+        number = int(db.execute("SELECT value FROM counters WHERE name = ?", (JOB_NUMBER,)).fetchone()[0])
+        db.execute(
+            "INSERT INTO jobs (id, name, state, created, launcher_pid, launcher_started,"
+            " job_dir, model_dir, executor, number, reason)"
+            " VALUES (?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, name, time.time(), launcher_pid, launcher_started, job_dir, model_dir, executor, number,
+             reason),
+        )
         return number
 
     def add_task(self, job_id: str, task: TaskPlan) -> None:

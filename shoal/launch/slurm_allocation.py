@@ -7,7 +7,7 @@ Blocking (Slurm commands, bounded); not thread-safe: one job, from one thread.
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 from shoal.launch.slurm import SlurmJob
 from shoal.launch.slurm_commands import SlurmCommands
@@ -33,6 +33,11 @@ class SlurmJobSource(Protocol):
         off `reaper`; idempotent."""
         ...
 
+    def watch_queue(self, listener: Callable[[str], None]) -> None:
+        """Before `acquire`: tell `listener` each new state of a submitted job while it waits
+        in the queue, in words (an allocation shoal runs in never waits). No I/O."""
+        ...
+
 
 class CurrentAllocation:
     """The allocation shoal runs in. The constructor does no I/O."""
@@ -53,4 +58,7 @@ class CurrentAllocation:
                      " when the job starts (shown as port 0)\n")
 
     def release(self, reaper: Optional[SlurmReaper]) -> None:
+        return None
+
+    def watch_queue(self, listener: Callable[[str], None]) -> None:
         return None

@@ -84,6 +84,10 @@ class Submission:
         self._queue_timeout = queue_timeout
         self._job_id: Optional[str] = None
         self._started = False
+        self._listener: Callable[[str], None] = lambda text: None
+
+    def watch_queue(self, listener: Callable[[str], None]) -> None:
+        self._listener = listener
 
     def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
         if self._job_id is not None:
@@ -92,6 +96,7 @@ class Submission:
         self._job_id = job_id
         reaper.add(job_id)
         self._note(f"shoal | submitted Slurm job {job_id}; waiting for it to start (Ctrl-C cancels it)")
+        self._listener(f"Slurm job {job_id} is submitted")
         self._wait_running(job_id)
         self._started = True
         return SlurmJob(job_id, self._commands.nodes(job_id), submitted=True)
@@ -156,6 +161,7 @@ class Submission:
             if (state, reason) != said:
                 why = f" ({reason})" if reason and reason != "None" else ""
                 self._note(f"shoal | Slurm job {job_id} is {state}{why}")
+                self._listener(f"Slurm job {job_id} is {state}{why}")
                 said = (state, reason)
             if deadline is not None and time.monotonic() > deadline:
                 raise SlurmError(f"Slurm job {job_id} did not start within {self._queue_timeout:g}s"

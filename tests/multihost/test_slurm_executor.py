@@ -19,6 +19,7 @@ import pytest
 
 from shoal.launch.ports import free_ports
 from tests.multihost import procs
+from tests.multihost.slurm import CPUS_PER_NODE, NODES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
 from harness import alive, cleanup, grandchild_pids, recorded_pids  # noqa: E402
@@ -400,6 +401,42 @@ def test_a_submitted_job_that_can_never_start_is_cancelled_at_once_and_says_why(
                      r" the partition's nodes have .*; it is cancelled", out.stdout), out.stdout
     assert f"shoal | cancelled Slurm job {job} before it started" in out.stdout
     assert slurm_cluster.job_ids() == []
+
+
+@pytest.mark.timeout(300)
+def test_a_submitted_job_waiting_in_the_queue_is_in_status_and_shoal_kill_cancels_it(slurm_cluster, tmp_path):
+    """Every CPU of the test cluster is held by a user's allocation, so the job `--slurm`
+    submits waits in the queue (PENDING, Resources): it is recorded as it waits, and `shoal
+    kill` from another terminal stops its launcher and leaves squeue with the user's job only."""
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    held = allocation(slurm_cluster, nodes=len(NODES), tasks=len(NODES) * CPUS_PER_NODE)  # every CPU
+    launcher = start(env, shoal("run", "--name", "queued", "--slurm", "--ps", "1", "--workers", "1", "--", *SERVE))
+    try:
+        def queued():
+            jobs = status(env)
+            return jobs[0] if jobs and "PENDING (Resources)" in jobs[0]["reason"] else None
+        procs.wait_until(queued, timeout=WAIT_S, what="the queued job recorded PENDING (Resources)", interval=0.3)
+        job = queued()
+        assert job["state"] == "PENDING" and job["tasks"] == [] and job["number"] == 1, job
+        submitted = re.search(r"Slurm job (\d+) is PENDING", job["reason"]).group(1)
+        assert sorted(slurm_cluster.job_ids()) == sorted([held, submitted])
+        table = run(env, shoal("status"), timeout=60).stdout
+        assert re.search(r"1\s+queued-\S+\s+queued\s+PENDING\s+queued\s", table), table
+        logs = run(env, shoal("logs", "1"), timeout=60)
+        assert logs.returncode == 0 and "waits in the queue (Slurm job" in logs.stdout, logs.stdout
+        monitor = run(env, shoal("monitor", "1", "--once"), timeout=60)
+        assert f"no task has started (Slurm job {submitted} is PENDING (Resources))" in monitor.stdout, monitor.stdout
+        out = run(env, shoal("kill"), timeout=120)
+        assert out.returncode == 0, out.stdout
+        assert f"job {job['id']}: KILLED (stopped by shoal kill before it started)" in out.stdout, out.stdout
+        assert launcher.wait(30) == 130  # it cancelled the Slurm job itself, as after Ctrl-C
+        said = launcher.stdout.read().decode()
+        assert f"shoal | cancelled Slurm job {submitted} before it started" in said, said
+        assert slurm_cluster.job_ids() == [held]
+    finally:
+        cleanup(home, launcher)
+        slurm_cluster.run(["scancel", held], check=False)
 
 
 @pytest.mark.timeout(180)

@@ -52,6 +52,20 @@ def test_states_processes_and_progress_are_recorded(tmp_path):
         assert job.as_json()["tasks"][1]["name"] == "worker.1"
 
 
+def test_a_job_recorded_while_queued_keeps_its_record_and_number_when_its_tasks_are_recorded(tmp_path):
+    with JobStore(tmp_path / "jobs.db") as store:
+        store.create_job(plan("m-0"), 1, 0.0)
+        number = store.create_queued("m-1", "m", "/h/jobs/m-1", 7, 1.5, "slurm", "Slurm job 42 is PENDING (Resources)")
+        queued = store.find("m-1")
+        assert (queued.number, queued.state, queued.tasks, queued.executor) == (2, JobState.PENDING, (), "slurm")
+        assert queued.reason == "Slurm job 42 is PENDING (Resources)" and queued.launcher_pid == 7
+        assert store.create_job(plan("m-1"), 7, 1.5, executor="slurm") == number == 2
+        job = store.find("m-1")
+        assert job.reason == "" and [t.name for t in job.tasks] == ["worker.0", "worker.1"]
+        assert job.model_dir == plan("m-1").model_dir and len(store.list_jobs()) == 2
+        assert store.create_job(plan("m-2"), 1, 0.0) == 3
+
+
 def test_terminal_states_have_no_transitions():
     for state in TaskState:
         assert (not TASK_TRANSITIONS[state]) == state.is_terminal
