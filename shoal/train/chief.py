@@ -47,12 +47,15 @@ class ChiefDuties:
     one that initializes the job (not when a ps is rebuilt: the chief's own values are newer).
     `history()` is the chief's placement history (its PlacementBook's): the replica ring follows
     it (shoal/ps/ring.py), so a lost ps's replica is asked of its successor by that history.
+    `params_step()` is the step of the values in `params` (the chief's copy), as last pulled: a
+    coordinating chief never pushes, so its copy may be far older than `current_step()`.
     """
 
     def __init__(self, task: str, placement: Placement, params: Mapping[str, np.ndarray], optimizer: UpdateRule,
                  training: TrainingMode, checkpoints: Checkpointer | None, current_step: Callable[[], int],
                  local_state: LocalState | None = None,
-                 history: Callable[[], Sequence[PlacementChange]] = tuple):
+                 history: Callable[[], Sequence[PlacementChange]] = tuple,
+                 params_step: Callable[[], int] | None = None):
         self._task = task
         self._placement = placement
         self._params = params
@@ -62,6 +65,7 @@ class ChiefDuties:
         self._current_step = current_step
         self._local_state = local_state
         self._history = history
+        self._params_step = params_step or current_step
 
     @property
     def placement(self) -> Placement:
@@ -96,8 +100,7 @@ class ChiefDuties:
                                                             checkpoint)
         tensors = scatter(self._placement, values, slots, only_ps=ps)[ps]
         if saved_step is None:
-            return ShardSource(tensors, self._current_step(), "the chief's copy of its variables (optimizer state "
-                               "fresh)", why_not)
+            return ShardSource(tensors, self._current_step(), f"{self._copy()} (optimizer state fresh)", why_not)
         return ShardSource(tensors, saved_step, f"checkpoint step {saved_step}", why_not)
 
     def initialize(self, client: PsClient) -> None:
@@ -161,12 +164,17 @@ class ChiefDuties:
                         "(its optimizer state starts fresh)", self._task, ps)
         log.warning("%s: no usable replica of ps:%d: %s; rebuilding it from %s: every update to its shards since "
                     "then is lost", self._task, ps, why_not,
-                    f"checkpoint step {saved_step}" if saved_step is not None else "the chief's copy of its variables")
+                    f"checkpoint step {saved_step}" if saved_step is not None else self._copy())
         step = max([s.step for s in others] + [saved_step or 0, self._current_step()])
         client.init(ps, self._init_request(step, done, leases if ps == 0 else None, members),
                     scatter(self._placement, values, slots, only_ps=ps)[ps])
         client.ready(ps)
         log.info("%s rebuilt ps:%d at step %d", self._task, ps, step)
+
+    def _copy(self) -> str:
+        """The chief's copy of the variables, named with its step: "the chief's copy of its
+        variables (step 0, as it last pulled them)"."""
+        return f"the chief's copy of its variables (step {self._params_step()}, as it last pulled them)"
 
     def _rebuild_from_replica(self, client: PsClient, ps: int, replica: Replica, others, done, members) -> None:
         if self._training.mode is Mode.SYNC:

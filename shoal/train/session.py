@@ -137,7 +137,8 @@ class TrainingSession:
                 self.checkpointer = Checkpointer(self.model_dir, checkpoints, self.placement, self.task, local_state)
         self._chief = ChiefDuties(self.task, self.placement, self.params, optimizer, self.training,
                                   self.checkpointer, lambda: self._step, local_state,
-                                  history=lambda: self._book.history) if config.is_chief else None
+                                  history=lambda: self._book.history,
+                                  params_step=lambda: self._params_step) if config.is_chief else None
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
                               self._chief.rebuild_ps if self._chief is not None else None)
         self._stop = GracefulStop(self.task)
@@ -167,6 +168,7 @@ class TrainingSession:
                                 on_joined=self._heartbeats.add, wait_s=request_timeout_s * 2 + MOVE_GRACE_S)
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
+        self._params_step = 0  # the step of the values in `params` (the last pull, or push with its reply)
         self._state = SessionState.NEW
         self._holder = secrets.token_hex(8)  # tells ps 0 this process from an earlier one of the same task
         self._closure_tags = ClosureTags()
@@ -382,6 +384,7 @@ class TrainingSession:
                 self._step = min(steps)
             else:
                 self._step = max(steps) if self.sync else steps[self._step_part]
+            self._params_step = self._step
             result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
         if self.summaries is not None:
             learning_rate = (next(iter(hyper.values())).learning_rate if hyper
@@ -439,6 +442,7 @@ class TrainingSession:
         if self.sync and len(set(steps)) > 1:
             return self.pull(max(steps))
         self._step = max(steps) if self.sync else steps[0]
+        self._params_step = self._step
         return self._step
 
     def watch_ps(self, every_s: float = DEFAULT_EVERY_S) -> PsWatch:

@@ -55,3 +55,24 @@ def test_a_ps_killed_in_a_coordinator_job_is_rebuilt_from_its_replica_and_the_ru
     assert _ledger(ps0) == (STEPS * (2 if mode else 1), 0)
     applied, duplicates = _ledger(restarted)
     assert applied > 0 and duplicates == 0
+
+
+def test_without_replica_or_checkpoint_the_coordinating_chief_says_how_old_its_copy_is(make_cluster):
+    """No replication and no model dir: the chief rebuilds the ps from its own copy of the
+    variables, which a coordinating chief (it never pushes) last pulled at its start, so the
+    warning names that step, not the job's (every update to the ps's shards since is lost)."""
+    program = ["examples/mnist_coordinator.py", "--steps", str(STEPS), "--steps_per_dispatch", "10",
+               "--log_every", "50", "--ps_recovery_timeout", "60"]
+    cluster = make_cluster(num_ps=2, num_workers=2, chief=True)
+    cluster.start_all(program)
+    ps1, chief = cluster.tasks[1], cluster.tasks[2]
+    cluster.wait_for(lambda: _chief_step(chief) >= 300, 60, "the chief at step 300")
+    ps1.kill()
+    cluster.start("ps", 1, program)
+    codes = cluster.wait_all(timeout=200)
+    assert codes == {"ps:0": 0, "ps:1": 0, "chief:0": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    out = chief.output()
+    assert re.search(r"no usable replica of ps:1: .*; rebuilding it from the chief's copy of its variables \(step 0, as"
+                     r" it last pulled them\): every update to its shards since then is lost", out), out[-3000:]
+    rebuilt_at = int(re.search(r"rebuilt ps:1 at step (\d+)", out).group(1))
+    assert rebuilt_at >= 300, out[-3000:]  # the job's step goes on; only the values are the old copy's
