@@ -74,6 +74,7 @@ class Heartbeats:
         """Heartbeat one more ps (one that joined the running job) from the next beat on. Does not
         block; thread-safe."""
         with self._lock:
+            self._dropped = self._dropped - {address}  # a ps that joined where a re-homed one served
             if address not in self.addresses:
                 self.addresses = (*self.addresses, address)
 

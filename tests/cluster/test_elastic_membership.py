@@ -146,3 +146,36 @@ def test_heartbeats_stopped_while_a_ps_does_not_answer_start_again_as_a_new_inca
     time.sleep(beats.interval_s + 0.5)  # the old thread has ended by now
     assert beats._thread.is_alive() and beats.incarnation != first
     beats.stop()
+
+
+def test_heartbeats_to_a_dropped_ps_stop_and_start_again_when_a_ps_joins_at_its_address():
+    """A re-homed ps's address is dropped (a process started there again must not count the
+    replica as training); a ps that later joins at the same address is heartbeated again."""
+    import shoal
+    from shoal.cluster import ClusterSpec
+    from shoal.ps.membership import MemberState
+    from shoal.train.heartbeat import Heartbeats
+
+    ps_port, worker_port = free_ports(2)
+    address = f"127.0.0.1:{ps_port}"
+    spec = ClusterSpec.from_dict({"ps": [address], "worker": [f"127.0.0.1:{worker_port}"]})
+    secret = JobSecret(b"s" * 32, "test")
+    server = shoal.Server(spec, "ps", 0, secret=secret).start()
+    beats = Heartbeats("worker:0", [address], secret, timeout_s=0.5)  # every 0.125 s; dropped after 0.5 s
+    membership = server.service.membership
+    try:
+        def becomes(state: MemberState) -> bool:
+            deadline = time.monotonic() + 10
+            while membership.state("worker:0") is not state and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return membership.state("worker:0") is state
+
+        beats.start()
+        assert becomes(MemberState.TRAINING)
+        beats.drop(address)
+        assert becomes(MemberState.LOST)  # only once no heartbeat came for its timeout
+        beats.add(address)
+        assert becomes(MemberState.TRAINING)
+    finally:
+        beats.stop()
+        server.stop()
