@@ -48,6 +48,7 @@ class QueuedJob:
         self._executor = executor
         self.number: int | None = None
         self._previous: Any = None  # the SIGTERM handler before __enter__
+        self._handling = False  # whether __enter__ installed its own
 
     def update(self, text: str) -> None:
         """The wait's state is now `text`: record the job the first time, then its reason."""
@@ -65,12 +66,14 @@ class QueuedJob:
         stops the wait as Ctrl-C does: the executor's close cancels what it submitted."""
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, _stop_waiting)
+            self._handling = True
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> None:
         try:
-            if self._previous is not None:
-                signal.signal(signal.SIGTERM, self._previous)
+            if self._handling:
+                signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+                self._handling = False
             if kind is StoppedWaiting:
                 self._ended(JobState.KILLED, "stopped by shoal kill before it started"
                             if kill_was_requested(self._job_dir) else "stopped by SIGTERM before it started")
