@@ -60,7 +60,7 @@ def job_hosts(spec: JobSpec, args: argparse.Namespace, env: "Environment") -> tu
 
 
 def _local(spec: JobSpec, hosts: tuple[Host, ...], args: argparse.Namespace, env: "Environment") -> Executor:
-    return LocalExecutor(python=env.python, base_env=env.environ)
+    return LocalExecutor(python=env.python, base_env=env.environ, notify=lambda text: env.say(text, err=True))
 
 
 def _ssh(spec: JobSpec, hosts: tuple[Host, ...], args: argparse.Namespace, env: "Environment") -> Executor:

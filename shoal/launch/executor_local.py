@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Optional
 
 import psutil
@@ -109,8 +109,11 @@ class LocalExecutor:
 
     def __init__(self, *, python: str = sys.executable,
                  base_env: Optional[Mapping[str, str]] = None,
-                 gpu_count: Optional[int] = None, host: str = "127.0.0.1") -> None:
+                 gpu_count: Optional[int] = None, host: str = "127.0.0.1",
+                 notify: Callable[[str], None] = lambda text: None) -> None:
         self._python = python
+        self._notify = notify
+        self._job_id: Optional[str] = None
         self._base_env = dict(base_env or {})
         self._gpu_count = gpu_count
         self._host = host
@@ -148,6 +151,7 @@ class LocalExecutor:
         with self._lock:
             if self._closed:
                 raise RuntimeError("LocalExecutor.start after close")
+            self._job_id = job.job_id
             if self._reaper is None:
                 self._reaper = Reaper(grace=min(job.grace_period, _MAX_REAPER_GRACE))
                 self._reaper.start()
@@ -173,6 +177,17 @@ class LocalExecutor:
             handle.close()
         if reaper is not None:
             reaper.close()
+        if self._job_id is not None:
+            self._sweep_after(self._job_id)
+
+    def _sweep_after(self, job_id: str) -> None:
+        """The job is over and its process groups are gone: kill any process of it left on this
+        machine (one that left its group: `setsid`, a daemon) and say which. Blocks (bounded)."""
+        for check in self.sweep(job_id, (), kill=True):
+            for proc in check.found:
+                fate = "survived SIGKILL" if proc in check.survivors else "killed"
+                self._notify(f"shoal | this machine: {proc.task or 'a process'} pid {proc.pid} ({proc.command}) of"
+                             f" job {job_id} still ran after the job, outside its task's process group; {fate}")
 
     # --- control of recorded tasks (any process) ------------------------------------
 

@@ -1,5 +1,6 @@
-"""`shoal check JOB`: a job's processes found by their environment, also those that left their
-process group (which no group signal reaches), on this machine."""
+"""Processes a job left on this machine outside its tasks' process groups (which no group signal
+reaches), found by their environment: the launcher kills them when the job ends and says so,
+and `shoal check JOB [--kill]` finds (and kills) them while the job runs."""
 
 import sys
 from pathlib import Path
@@ -7,27 +8,46 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import PY, run_shoal, status  # noqa: E402
+from harness import PY, alive, cleanup, grandchild_pids, run_shoal, start_shoal, status, task_log, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 
-LEAVES_A_DAEMON = ("import subprocess; subprocess.Popen(['setsid', 'sleep', '300']); print('left one behind')")
+LEAVES_A_DAEMON = ("import subprocess, sys, time; p = subprocess.Popen(['setsid', 'sleep', '300']);"
+                   " print(f'grandchild pid {p.pid}', flush=True); time.sleep(float(sys.argv[1]))")
+
+
+def test_the_launcher_kills_a_process_that_left_its_group_when_the_job_ends_and_says_so(tmp_path):
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "run", "--name", "leaky", "--workers", "1", "--", PY, "-c", LEAVES_A_DAEMON, "0",
+                        timeout=60)
+        text = out.stdout.decode()
+        assert out.returncode == 0, text
+        [daemon] = grandchild_pids(home)
+        assert f"shoal | this machine: worker:0 pid {daemon} (sleep 300) of job " in text, text
+        assert "still ran after the job, outside its task's process group; killed" in text, text
+        assert alive([daemon]) == []
+        [job] = status(home)
+        again = run_shoal(home, "check", job["id"], timeout=60)
+        assert again.returncode == 0 and again.stdout.decode() == "this machine: no process of the job\n"
+    finally:
+        cleanup(home)
 
 
 def test_check_finds_a_process_that_left_its_group_and_kill_ends_it(tmp_path):
     home = tmp_path / "home"
-    out = run_shoal(home, "run", "--name", "leaky", "--workers", "1", "--", PY, "-c", LEAVES_A_DAEMON, timeout=60)
-    assert out.returncode == 0, out.stdout.decode()
-    [job] = status(home)
+    launcher = start_shoal(home, "run", "--name", "leaky", "--workers", "1", "--", PY, "-c", LEAVES_A_DAEMON, "300")
     try:
+        wait_for(lambda: "grandchild pid" in task_log(home, "worker.0"), 60, "the daemon started")
+        [job] = status(home)
         check = run_shoal(home, "check", job["id"], timeout=60)
         text = check.stdout.decode()
         assert check.returncode == 6, text
-        assert "this machine: worker:0 pid " in text and " still runs: sleep 300" in text
+        assert "this machine: worker:0 pid " in text and " still runs: sleep 300" in text, text
         assert "1 of 1 hosts are not clean; shoal check --kill stops what is left" in text
-    finally:
         killed = run_shoal(home, "check", job["id"], "--kill", timeout=60)
-    assert killed.returncode == 0, killed.stdout.decode()
-    assert "was left running; killed: sleep 300" in killed.stdout.decode()
-    again = run_shoal(home, "check", job["id"], timeout=60)
-    assert again.returncode == 0 and again.stdout.decode() == "this machine: no process of the job\n"
+        assert killed.returncode == 0, killed.stdout.decode()
+        assert "was left running; killed: sleep 300" in killed.stdout.decode()
+        assert alive(grandchild_pids(home)) == []
+    finally:
+        cleanup(home, launcher)
