@@ -541,12 +541,14 @@ class Supervisor:
         line = stall.describe()
         action = self._watchdog.action
         if action is not WatchdogAction.FAIL and self._watchdog_restarts >= self._watchdog.max_restarts:
-            self._mux.note(f"shoal | watchdog: {line}; it restarted {self._watchdog_restarts} times"
-                           f" already (watchdog.max_restarts), so the job fails; allow more with"
-                           f" watchdog: {{max_restarts: N}} in the spec, or a longer watchdog.stall")
+            self._mux.note(f"shoal | watchdog: {line}; it restarted {self._watchdog_restarts} time"
+                           f"{'' if self._watchdog_restarts == 1 else 's'} already (watchdog.max_restarts), so the"
+                           f" job fails; allow more with watchdog: {{max_restarts: N}} in the spec, or a longer"
+                           f" watchdog.stall")
             action = WatchdogAction.FAIL
-        if action is WatchdogAction.FAIL:
+        elif action is WatchdogAction.FAIL:
             self._mux.note(f"shoal | watchdog: {line}; failing the job")
+        if action is WatchdogAction.FAIL:
             slot = self._slots[stall.stuck[0]] if stall.stuck else None
             if self._failure is None and slot is not None:
                 self._failure = TaskFailure(slot.plan.name, slot.plan.label, None,

@@ -1,8 +1,11 @@
 """`Watchdog`: notices a job that is alive but stuck, and names the tasks it is stuck on.
 
 It follows the job's global step — the highest `step=` of the tasks' progress lines
-(progress_line.py) — and when each training task (chief, worker) last printed one. When the
-step has not advanced for `stall` seconds, `check` returns a `Stall` that names the stuck
+(progress_line.py) — and when each training task (chief, worker) last printed one. A task whose
+own step passed the last it printed also counts as progress, though the highest step stays: a
+program that prints each replica's own step (a plain PyTorch loop, uneven shards) goes on after
+its fastest replica finished. When no step has advanced for `stall` seconds, `check` returns a
+`Stall` that names the stuck
 tasks; the Supervisor applies the spec's action (restart the stuck tasks, restart the job,
 or fail it). It never fires before the first progress line: a program that prints none is
 never judged, nor is a job still starting.
@@ -101,6 +104,7 @@ class Watchdog:
         self._step: Optional[int] = None
         self._advanced = 0.0
         self._last: dict[str, float] = {}
+        self._own: dict[str, int] = {}  # the step each task printed last
         self._waited: dict[str, float] = {}
 
     @classmethod
@@ -120,10 +124,11 @@ class Watchdog:
         now = self._clock()
         with self._lock:
             self._last[name] = now
-            if self._step is None or step > self._step:
+            own, self._own[name] = self._own.get(name), step
+            if self._step is None or step > self._step or (own is not None and step > own):
                 if self._step is not None:  # a job that prints rarely (big log_every, slow steps) is not stuck
                     self._longest_gap = max(self._longest_gap, now - self._advanced)
-                self._step = step
+                self._step = step if self._step is None else max(self._step, step)
                 self._advanced = now
                 self._waited.clear()
 
@@ -145,6 +150,7 @@ class Watchdog:
             if forget_step:
                 self._step = None
                 self._last.clear()
+                self._own.clear()
 
     def check(self, running: Iterable[str]) -> Optional[Stall]:
         """The stall, if the step has not advanced for `stall` seconds; `running` are the
@@ -168,7 +174,7 @@ class Watchdog:
             return tuple(sorted(waited)), "the waiting workers wait for it" if len(waited) == 1 \
                 else "the waiting workers wait for them"
         training = [t for t in self._training if t in running]
-        silent = [t for t in training if self._last.get(t, float("-inf")) < self._advanced]
+        silent = [t for t in training if self._last.get(t, float("-inf")) <= self._advanced]
         if silent:
             oldest = min(self._last.get(t, float("-inf")) for t in silent)
             stuck = tuple(t for t in silent if self._last.get(t, float("-inf")) <= oldest + TIE_S)

@@ -115,6 +115,32 @@ def test_every_worker_printing_without_the_step_advancing_blames_them_all():
     assert dog.check(WORKERS).stuck == WORKERS
 
 
+def test_a_slower_replica_printing_its_own_rising_steps_is_progress_after_the_fastest_finished():
+    """A plain program prints each replica's own step: once the fastest replica is done the
+    highest step stays, but the slower one's steps still rise: not a stall."""
+    clock = FakeClock()
+    dog = watchdog(clock, training=("worker.0", "worker.1"))
+    dog.progress("worker.0", 19)  # its last line: it finished
+    for t, step in ((6, 5), (12, 7), (18, 9), (24, 11)):
+        clock.now = t
+        dog.progress("worker.1", step)
+        assert dog.check(("worker.1",)) is None
+    clock.now = 36
+    stall = dog.check(("worker.1",))
+    assert (stall.step, stall.seconds, stall.stuck) == (19, 12, ("worker.1",))
+
+
+def test_the_task_that_advanced_the_step_and_printed_nothing_since_is_blamed():
+    clock = FakeClock()
+    dog = watchdog(clock, training=("worker.0", "worker.1"))
+    dog.progress("worker.0", 3)
+    clock.now = 2
+    dog.progress("worker.1", 4)  # the last advance; nothing from anyone since
+    clock.now = 20
+    stall = dog.check(("worker.1",))  # worker.0 has ended
+    assert stall.stuck == ("worker.1",) and stall.why == "its last progress is the oldest"
+
+
 def test_reset_forgetting_the_step_waits_for_a_first_progress_line_again():
     clock = FakeClock()
     dog = watchdog(clock)
