@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from shoal.cli.arg_types import positive_duration
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import JOB_HELP
@@ -16,8 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("kill", help="stop a job (idempotent)")
     parser.add_argument("job", nargs="?", metavar="JOB",
                         help=f"{JOB_HELP} (default: the newest running job, else the newest job)")
-    parser.add_argument("--timeout", type=float, default=20.0,
-                        help="seconds to let the launcher stop the tasks before SIGKILL")
+    parser.add_argument("--timeout", type=positive_duration, default=20.0,
+                        help="how long to let the launcher stop the tasks before SIGKILL: seconds, or 30s, 5m"
+                        " (default: 20)")
     parser.set_defaults(handler=run)
 
 

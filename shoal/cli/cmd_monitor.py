@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from shoal.cli.cmd_status import table
+from shoal.cli.arg_types import positive_duration
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
@@ -21,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("monitor", help="show CPU, memory and GPU use per task")
     add_job_argument(parser, newest_by_default=True)
     parser.add_argument("--once", action="store_true", help="print one sample and exit")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between samples")
+    parser.add_argument("--interval", type=positive_duration, default=2.0,
+                        help="time between samples: seconds, or 500ms, 10s (default: 2)")
     parser.set_defaults(handler=run)
 
 

@@ -187,3 +187,16 @@ def test_parameter_override_cannot_add_arguments_to_the_example(tmp_path):
     assert shoal("train", "examples/mnist.yaml", "--dry-run",
                  "-p", "steps=300 --model_dir /tmp/x --learning_rate 50") == ExitCode.SPEC_ERROR
     assert "'steps' is an integer" in shoal.err.getvalue()
+
+
+def test_monitor_interval_and_kill_timeout_must_be_durations_above_zero(tmp_path):
+    for argv, bad in ((("monitor", "--interval", "-1"), "'-1' is not a duration"),
+                      (("monitor", "--interval=nan"), "'nan' is not a duration"),
+                      (("monitor", "--interval", "0"), "'0' is not more than 0 seconds"),
+                      (("kill", "--timeout", "0s"), "'0s' is not more than 0 seconds")):
+        shoal = Captured(tmp_path)
+        assert shoal(*argv) == ExitCode.USAGE, argv
+        assert bad in shoal.err.getvalue() and "Traceback" not in shoal.err.getvalue(), argv
+    shoal = Captured(tmp_path)
+    assert shoal("kill", "--timeout", "5m") != ExitCode.USAGE  # a duration like the spec's (no job: another error)
+    assert "no jobs yet" in shoal.err.getvalue()
