@@ -15,7 +15,10 @@ value is always one argument, never more and never shell syntax:
 * a `{{ name }}` inside a word is formatted into that word, which stays one word;
 * in a word that is a shell script, i.e. the script after `-c` of sh, bash, dash, zsh,
   ksh, mksh, ash, yash, csh or tcsh (also behind `env`, `nice`, `timeout` ...), every
-  value is put in shell-quoted: it is one word of the script and cannot run a command.
+  value is put in shell-quoted: it is one word of the script and cannot run a command; an
+  empty value puts in nothing (so `{{ sync }}` is an optional flag there too).
+
+A `{{` that opens no `{{ name }}` (`{{ steps }`) is an error, not text.
 """
 
 from __future__ import annotations
@@ -44,10 +47,20 @@ def render(value: str, params: Mapping[str, Any], *, field: str, source: str = "
     def lookup(name: str) -> Any:
         return _lookup(name, params, text=value, field=field, source=source, line=line)
 
+    _refuse_unclosed(_TOKEN_RE.sub("", value), value, field=field, source=source, line=line)
     whole = _TOKEN_RE.fullmatch(value.strip())
     if whole:
         return lookup(whole.group(1))
     return _TOKEN_RE.sub(lambda m: _to_text(lookup(m.group(1))), value)
+
+
+def _refuse_unclosed(literal: str, text: str, *, field: str, source: str, line: int | None) -> None:
+    """SpecError if `literal` (`text` without its `{{ name }}` references) still holds a `{{`."""
+    if "{{" in literal:
+        raise SpecError(
+            f"{text!r} has a {{{{ that opens no parameter reference (a missing }}}}?); write {{{{ name }}}}",
+            source=source, line=line, field=field,
+        )
 
 
 def _lookup(name: str, params: Mapping[str, Any], *, text: str, field: str, source: str,
@@ -130,6 +143,8 @@ class _Word:
             at = match.end()
         self.parts.append(text[at:])
         self.parts = [part for part in self.parts if part != ""]
+        _refuse_unclosed("\x00".join(p for p in self.parts if isinstance(p, str)), text if shown is None else shown,
+                         field=dotted(path), source=source, line=line)
 
     def whole(self) -> bool:
         """Whether the word is exactly one `{{ name }}`."""
@@ -172,8 +187,13 @@ def _fill_words(words: list[_Word], params: Mapping[str, Any]) -> list[str]:
     kept = [w for w in words if not (w.whole() and w.fill(params, str) == "")]
     plain = [w.fill(params, str) for w in kept]
     scripts = _shell_scripts(plain)
-    return [w.fill(params, shlex.quote) if i in scripts else text
+    return [w.fill(params, _script_quote) if i in scripts else text
             for i, (w, text) in enumerate(zip(kept, plain))]
+
+
+def _script_quote(value: str) -> str:
+    """A value as one word of a shell script; an empty one as nothing (an optional flag)."""
+    return shlex.quote(value) if value else ""
 
 
 def _shell_scripts(argv: list[str]) -> set[int]:

@@ -258,6 +258,31 @@ def test_parameter_in_a_shell_script_is_one_word_of_it(tmp_path):
     assert not (tmp_path / "F").exists()
 
 
+def test_empty_parameter_in_a_shell_script_puts_in_nothing(tmp_path):
+    import subprocess
+
+    text = ("name: x\nparameters: {sync: ''}\nrun: sh -c 'printf \"%s|\" \"$@\" > out.txt' sh a {{ sync }} b\n"
+            "roles: {worker: {}}\n")
+    script = ("name: x\nparameters: {sync: ''}\nrun: sh -c 'set -- a {{ sync }} b; printf \"%s|\" \"$@\" > out.txt'\n"
+              "roles: {worker: {}}\n")
+    for spec, want in ((load(tmp_path, text), "a|b|"), (load(tmp_path, script), "a|b|"),
+                       (load(tmp_path, script, ["sync=--sync"]), "a|--sync|b|")):
+        subprocess.run(argv_of(spec), cwd=tmp_path, timeout=30, check=True)
+        assert (tmp_path / "out.txt").read_text() == want
+
+
+@pytest.mark.parametrize("run", ["python t.py --steps {{ steps }", "python t.py --steps {{steps",
+                                 "[python, t.py, --steps, '{{ steps }']"])
+def test_a_brace_pair_that_opens_no_parameter_reference_is_a_spec_error(tmp_path, run):
+    e = error(tmp_path, GOOD.replace("run: python train.py --steps {{ steps }}", f"run: {run}"))
+    assert e.field.startswith("run") and "opens no parameter reference" in str(e), str(e)
+
+
+def test_a_brace_pair_in_a_field_that_opens_no_parameter_reference_is_a_spec_error(tmp_path):
+    e = error(tmp_path, GOOD.replace("roles:", "output_dir: out/{{ steps\nroles:"))
+    assert e.field == "output_dir" and "opens no parameter reference" in str(e), str(e)
+
+
 def test_unbalanced_quote_in_command_is_a_spec_error(tmp_path):
     e = error(tmp_path, GOOD.replace("--steps {{ steps }}", "--steps '{{ steps }}"))
     assert e.field == "run" and e.line == 5 and "quot" in str(e)
