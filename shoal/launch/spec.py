@@ -589,9 +589,28 @@ def _key_lines(node: Optional[yaml.Node], path: tuple = ()) -> dict[tuple, int]:
     return out
 
 
+LAUNCHER_VARIABLES = {
+    "TF_CONFIG": "each task's identity in the cluster",
+    "SHOAL_TASK": "each task's identity",
+    "RANK": "each replica's rank", "WORLD_SIZE": "the number of replicas",
+    "MASTER_ADDR": "the job's rendezvous address", "MASTER_PORT": "the job's rendezvous port",
+    "SHOAL_JOB_ID": "the job's id", "SHOAL_JOB_NAME": "the job's name (name:)",
+    "SHOAL_JOB_SECRET": "a fresh secret per job, never written to a file",
+    "OUTPUT_DIR": "the model dir (output_dir:)",
+}
+"""Variables plan.py sets for every task (its identity, the job's wiring): an `env:` may not set
+them, since a task given another value would not find, or not be let into, the job."""
+
+
 def _env_strings(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
+    reserved = [str(key) for key in value if str(key) in LAUNCHER_VARIABLES]
+    if reserved:
+        key = reserved[0]
+        raise ValueError(f"{key} is set by the launcher for every task ({LAUNCHER_VARIABLES[key]}); remove it from"
+                         " env:" + (" and set output_dir: instead" if key == "OUTPUT_DIR" else
+                                    " and set name: instead" if key == "SHOAL_JOB_NAME" else ""))
     out = {}
     for key, item in value.items():
         if isinstance(item, (dict, list)) or item is None:

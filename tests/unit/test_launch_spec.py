@@ -310,3 +310,11 @@ def test_role_name_is_checked_by_the_spec_model_too():
 
     with pytest.raises(ValidationError, match="'pss' is not a role"):
         JobSpec.model_validate({"name": "x", "run": "true", "roles": {"pss": {}}})
+
+
+@pytest.mark.parametrize("where", ["env: {TF_CONFIG: '{}'}\n", "roles: {worker: {env: {SHOAL_JOB_SECRET: s}}}\n"])
+def test_env_may_not_set_what_the_launcher_sets_for_every_task(tmp_path, where):
+    text = "name: x\nrun: python t.py\n" + (where if where.startswith("env") else "") + \
+        (where if where.startswith("roles") else "roles: {worker: {}}\n")
+    e = error(tmp_path, text)
+    assert "is set by the launcher for every task" in str(e) and "remove it from env:" in str(e), str(e)
