@@ -7,7 +7,7 @@ import argparse
 from shoal.cli.environment import Environment
 from shoal.cli.following import CtrlC, follow_job
 from shoal.cli.job_args import add_job_argument
-from shoal.launch.job_refs import find_job
+from shoal.launch.job_refs import find_running_job
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,11 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " task's lines prefixed with the task, the final summary), else its task logs — from"
         " the start, then follow it until the job ends, and exit with the job's exit code."
         " Ctrl-C stops following; the job keeps running.")
-    add_job_argument(parser, newest_by_default=True)
+    add_job_argument(parser, newest_by_default=True, running_first=True)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = find_job(store, args.job)
+        job = find_running_job(store, args.job)
         return follow_job(store, job, env, CtrlC.DETACH)

@@ -9,6 +9,7 @@ from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import describe_checks, sweep_job
 from shoal.launch.errors import LaunchError
+from shoal.launch.job_refs import find_job
 
 
 class LeftoversFound(LaunchError):
@@ -20,14 +21,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             description="Look on every host a job ran on for its processes (by the"
                             " SHOAL_JOB_ID in their environment, so also those that left their process"
                             " group); exit 0 if none is left.")
-    add_job_argument(parser, newest_by_default=False)
+    add_job_argument(parser, newest_by_default=True)
     parser.add_argument("--kill", action="store_true", help="SIGKILL what is found")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = store.find(args.job)
+        job = find_job(store, args.job)
         if not job.state.is_terminal and not args.kill:
             env.say(f"job {job.id} is {job.state.value}: its tasks are meant to run; checking anyway")
         checks = sweep_job(store, job, env.executor(job.executor), kill=args.kill)

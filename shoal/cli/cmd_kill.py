@@ -8,15 +8,14 @@ import argparse
 from shoal.cli.arg_types import positive_duration
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
-from shoal.cli.job_args import JOB_HELP
+from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import describe_checks, kill_job, sweep_job
-from shoal.launch.job_refs import find_job_to_stop
+from shoal.launch.job_refs import find_running_job
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("kill", help="stop a job (idempotent)")
-    parser.add_argument("job", nargs="?", metavar="JOB",
-                        help=f"{JOB_HELP} (default: the newest running job, else the newest job)")
+    add_job_argument(parser, newest_by_default=True, running_first=True)
     parser.add_argument("--timeout", type=positive_duration, default=20.0,
                         help="how long to let the launcher stop the tasks before SIGKILL: seconds, or 30s, 5m"
                         " (default: 20)")
@@ -25,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job = find_job_to_stop(store, args.job)
+        job = find_running_job(store, args.job)
         executor = env.executor(job.executor)
         job = kill_job(store, job, executor, timeout=args.timeout)
         checks = sweep_job(store, job, executor, kill=True)  # verified: nothing of it is left anywhere

@@ -11,7 +11,7 @@ from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import reconcile
-from shoal.launch.job_refs import find_job
+from shoal.launch.job_refs import find_running_job
 from shoal.launch.monitor import TaskSample, sample_job
 from shoal.launch.stragglers import TaskFigures, figures
 
@@ -20,7 +20,7 @@ _CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("monitor", help="show CPU, memory and GPU use per task")
-    add_job_argument(parser, newest_by_default=True)
+    add_job_argument(parser, newest_by_default=True, running_first=True)
     parser.add_argument("--once", action="store_true", help="print one sample and exit")
     parser.add_argument("--interval", type=positive_duration, default=2.0,
                         help="time between samples: seconds, or 500ms, 10s (default: 2)")
@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job_id = find_job(store, args.job).id  # the same job all along, even if a newer one starts
+        job_id = find_running_job(store, args.job).id  # the same job all along, even if a newer one starts
         while True:
             job = store.find(job_id)
             executor = env.executor(job.executor)

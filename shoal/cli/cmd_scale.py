@@ -17,11 +17,11 @@ import time
 from shoal.cli.environment import Environment
 from shoal.cli.errors import UsageError
 from shoal.cli.exit_codes import ExitCode
-from shoal.cli.job_args import JOB_HELP
+from shoal.cli.job_args import JOB_HELP, RUNNING_FIRST
 from shoal.cluster import JOBS
 from shoal.launch.control import launcher_alive, reconcile
 from shoal.launch.errors import ScaleError
-from shoal.launch.job_refs import find_job
+from shoal.launch.job_refs import find_running_job
 from shoal.launch.records import JobRecord, JobStore
 from shoal.launch.scale_requests import abandon, submit, wait_answer, withdraw
 from shoal.launch.scaling import ScaleOutcome, ScaleRequest
@@ -45,9 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="Only workers scale down; ps scale up only: a ps holds shards of the variables,"
         " and one that stops is re-homed by the chief after --ps_recovery_timeout, which is"
         " recovery from a loss, not what scale does. A cluster has one chief.")
-    parser.add_argument("job", metavar="JOB", help=JOB_HELP)
-    parser.add_argument("assignment", metavar="ROLE=N",
-                        help="the role and its new count: worker=4, or ps=3 (ps grow only)")
+    parser.add_argument("words", nargs="+", metavar="[JOB] ROLE=N",
+                        help=f"JOB: {JOB_HELP} (default: {RUNNING_FIRST}); ROLE=N: the role and its new"
+                        " count, worker=4 or ps=3 (ps grow only)")
     parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds to wait for the launcher to answer, and for stopped workers"
                         f" to end (default: {DEFAULT_TIMEOUT_S:g})")
@@ -70,10 +70,21 @@ def parse_assignment(text: str) -> ScaleRequest:
     return ScaleRequest(role, int(count))
 
 
+def job_and_assignment(words: list[str]) -> tuple[str | None, str]:
+    """`[JOB] ROLE=N` as typed: (JOB or None, ROLE=N); UsageError for anything else."""
+    if len(words) == 1:
+        return None, words[0]
+    if len(words) == 2:
+        return words[0], words[1]
+    raise UsageError(f"give JOB and one ROLE=N, not {len(words)} words ({' '.join(words)}); e.g. shoal scale mnist"
+                     " worker=4 (one role per call)")
+
+
 def run(args: argparse.Namespace, env: Environment) -> int:
-    request = parse_assignment(args.assignment)
+    job_ref, assignment = job_and_assignment(args.words)
+    request = parse_assignment(assignment)
     with env.store() as store:
-        job = find_job(store, args.job)
+        job = find_running_job(store, job_ref)
         job = reconcile(store, job, env.executor(job.executor))
         if job.state.is_terminal:
             raise ScaleError(f"job {job.handle} is not running ({job.state.value}); shoal scale"

@@ -25,10 +25,10 @@ def find_job(store: JobStore, ref: Optional[str]) -> JobRecord:
     return store.find(ref) if ref else store.newest()
 
 
-def find_job_to_stop(store: JobStore, ref: Optional[str]) -> JobRecord:
+def find_running_job(store: JobStore, ref: Optional[str]) -> JobRecord:
     """The job `ref` names; without `ref`, the newest job still recorded as running (so a job
-    that failed since does not shadow the one to stop), else the newest job. JobNotFound if
-    there is none."""
+    that ended since does not shadow the one to stop, follow, watch or scale), else the newest
+    job. JobNotFound if there is none."""
     if ref:
         return store.find(ref)
     running = next((job for job in store.list_jobs() if not job.state.is_terminal), None)

@@ -194,12 +194,26 @@ def test_running_counts_leave_out_tasks_moved_or_scaled_down_on_purpose():
 
 
 def test_kill_without_a_job_picks_the_newest_running_job_not_a_newer_finished_one(tmp_path):
-    from shoal.launch.job_refs import find_job_to_stop
+    from shoal.launch.job_refs import find_running_job
     shoal = Captured(tmp_path)
     record_job(shoal, "a-1", "a", running=True)
     record_job(shoal, "b-1", "b", state=JobState.FAILED)  # newer, already over
     with shoal.env.store() as store:
-        assert find_job_to_stop(store, None).id == "a-1"
-        assert find_job_to_stop(store, "b").id == "b-1"
+        assert find_running_job(store, None).id == "a-1"
+        assert find_running_job(store, "b").id == "b-1"
         store.set_job_state("a-1", JobState.KILLED, "test", ended=True)
-        assert find_job_to_stop(store, None).id == "b-1"  # none runs: the newest, as before
+        assert find_running_job(store, None).id == "b-1"  # none runs: the newest, as before
+
+
+def test_monitor_and_scale_without_a_job_take_the_newest_running_job_not_a_newer_finished_one(tmp_path):
+    shoal = Captured(tmp_path)
+    record_job(shoal, "a-1", "a", running=True)
+    record_job(shoal, "b-1", "b")  # newer, already over
+    assert shoal("monitor", "--once") == ExitCode.OK, shoal.err.getvalue()
+    assert shoal.out.getvalue().startswith("job a-1  RUNNING"), shoal.out.getvalue()
+    shoal = Captured(tmp_path)
+    assert shoal("scale", "worker=2", "--timeout", "1") != ExitCode.USAGE
+    assert "a-1" in shoal.err.getvalue() and "ROLE=N" not in shoal.err.getvalue(), shoal.err.getvalue()
+    shoal = Captured(tmp_path)
+    assert shoal("scale", "a", "worker=2", "ps=2") == ExitCode.USAGE
+    assert "give JOB and one ROLE=N, not 3 words" in shoal.err.getvalue()
