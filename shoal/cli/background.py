@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import time
 
 from shoal.cli.environment import Environment
-from shoal.cli.exit_codes import ExitCode
+from shoal.cli.exit_codes import ExitCode, recorded_exit_code
 from shoal.cli.following import CtrlC, detached_text, follow_job
 from shoal.launch.detach import BackgroundLauncher, Started, background_argv
 from shoal.launch.launcher_output import launcher_log_path
 from shoal.launch.plan import job_dir_for, new_job_id
+from shoal.launch.records import JobRecord, JobStore
 from shoal.launch.spec import JobSpec
+from shoal.launch.states import TaskState
 
 START_WAIT_S = 30.0
 """How long `--detach` waits for the job to be recorded before it returns anyway."""
+
+SETTLE_S = 2.0
+"""How long `--detach` then waits for every task to run (or the job to end), so a job whose
+command cannot start is not reported as running."""
 
 
 def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environment, *,
@@ -46,6 +53,11 @@ def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environme
             if not store.has(job_id):  # failed before the job existed: leave no folder behind
                 shutil.rmtree(job_dir_for(env.shoal_home, job_id), ignore_errors=True)
             return launcher.exit_code or int(ExitCode.ERROR)
+        job = _settled(store, job_id) if started is Started.RECORDED and not follow else None
+        if job is not None and job.state.is_terminal:  # it ended already (a command that cannot run)
+            env.say(f"job {job.handle} ended already: {job.state.value}" + (f" ({job.reason})" if job.reason else "")
+                    + f"; shoal status {job.number}, shoal logs {job.number}", err=True)
+            return recorded_exit_code(job)
         if not follow:
             state = "runs" if started is Started.RECORDED else "is starting"
             number = store.find(job_id).number if store.has(job_id) else None
@@ -54,3 +66,17 @@ def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environme
                                           f" {launcher.pid}; its output goes to {log_path})"))
             return int(ExitCode.OK)
         return follow_job(store, store.find(job_id), env, CtrlC.ASK)
+
+
+def _settled(store: JobStore, job_id: str) -> JobRecord:
+    """The recorded job once every task of it runs or it ended, or as it is after SETTLE_S.
+    Blocks (bounded)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        job = store.find(job_id)
+        if job.state.is_terminal or (job.tasks and all(t.state is not TaskState.PENDING and
+                                                       t.state is not TaskState.STARTING for t in job.tasks)):
+            return job
+        if time.monotonic() >= deadline:
+            return job
+        time.sleep(0.05)

@@ -56,7 +56,16 @@ def run(args: argparse.Namespace, env: Environment) -> int:
                           final=True)
                 break
             time.sleep(_POLL)
+        _say_silent(store.find(job.id), [t.name for t in tasks], env)
     return int(ExitCode.OK)
+
+
+def _say_silent(job: JobRecord, names: list[str], env: Environment) -> None:
+    """On stderr, for each of the tasks `names` of `job` that has no log at all: its state and
+    why (a command that could not start: "FAILED (exit 127: cannot run ...)")."""
+    for task in (t for t in job.tasks if t.name in names and not Path(t.log_path).exists()):
+        why = f" ({task.detail})" if task.detail else ""
+        env.say(f"{task.label}: no log: {task.state.value}{why}", err=True)
 
 
 def _wait_for_tasks(store: JobStore, job: JobRecord, executor: Executor, env: Environment, *,

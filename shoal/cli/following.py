@@ -19,6 +19,7 @@ from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode, recorded_exit_code
 from shoal.cli.interrupt import Choice, ask_detach_or_stop
 from shoal.launch.detach import signal_launcher
+from shoal.launch.kill_request import mark_kill_requested, withdraw_kill_request
 from shoal.launch.follow import JobFollower
 from shoal.launch.records import JobRecord, JobStore
 
@@ -56,9 +57,13 @@ def follow_job(store: JobStore, job: JobRecord, env: Environment, ctrl_c: CtrlC)
                 env.say(detached_text(follower.job.id), err=True)
                 return int(ExitCode.OK)
             stopping = True
+            mark_kill_requested(follower.job.job_dir, by="SIGTERM to the shoal command following it"
+                                if terminated.is_set() else "Ctrl-C")
             if signal_launcher(follower.job):
                 env.say(f"shoal | stopping job {follower.job.id} (the chief saves a checkpoint first;"
                         " Ctrl-C again to skip the grace period)", err=True)
+            else:
+                withdraw_kill_request(follower.job.job_dir)
 
 
 def detached_text(job_id: str, intro: str = "") -> str:

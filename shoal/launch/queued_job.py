@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.launch.files import private_dirs
-from shoal.launch.kill_request import kill_was_requested
+from shoal.launch.kill_request import kill_requested_by
 from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
 from shoal.launch.states import JobState
@@ -75,8 +75,8 @@ class QueuedJob:
                 signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
                 self._handling = False
             if kind is StoppedWaiting:
-                self._ended(JobState.KILLED, "stopped by shoal kill before it started"
-                            if kill_was_requested(self._job_dir) else "stopped by SIGTERM before it started")
+                by = kill_requested_by(self._job_dir) or "SIGTERM"
+                self._ended(JobState.KILLED, f"stopped by {by} before it started")
             elif kind is KeyboardInterrupt:
                 self._ended(JobState.KILLED, "cancelled by Ctrl-C before it started")
             elif error is not None:

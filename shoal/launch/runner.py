@@ -46,13 +46,8 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     records hold its end state; the exit code is the caller's to record)."""
     private_dirs(Path(plan.job_dir) / "logs", "the job's folder",
                  "set SHOAL_HOME to a writable directory (default ~/.shoal)")
-    try:
-        os.makedirs(plan.model_dir, exist_ok=True)
-    except OSError as e:
-        raise WorkspaceError(
-            f"cannot create the model dir {plan.model_dir}: {e.strerror or e}; pick a"
-            " writable output_dir (--output-dir), or leave it out to use the job's folder"
-        ) from e
+    private_dirs(Path(plan.model_dir), "the model dir", "pick a writable output_dir (--output-dir), or leave it"
+                 " out to use the job's folder")
     number = store.create_job(plan, os.getpid(), process_started(os.getpid()) or 0.0,
                               executor=executor.kind)
     console_holder: list = []  # the console needs the mux, the mux's callback the console
@@ -80,8 +75,8 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
                  on_membership=on_membership, live_status=live_status)
     console = ConsoleObserver(plan, mux, live=live_status)
     console_holder.append(console)
-    mux.note(f"shoal | job {number} {plan.job_id}: {len(plan.tasks)} tasks, logs in"
-             f" {plan.job_dir}/logs (shoal logs {number})")
+    count = f"{len(plan.tasks)} task" + ("" if len(plan.tasks) == 1 else "s")
+    mux.note(f"shoal | job {number} {plan.job_id}: {count}, logs in {plan.job_dir}/logs (shoal logs {number})")
     supervisor = Supervisor(plan, executor=executor, mux=mux,
                             observer=Observers(console, records), watchdog=watchdog)
 

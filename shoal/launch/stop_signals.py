@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from shoal.launch.kill_request import kill_was_requested
+from shoal.launch.kill_request import kill_requested_by
 
 ECHO_S = 0.5
 """A stop signal this soon after the previous one is the same request, delivered twice."""
@@ -42,7 +42,7 @@ class StopSignals:
         first = self._last is None
         self._last = now
         if first:
-            self._request_stop("stopped by shoal kill" if signum == signal.SIGTERM and kill_was_requested(self._job_dir)
-                               else f"the launcher got {name}")
+            by = kill_requested_by(self._job_dir) if signum == signal.SIGTERM else None
+            self._request_stop(f"stopped by {by}" if by else f"the launcher got {name}")
             return
         self._request_stop(f"the launcher got {name} twice")

@@ -175,6 +175,7 @@ def test_unanswered_ctrl_c_in_a_terminal_stops_the_job(tmp_path):
         assert "stopping job s-" in shoal.text
         job = only_job(home)
         assert job["state"] == "KILLED" and job["exit_code"] == 130
+        assert job["reason"] == "stopped by Ctrl-C", job["reason"]  # not "the launcher got SIGTERM"
         assert alive(launcher_pids(home)) == []
     finally:
         shoal.kill()
@@ -191,8 +192,23 @@ def test_sigterm_to_shoal_run_in_a_terminal_stops_the_job_without_asking(tmp_pat
         assert "[d]etach" not in shoal.text and "stopping job term-" in shoal.text, shoal.text
         job = only_job(home)
         assert job["state"] == "KILLED" and alive(launcher_pids(home)) == []
+        assert job["reason"] == "stopped by SIGTERM to the shoal command following it", job["reason"]
     finally:
         shoal.kill()
+        cleanup_launchers(home)
+
+
+def test_detach_of_a_job_whose_command_cannot_run_says_it_ended_and_exits_with_its_code(tmp_path):
+    home = tmp_path / "home"
+    try:
+        out = run_shoal(home, "run", "--name", "nope", "--workers", "1", "--detach", "--", "/nonexistent/cmd",
+                        timeout=30)
+        text = out.stdout.decode()
+        assert out.returncode == 127, text
+        assert "runs in the background" not in text and "ended already: FAILED" in text, text
+        logs = run_shoal(home, "logs", "nope", timeout=30)
+        assert "nope.worker.0: no log: FAILED" in logs.stdout.decode() and "cannot run" in logs.stdout.decode()
+    finally:
         cleanup_launchers(home)
 
 

@@ -29,6 +29,7 @@ def test_job_dir_logs_and_records_are_private(tmp_path):
         job_dir = Path(job["job_dir"])
         assert mode(home) == 0o700 and mode(home / "jobs") == 0o700
         assert mode(job_dir) == 0o700 and mode(job_dir / "logs") == 0o700
+        assert mode(Path(job["model_dir"])) == 0o700  # the model dir the launcher made: checkpoints, summaries
         for log in ("worker.0.log", "worker.1.log"):
             assert mode(job_dir / "logs" / log) == 0o600, log
         assert mode(home / "jobs.db") == 0o600

@@ -62,3 +62,14 @@ def test_a_stale_or_withdrawn_mark_does_not_name_shoal_kill(tmp_path):
     handler_in_gone_dir, gone, _ = _handler(tmp_path / "no-such-dir")
     handler_in_gone_dir(signal.SIGTERM)  # never raises in the handler
     assert gone == ["the launcher got SIGTERM"]
+
+
+def test_the_mark_says_who_asked_and_only_its_owner_may_read_it(tmp_path):
+    from shoal.launch.kill_request import kill_requested_by
+    assert kill_requested_by(tmp_path) is None
+    mark_kill_requested(tmp_path, by="Ctrl-C")
+    assert kill_requested_by(tmp_path) == "Ctrl-C"
+    assert (tmp_path / KILL_MARK).stat().st_mode & 0o777 == 0o600
+    stops = []
+    StopSignals(tmp_path, stops.append)(signal.SIGTERM)
+    assert stops == ["stopped by Ctrl-C"]
