@@ -287,7 +287,7 @@ class JobSpec(_Frozen):
     argv; a string is argv shell-quoted, so `shlex.split(run)` gives exactly the argv
     (see `shoal.launch.template.render_command`)."""
 
-    name: str = Field(pattern=f"^{_NAME_RE}$")
+    name: str
     run: Union[str, list[str]]
     parameters: dict[str, Union[bool, int, float, str]] = Field(default_factory=dict)
     roles: dict[RoleName, RoleSpec]
@@ -334,6 +334,17 @@ class JobSpec(_Frozen):
     @classmethod
     def _env(cls, value: Any) -> Any:
         return _env_strings(value)
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _job_name(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not re.fullmatch(_NAME_RE, value):
+            raise ValueError(f"{value!r} is not a job name: use letters, digits, _ . and - (starting with a letter"
+                             " or digit, at most 63 characters), e.g. mnist-sync")
+        if value.isdigit():
+            raise ValueError(f"{value!r} is all digits, and shoal status {value} would mean job number {value}; give"
+                             f" the name a letter, e.g. job{value}")
+        return value
 
     @field_validator("deadline", "grace_period", mode="before")
     @classmethod
@@ -494,7 +505,8 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
             msg = "is missing; add it"
         elif item["type"] == "extra_forbidden":
             msg = _unknown_field(loc)
-        elif "input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict):
+        elif ("input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict)
+              and repr(item["input"]) not in msg):  # the message may name the value itself
             msg += f" (got {item['input']!r})"
         field = dotted(loc) or "(top level)"
         if first is None:

@@ -318,3 +318,10 @@ def test_env_may_not_set_what_the_launcher_sets_for_every_task(tmp_path, where):
         (where if where.startswith("roles") else "roles: {worker: {}}\n")
     e = error(tmp_path, text)
     assert "is set by the launcher for every task" in str(e) and "remove it from env:" in str(e), str(e)
+
+
+@pytest.mark.parametrize("name, says", [("bad name", "'bad name' is not a job name: use letters, digits"),
+                                        ("'7'", "'7' is all digits, and shoal status 7 would mean job number 7")])
+def test_a_job_name_that_cannot_be_one_says_why(tmp_path, name, says):
+    e = error(tmp_path, f"name: {name}\nrun: python t.py\nroles: {{worker: {{}}}}\n")
+    assert e.field == "name" and says in str(e) and "(got" not in str(e), str(e)
