@@ -101,6 +101,11 @@ def check_plan(plan: JobPlan, *, local: bool, no_ps_asked: bool = False) -> None
     if not local:
         return
     workdir = Path(plan.workdir)
+    if not workdir.is_dir():
+        what = "is not a directory" if workdir.exists() else "does not exist"
+        raise PreflightError(f"the job's workdir {workdir} {what}; fix workdir: in the spec (relative paths start in"
+                             " the directory shoal was started in), or leave it out to run where shoal runs;"
+                             " nothing was started", field="workdir")
     seen: set[tuple[str, ...]] = set()
     for task in plan.tasks:
         if task.argv in seen:

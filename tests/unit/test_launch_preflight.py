@@ -68,6 +68,14 @@ def test_train_of_a_spec_whose_script_is_missing_starts_nothing(tmp_path):
     assert nothing_started(tmp_path)
 
 
+def test_a_spec_whose_workdir_does_not_exist_says_so_not_that_its_script_is_missing(tmp_path):
+    (tmp_path / "job.yaml").write_text("name: j\nworkdir: nowhere\nrun: sh -c 'echo hi'\nroles: {worker: {count: 1}}\n")
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml") == ExitCode.SPEC_ERROR
+    assert f"the job's workdir {tmp_path / 'nowhere'} does not exist; fix workdir:" in shoal.err.getvalue()
+    assert nothing_started(tmp_path)
+
+
 def test_a_shoal_program_with_no_ps_is_refused_before_it_starts(tmp_path):
     (tmp_path / "train.py").write_text(SHOAL_PROGRAM)
     (tmp_path / "job.yaml").write_text("name: j\nrun: python train.py\nroles: {worker: {count: 2}}\n")
