@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from shoal.cli.exit_codes import ExitCode
+from shoal.launch.ports import free_ports
 from shoal.launch.states import JobState
 
 from tests.unit.cli_harness import Captured, record_job
@@ -147,16 +148,30 @@ def test_tensorboard_serves_the_directory_the_tasks_reported(tmp_path):
     with shoal.env.store() as store:
         store.set_summaries("t-1", "worker.0", str(wrote))
         store.set_summaries("t-1", "worker.1", str(wrote / "worker_1"))
-    assert shoal("tensorboard") == ExitCode.OK, shoal.err.getvalue()
+    assert shoal("tensorboard", "--port", str(free_ports(1)[0])) == ExitCode.OK, shoal.err.getvalue()
     args = (tmp_path / "args.txt").read_text().split()
     assert args[:2] == ["--logdir", str(wrote)] and plan.model_dir not in args
+
+
+def test_tensorboard_on_a_port_in_use_says_so_before_it_starts(tmp_path):
+    import socket
+    bin_dir = fake_tensorboard(tmp_path)
+    shoal = Captured(tmp_path, PATH=str(bin_dir))
+    record_job(shoal, "t-1", "t")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert shoal("tensorboard", "--port", str(port)) == ExitCode.USAGE
+    assert f"cannot serve on 127.0.0.1:{port} (Address already in use); pick another port" in shoal.err.getvalue()
+    assert shoal.out.getvalue() == "" and not (tmp_path / "args.txt").exists()
 
 
 def test_tensorboard_without_reports_serves_the_model_dir(tmp_path):
     bin_dir = fake_tensorboard(tmp_path)
     shoal = Captured(tmp_path, PATH=str(bin_dir))
     plan = record_job(shoal, "t-1", "t")
-    assert shoal("tensorboard", "t") == ExitCode.OK, shoal.err.getvalue()
+    assert shoal("tensorboard", "t", "--port", str(free_ports(1)[0])) == ExitCode.OK, shoal.err.getvalue()
     assert (tmp_path / "args.txt").read_text().split()[:2] == ["--logdir", plan.model_dir]
 
 
@@ -169,7 +184,7 @@ def test_tensorboard_with_unrelated_directories_names_each_task(tmp_path):
     with shoal.env.store() as store:
         store.set_summaries("t-1", "worker.0", str(tmp_path / "a"))
         store.set_summaries("t-1", "worker.1", str(tmp_path / "b"))
-    assert shoal("tensorboard", "1") == ExitCode.OK, shoal.err.getvalue()
+    assert shoal("tensorboard", "1", "--port", str(free_ports(1)[0])) == ExitCode.OK, shoal.err.getvalue()
     args = (tmp_path / "args.txt").read_text().split()
     assert args[:2] == ["--logdir_spec",
                         f"worker.0:{tmp_path / 'a'},worker.1:{tmp_path / 'b'}"]
