@@ -258,7 +258,8 @@ class WatchdogSpec(_Frozen):
     """The progress watchdog (shoal/launch/watchdog.py): when the job's global step, read from
     the tasks' progress lines, does not advance for `stall` seconds, it names the stuck tasks
     and applies `action`. `stall` None means the default (DEFAULT_STALL_S, or twice the
-    chief's `--checkpoint_every_secs` if that is longer); `off` (or 0) turns the watchdog off.
+    chief's `--checkpoint_every_secs` if that is longer); `stall: off` (or 0), or `watchdog: off`,
+    turns the watchdog off.
     `max_restarts` bounds the restarts it makes; the next stall fails the job."""
 
     stall: Optional[float] = None
@@ -269,6 +270,8 @@ class WatchdogSpec(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _off(cls, data: Any) -> Any:
+        if data is False or data == "off":  # `watchdog: off` (YAML reads a bare off as false)
+            return {"stall": None, "enabled": False}
         if isinstance(data, dict) and (data.get("stall") in ("off", False, 0, "0")):
             data = {**data, "stall": None, "enabled": False}
         return data

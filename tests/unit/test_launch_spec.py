@@ -325,3 +325,8 @@ def test_env_may_not_set_what_the_launcher_sets_for_every_task(tmp_path, where):
 def test_a_job_name_that_cannot_be_one_says_why(tmp_path, name, says):
     e = error(tmp_path, f"name: {name}\nrun: python t.py\nroles: {{worker: {{}}}}\n")
     assert e.field == "name" and says in str(e) and "(got" not in str(e), str(e)
+
+
+def test_watchdog_off_turns_it_off(tmp_path):
+    spec = load(tmp_path, "name: x\nrun: python t.py\nroles: {worker: {}}\nwatchdog: off\n")
+    assert not spec.watchdog.enabled
