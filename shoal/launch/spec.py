@@ -417,6 +417,7 @@ def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = (),
                         source=source) from e
     try:
         _check_shape(text, source)
+        _refuse_duplicate_keys(text, source)
         data = yaml.safe_load(text)
         lines = _key_lines(yaml.compose(text))
     except yaml.YAMLError as e:
@@ -568,6 +569,32 @@ def _check_shape(text: str, source: str) -> None:
                     f" {MAX_ALIAS_NODES} nodes; a job spec needs no more, write the values"
                     " out or use fewer aliases", source=source, line=line)
             open_nodes[-1][0] += size
+
+
+def _refuse_duplicate_keys(text: str, source: str) -> None:
+    """SpecError for a key written twice in one mapping (YAML would keep the last one silently,
+    dropping e.g. a whole first `roles:`). Streams the parser's events."""
+    frames: list[Optional[list]] = []  # per open collection: [a key comes next, {key: line}]; None: a list
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionEndEvent):
+            frames.pop()
+            continue
+        if not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+            continue
+        frame = frames[-1] if frames else None
+        if frame is not None:
+            if frame[0] and isinstance(event, yaml.ScalarEvent):
+                line = event.start_mark.line + 1
+                if event.value in frame[1]:
+                    raise SpecError(f"{event.value!r} is written twice in the same mapping (first at line"
+                                    f" {frame[1][event.value]}); YAML would keep only this one: merge them",
+                                    source=source, line=line)
+                frame[1][event.value] = line
+            frame[0] = not frame[0]
+        if isinstance(event, yaml.MappingStartEvent):
+            frames.append([True, {}])
+        elif isinstance(event, yaml.SequenceStartEvent):
+            frames.append(None)
 
 
 def _is_union_tag(part: Any) -> bool:

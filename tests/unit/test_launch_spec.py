@@ -330,3 +330,13 @@ def test_a_job_name_that_cannot_be_one_says_why(tmp_path, name, says):
 def test_watchdog_off_turns_it_off(tmp_path):
     spec = load(tmp_path, "name: x\nrun: python t.py\nroles: {worker: {}}\nwatchdog: off\n")
     assert not spec.watchdog.enabled
+
+
+def test_a_key_written_twice_in_one_mapping_is_a_spec_error(tmp_path):
+    e = error(tmp_path, "name: x\nrun: python t.py\nroles: {worker: {count: 2}}\nname: y\n")
+    assert e.line == 4 and "'name' is written twice in the same mapping (first at line 1)" in str(e), str(e)
+    e = error(tmp_path, "name: x\nrun: python t.py\nroles:\n  worker: {count: 2, count: 3}\n")
+    assert e.line == 4 and "'count' is written twice" in str(e), str(e)
+    spec = load(tmp_path, "name: x\nrun: python t.py\nroles:\n  ps: {count: 1}\n  worker: {count: 2}\n"
+                          "env: {count: '1'}\n")  # the same key in different mappings is fine
+    assert spec.count("worker") == 2
