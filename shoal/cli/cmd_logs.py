@@ -22,7 +22,7 @@ _POLL = 0.2
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("logs", help="print a job's logs")
     add_job_argument(parser, newest_by_default=True, tasks=True)
-    parser.add_argument("--task", help="only this task, e.g. worker.1")
+    parser.add_argument("--task", help="only this task, e.g. worker.1 (or worker:1)")
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing new lines until the job is over")
     parser.set_defaults(handler=run)
@@ -31,6 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job, task_name = find_task(store, args.job)
+        if args.task:  # worker:1, the runtime's own spelling, names worker.1 too
+            args.task = args.task.replace(":", ".")
         if task_name and args.task and job.task(args.task).name != task_name:
             raise UsageError(f"{args.job} names task {task_name}, but --task names"
                              f" {args.task}; give one of them")

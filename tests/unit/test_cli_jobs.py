@@ -46,6 +46,10 @@ def test_logs_by_number_and_task_reference(tmp_path):
     assert shoal("logs", "1") == ExitCode.OK
     assert shoal.text().splitlines() == ["a.worker.0 | a-1 worker.0 says hi",
                                          "a.worker.1 | a-1 worker.1 says hi"]
+    shoal = Captured(tmp_path)
+    assert shoal("logs", "1", "--task", "worker:1") == ExitCode.OK, shoal.err.getvalue()  # the runtime's spelling
+    assert shoal.text() == "a-1 worker.1 says hi
+"
 
 
 def test_status_shows_numbers_and_recent_jobs_by_default(tmp_path):
