@@ -48,8 +48,7 @@ def test_logs_by_number_and_task_reference(tmp_path):
                                          "a.worker.1 | a-1 worker.1 says hi"]
     shoal = Captured(tmp_path)
     assert shoal("logs", "1", "--task", "worker:1") == ExitCode.OK, shoal.err.getvalue()  # the runtime's spelling
-    assert shoal.text() == "a-1 worker.1 says hi
-"
+    assert shoal.text() == "a-1 worker.1 says hi\n"
 
 
 def test_status_shows_numbers_and_recent_jobs_by_default(tmp_path):
