@@ -25,10 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job = find_running_job(store, args.job)
+        ended_before = job.state.is_terminal
         executor = env.executor(job.executor)
         job = kill_job(store, job, executor, timeout=args.timeout)
         checks = sweep_job(store, job, executor, kill=True)  # verified: nothing of it is left anywhere
-    env.say(f"job {job.id}: {job.state.value}" + (f" ({job.reason})" if job.reason else ""))
+    said = f"{job.state.value}" + (f" ({job.reason})" if job.reason else "")
+    env.say(f"job {job.id} had ended already: {said}" if ended_before else f"job {job.id}: {said}")
     for line in describe_checks(checks or [], killed=True):
         env.say(line)
     return int(ExitCode.OK)

@@ -54,7 +54,8 @@ def check_task(
     if task.index not in indices:
         raise ClusterError(
             f"{index_label} {task.index} is out of range for job {task.job!r} with"
-            f" {len(indices)} tasks (valid: {describe_indices(indices)}); fix {index_label}"
+            f" {len(indices)} task{'' if len(indices) == 1 else 's'} (valid: {describe_indices(indices)});"
+            f" fix {index_label}"
             f" or add tasks to {hosts_label(task.job)}"
         )
 

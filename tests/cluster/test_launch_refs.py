@@ -28,7 +28,7 @@ def test_a_name_run_twice_means_its_newest_job(tmp_path):
         first_line = out.stdout.decode().splitlines()[0]
         newest, older = status(home)
         assert (newest["number"], older["number"]) == (2, 1)
-        assert first_line.startswith(f"shoal | job 2 {newest['id']}: 1 tasks")
+        assert first_line.startswith(f"shoal | job 2 {newest['id']}: 1 task,")
         logs = run_shoal(home, "logs", "twice", timeout=30)
         assert logs.returncode == 0, logs.stdout.decode()
         assert logs.stdout.decode().count("step=") == 2

@@ -67,5 +67,5 @@ def test_the_examples_say_what_is_wrong_with_a_cluster_configuration_in_one_line
     assert done.returncode == 1, done
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"{os.path.basename(program)}: TF_CONFIG task.index 3 is out of range for job 'worker' with 1 tasks"
+        f"{os.path.basename(program)}: TF_CONFIG task.index 3 is out of range for job 'worker' with 1 task"
         " (valid: 0..0); fix TF_CONFIG task.index or add tasks to cluster.worker"], done.stderr

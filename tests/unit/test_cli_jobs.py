@@ -33,7 +33,7 @@ def test_logs_kill_monitor_default_to_the_newest_job(tmp_path):
     assert shoal.out.getvalue().startswith("job b-1  SUCCEEDED")
     shoal = Captured(tmp_path)
     assert shoal("kill") == ExitCode.OK, shoal.err.getvalue()
-    assert shoal.out.getvalue().startswith("job b-1: SUCCEEDED")
+    assert shoal.out.getvalue().startswith("job b-1 had ended already: SUCCEEDED")
 
 
 def test_logs_by_number_and_task_reference(tmp_path):
