@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import PY, alive, cleanup, grandchild_pids, run_shoal, start_shoal, status, task_log, wait_for  # noqa: E402
+from harness import (PY, alive, cleanup, grandchild_pids, run_shoal, start_shoal, status, task_log,  # noqa: E402
+                     wait_for)
 
 pytestmark = pytest.mark.timeout(90)
 
