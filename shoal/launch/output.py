@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,13 +20,19 @@ from shoal.launch.logmux import LogMux
 
 
 def attach_output(mux: LogMux, label: str, name: str, chunks: Iterator[bytes],
-                  log_path: str) -> threading.Thread:
+                  log_path: str, attempt: int = 1) -> threading.Thread:
     """Start copying `chunks` to `mux` under `label`; returns the thread to join, which
-    ends once the last line is shown and logged. Thread-safe; blocks only to create the
-    log file (and its folder)."""
+    ends once the last line is shown and logged. An `attempt` after the first (a restart)
+    begins with a line of the launcher's in the log file, so a reader can tell the attempts
+    apart (the console has the state changes). Thread-safe; blocks only to create the log
+    file (and its folder) and write that line."""
     fix = "set SHOAL_HOME to a writable directory (default ~/.shoal)"
     private_dirs(Path(log_path).parent, "the job's log folder", fix)
     private_file(Path(log_path), "the task's log file", fix)
+    if attempt > 1:
+        with open(log_path, "ab") as log:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.write(f"shoal | {stamp} {label}: attempt {attempt} starts (restarted)\n".encode())
     read_fd, write_fd = os.pipe()
     reader = mux.attach(label, name, os.fdopen(read_fd, "rb", buffering=0), log_path)
     threading.Thread(target=_feed, args=(chunks, write_fd), name=f"feed-{name}",

@@ -300,7 +300,7 @@ class Supervisor:
         if slot.attempt > 1 and self._watchdog is not None:  # a restarted task: a fresh window to catch up
             self._watchdog.reset(forget_step=slot.plan.name.split(".")[0] == "ps")
         reader = attach_output(self._mux, slot.plan.label, slot.plan.name, handle.output(),
-                               slot.plan.log_path)
+                               slot.plan.log_path, attempt=slot.attempt)
         threading.Thread(
             target=self._watch, args=(slot.plan.name, slot.attempt, handle, reader),
             name=f"watch-{slot.plan.name}", daemon=True,

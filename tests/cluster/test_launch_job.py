@@ -112,6 +112,11 @@ roles:
             configs = [line.split("TF_CONFIG ", 1)[1] for line in text.splitlines()
                        if line.startswith(f"t.worker.{index} | attempt")]
             assert len(configs) == 2 and configs[0] == configs[1]
+            log = Path(job["tasks"][index]["log_path"]).read_text().splitlines()
+            marks = [i for i, line in enumerate(log) if line.endswith(f"t.worker.{index}: attempt 2 starts (restarted)")]
+            assert len(marks) == 1 and log[marks[0]].startswith("shoal | "), log  # between the two attempts
+            assert any(line.startswith("attempt") for line in log[:marks[0]]), log
+            assert any(line.startswith("attempt") for line in log[marks[0]:]), log
     finally:
         cleanup(home)
 

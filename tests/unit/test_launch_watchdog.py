@@ -138,7 +138,7 @@ def test_the_task_that_advanced_the_step_and_printed_nothing_since_is_blamed():
     dog.progress("worker.1", 4)  # the last advance; nothing from anyone since
     clock.now = 20
     stall = dog.check(("worker.1",))  # worker.0 has ended
-    assert stall.stuck == ("worker.1",) and stall.why == "its last progress is the oldest"
+    assert stall.stuck == ("worker.1",) and stall.why == "it printed the last step and nothing since"
 
 
 def test_reset_forgetting_the_step_waits_for_a_first_progress_line_again():
