@@ -24,6 +24,7 @@ from shoal.wire.memory import keep_freed_memory, share_main_arena
 log = logging.getLogger(__name__)
 
 CHORES_EVERY_S = 0.01  # between requests, heartbeat expiry, replication and drain checks run at least this often
+_HEARTBEAT = Op.HEARTBEAT.value  # (read per request: an Enum member's `.value` is a descriptor call)
 
 
 class ServerTerminated(SystemExit):
@@ -144,7 +145,7 @@ class Server:
 
     def _handle(self, request: Request) -> None:
         """Run one request through the service and send the replies it gives (serving thread)."""
-        if request.op != Op.HEARTBEAT.value:  # a hung replica's heartbeat thread must not keep a draining ps up
+        if request.op != _HEARTBEAT:  # a hung replica's heartbeat thread must not keep a draining ps up
             self._last_request_at = time.monotonic()
         try:
             replies = self.service.handle(request)

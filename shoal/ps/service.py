@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # A gradient that arrived in one frame is decoded without a copy (np.frombuffer of zmq's buffer,
 # which the allocator reuses); only one in several chunks needs a buffer to be put together in.
 _BUFFERED_BYTES = CHUNK_BYTES + 1
+_PUSH = Op.PUSH.value  # (read per request: an Enum member's `.value` is a descriptor call)
 
 
 @dataclass(frozen=True)
@@ -208,12 +209,12 @@ class PsService:
         which it rewrites once answered) rather than be copied: a push's gradients are applied,
         or summed into the step's own arrays (SyncAggregator copies a shard's first gradient),
         before `handle` returns; nothing keeps them (tests/unit/test_ps_service.py checks it)."""
-        return header.get("op") == Op.PUSH.value
+        return header.get("op") == _PUSH
 
     def tensor_destination(self, header: dict, name: str, dtype, shape) -> np.ndarray | None:
         """Where a push's gradient of several chunks is received: the shard's reusable buffer,
         so a big push does not allocate (and page-fault in) a fresh array every step."""
-        if header.get("op") != Op.PUSH.value or math.prod(shape) * dtype.itemsize < _BUFFERED_BYTES:
+        if header.get("op") != _PUSH or math.prod(shape) * dtype.itemsize < _BUFFERED_BYTES:
             return None
         return self.store.gradient_buffer(name, dtype, shape)
 
@@ -308,7 +309,7 @@ class PsService:
             raise PsError(f"{message.task}'s push names a learning rate for {sorted(message.hyper)[:5]} but pushes "
                           f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
         if message.hyper is not None:
-            self.store.rules_for(message.hyper)  # refuse a push the rule cannot take before counting it
+            self.store.check_hyper(message.hyper)  # refuse a push the rule cannot take before counting it
         checked = self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         self.membership.seen(message.task, self._clock())

@@ -12,6 +12,8 @@ from shoal.ps.errors import PsError
 from shoal.ps.optimizers import State, UpdateRule
 from shoal.ps.protocol import Hyper, slot_key
 
+_MAX_HYPER_RULES = 64  # distinct (learning rate, weight decay) pairs kept with their rule
+
 
 @dataclass
 class Shard:
@@ -44,6 +46,8 @@ class ShardStore:
         self.rule: UpdateRule | None = None
         self._shards: dict[str, Shard] = {}
         self._nbytes = 0  # a shard's size never changes (copy-on-write keeps it), so this is kept, not summed
+        # (learning rate, weight decay) -> `rule` with them: a push names the same few every step
+        self._hyper_rules: dict[tuple[float, float], UpdateRule] = {}
 
     def __len__(self) -> int:
         return len(self._shards)
@@ -81,6 +85,8 @@ class ShardStore:
             self._shards[name] = Shard(param, state)
             self._nbytes += param.nbytes
             created += 1
+        if rule is not self.rule:
+            self._hyper_rules.clear()
         self.rule = rule
         return created
 
@@ -123,16 +129,31 @@ class ShardStore:
     def apply(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None = None) -> None:
         """Apply one (already averaged) gradient per shard with the update rule, with the
         learning rate and weight decay `hyper` names for the shard when it is given."""
-        rules = self.rules_for(hyper) if hyper is not None else {}
+        if hyper is not None:
+            self.check_hyper(hyper)  # (refuses a hyper the rule cannot take before any shard changes)
         for name, grad in grads.items():
             shard = self.check(name, grad.shape, grad.dtype)
-            rule = self.rule if hyper is None else rules[hyper[name]]
+            rule = self.rule if hyper is None else self._rule_with(hyper[name])
             rule.apply(shard.writable_value(), grad, shard.state)
 
-    def rules_for(self, hyper: Mapping[str, Hyper]) -> dict[Hyper, UpdateRule]:
-        """The update rule for each distinct hyper (a param group's) of a push. Raises PsError
-        if the rule cannot take one (a weight decay on a rule without it), changing nothing."""
-        return {h: self.rule.with_hyper(h.learning_rate, h.weight_decay) for h in set(hyper.values())}
+    def check_hyper(self, hyper: Mapping[str, Hyper]) -> None:
+        """Check that the update rule takes every hyper (a param group's) of a push. Raises
+        PsError if it cannot take one (a weight decay on a rule without it), changing nothing."""
+        for h in hyper.values():
+            self._rule_with(h)
+
+    def _rule_with(self, hyper: Hyper) -> UpdateRule:
+        """The update rule with `hyper`'s learning rate and weight decay, made once per distinct
+        pair (a push carries the same few every step; `with_hyper` builds a new rule). Raises
+        PsError as `with_hyper` does; a refused pair is not kept."""
+        key = (hyper.learning_rate, hyper.weight_decay)
+        rule = self._hyper_rules.get(key)
+        if rule is None:
+            rule = self.rule.with_hyper(*key)
+            if len(self._hyper_rules) >= _MAX_HYPER_RULES:  # (a schedule that changes lr every step)
+                self._hyper_rules.clear()
+            self._hyper_rules[key] = rule
+        return rule
 
     def gradient_buffer(self, name: str, dtype, shape) -> np.ndarray | None:
         """A buffer to receive a gradient of shard `name` into, reused for every push (the
