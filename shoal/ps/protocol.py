@@ -185,13 +185,24 @@ def _hyper(fields: Mapping[str, Any], where: str, key: str) -> dict[str, Hyper] 
     if not isinstance(value, dict):
         raise _fail(where, key, want, value)
     out = {}
+    made: dict[tuple, Hyper] = {}  # the shards of a push share their group's pair: one Hyper per pair
     for name, pair in value.items():
         if not (isinstance(name, str) and 0 < len(name) <= 512 and isinstance(pair, list) and len(pair) == 2
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
-                        for x in pair)):
+                and _is_rate(pair[0]) and _is_rate(pair[1])):
             raise _fail(where, key, want, {name: pair})
-        out[name] = Hyper(float(pair[0]), float(pair[1]))
+        pair = (pair[0], pair[1])
+        hyper = made.get(pair)
+        if hyper is None:
+            hyper = made[pair] = Hyper(float(pair[0]), float(pair[1]))
+        out[name] = hyper
     return out
+
+
+def _is_rate(x: Any) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    if type(x) is float:  # what msgpack gives for a learning rate: checked without isinstance chains
+        return 0.0 <= x < math.inf
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
 def _training_mode(fields: Mapping[str, Any], where: str) -> TrainingMode:

@@ -129,11 +129,10 @@ class ShardStore:
     def apply(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None = None) -> None:
         """Apply one (already averaged) gradient per shard with the update rule, with the
         learning rate and weight decay `hyper` names for the shard when it is given."""
-        if hyper is not None:
-            self.check_hyper(hyper)  # (refuses a hyper the rule cannot take before any shard changes)
-        for name, grad in grads.items():
+        # every rule first: a hyper the rule cannot take is refused before any shard changes
+        rules = [self.rule] * len(grads) if hyper is None else [self._rule_with(hyper[name]) for name in grads]
+        for rule, (name, grad) in zip(rules, grads.items()):
             shard = self.check(name, grad.shape, grad.dtype)
-            rule = self.rule if hyper is None else self._rule_with(hyper[name])
             rule.apply(shard.writable_value(), grad, shard.state)
 
     def check_hyper(self, hyper: Mapping[str, Hyper]) -> None:

@@ -46,7 +46,9 @@ class FieldReaders:
     def names(self, fields: Mapping[str, Any], where: str, key: str, max_len: int = 512,
               required: bool = False) -> tuple[str, ...]:
         """A list of non-empty strings (an empty list when missing, unless `required`)."""
-        value = fields.get(key) if required else fields.get(key, [])
+        if not required and key not in fields:  # (the usual case of an optional list: nothing to check)
+            return ()
+        value = fields.get(key)
         if not isinstance(value, list) or not all(isinstance(n, str) and 0 < len(n) <= max_len for n in value):
             raise self.fail(where, key, "a list of names", value)
         return tuple(value)
