@@ -49,6 +49,7 @@ class ModelBinding:
         if not self.parameters:
             raise TorchTrainError("the optimizer trains none of the model's parameters (none requires grad)")
         self.shared = False
+        self._paths = {name: _path_to(model, name) for name in self.parameters}
         self._seen: dict[str, tuple[torch.device, int, int]] = {}  # name -> device, data_ptr, version
         self._pushed: dict[str, tuple[weakref.ref, int]] = {}  # name -> the gradient pushed last, its version
 
@@ -84,11 +85,7 @@ class ModelBinding:
         """Raise TorchTrainError unless every parameter is still the one registered, on the
         same memory, unchanged since Shoal last wrote it."""
         for name, p in self.parameters.items():
-            try:
-                current = self.model.get_parameter(name)
-            except AttributeError:
-                current = None
-            if current is not p:
+            if not _still_at(self._paths[name], p) and self._current(name) is not p:
                 raise TorchTrainError(
                     f"model parameter {name!r} is not the one DistributedOptimizer was given: the module or the "
                     "parameter was replaced after it was created, so the model would no longer train; build the "
@@ -107,6 +104,13 @@ class ModelBinding:
                     "overwrite the change; load weights before creating the DistributedOptimizer (the chief's "
                     "values initialize the job) or resume from the job's model_dir")
 
+    def _current(self, name: str) -> torch.nn.Parameter | None:
+        """The model's parameter `name` now, looked up as torch does (None if there is none)."""
+        try:
+            return self.model.get_parameter(name)
+        except AttributeError:
+            return None
+
     def gradients(self) -> dict[str, np.ndarray]:
         """name -> CPU numpy gradient (zeros for a parameter backward() did not reach). Raises
         TorchTrainError if no parameter has a gradient, or if every gradient is the one the last
@@ -121,7 +125,8 @@ class ModelBinding:
             found = True
             pushed = self._pushed.get(name)
             fresh = fresh or pushed is None or pushed[0]() is not g or pushed[1] != g._version
-            grads[name] = g.detach().cpu().numpy()
+            # (on the CPU a gradient that needs no grad is read as it is: no alias, no .cpu() call)
+            grads[name] = g.numpy() if self.shared and not g.requires_grad else g.detach().cpu().numpy()
         if not found:
             raise TorchTrainError("step() found no gradients: call loss.backward() before opt.step() "
                                   "(after opt.zero_grad())")
@@ -158,6 +163,33 @@ class ModuleState:
         state = self._model.state_dict(keep_vars=True)
         for name in self.names:
             state[name].copy_(torch.from_numpy(np.array(values[name])))  # a writable copy
+
+
+Path = tuple[tuple[torch.nn.Module, str, torch.nn.Module], ...]
+"""The modules from the model to a parameter's owner: (parent, attribute, child) per step."""
+
+
+def _path_to(model: torch.nn.Module, name: str) -> tuple[Path, torch.nn.Module, str]:
+    """Where parameter `name` (a state_dict name) sits: the module path, the owning module and
+    its attribute, as they are now."""
+    *atoms, attribute = name.split(".")
+    links, module = [], model
+    for atom in atoms:
+        child = module.get_submodule(atom)
+        links.append((module, atom, child))
+        module = child
+    return tuple(links), module, attribute
+
+
+def _still_at(path: tuple[Path, torch.nn.Module, str], p: torch.nn.Parameter) -> bool:
+    """Whether every module of `path` still holds the next one, and the owner still holds `p`:
+    the identity `get_parameter` would find, by the dicts nn.Module keeps them in, without its
+    per-call name splitting and checks (`check` runs every step). False means "look it up"."""
+    links, owner, attribute = path
+    for parent, atom, child in links:
+        if parent._modules.get(atom) is not child:
+            return False
+    return owner._parameters.get(attribute) is p
 
 
 def _numpy_dtype(p: torch.Tensor) -> np.dtype:

@@ -75,6 +75,7 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
         self.session = TrainingSession(job.config, self.binding.initial_values(), self.rule, secret=job.secret,
                                        **{**job.session_options, **session, "local_state": local if local.names else None})
         self.global_step = 0
+        self._hyper_of: tuple[tuple, dict[str, Hyper]] = ((), {})  # the groups' (lr, weight decay), and `_hyper()`
 
     def start(self) -> "ParameterServerOptimizer":
         """Connect, initialize or wait for the chief, and make the model hold the ps values. Blocks."""
@@ -165,5 +166,11 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
         self.finish()
 
     def _hyper(self) -> dict[str, Hyper]:
-        per_group = [group_hyper(group, i) for i, group in enumerate(self.param_groups)]
-        return {name: per_group[group] for name, group in self.binding.group_of.items()}
+        """Variable -> its param group's learning rate and weight decay now: checked and built
+        again only when some group's changed (a scheduler's step); else the last step's dict."""
+        now = tuple((float(group.get("lr", 0.0)), float(group.get("weight_decay", 0.0)))
+                    for group in self.param_groups)
+        if now != self._hyper_of[0]:
+            per_group = [group_hyper(group, i) for i, group in enumerate(self.param_groups)]
+            self._hyper_of = (now, {name: per_group[group] for name, group in self.binding.group_of.items()})
+        return self._hyper_of[1]

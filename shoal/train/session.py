@@ -512,12 +512,19 @@ class TrainingSession:
     # -- internals -------------------------------------------------------------------------
 
     def _shard_hyper(self, hyper: Mapping[str, Hyper]) -> dict[str, Hyper]:
-        """Shard name -> the Hyper of its variable."""
+        """Shard name -> the Hyper of its variable: the last push's answer again while `hyper`
+        equals the last push's (a PyTorch optimizer's param groups change at a scheduler's step
+        at most; comparing the same Hyper objects again costs no Python call)."""
+        seen, shard_hyper = self._hyper_seen
+        if hyper == seen:
+            return shard_hyper
         if hyper.keys() != self.params.keys():
             missing, extra = self.params.keys() - hyper.keys(), hyper.keys() - self.params.keys()
             raise TrainError(f"hyper-parameters must name every variable: missing {sorted(missing)[:5]}, "
                              f"unknown {sorted(extra)[:5]}")
-        return {s.name: hyper[s.variable] for s in self.placement.shards}
+        shard_hyper = {s.name: hyper[s.variable] for s in self.placement.shards}
+        self._hyper_seen = (dict(hyper), shard_hyper)
+        return shard_hyper
 
     def _lost_ps(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         # After SIGTERM a ps that goes away is the job ending, not a ps to wait for.
@@ -544,6 +551,7 @@ class TrainingSession:
         """Where every shard lives, from the start or after a lost ps was re-homed (its shard
         names, and so `_targets`, do not change)."""
         self.placement = placement
+        self._hyper_seen: tuple[dict[str, Hyper], dict[str, Hyper]] = ({}, {})  # `_shard_hyper`'s last answer
         shards = {sh.name: sh for sh in placement.shards}
         self._push_parts = [(ps, [shards[name] for name in names])
                             for ps, names in placement.push_parts(self._push_part_bytes, self._first_ps)]

@@ -39,6 +39,10 @@ WATCH_EVERY_MS = 50
 HEARTBEAT_IVL_MS = 2000
 HEARTBEAT_TIMEOUT_MS = 10000
 
+# Plain ints: `int & zmq.POLLIN` goes through PollEvent's Python-level __rand__, once per request.
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+
 
 class RpcClient:
     """Sends requests to one server and waits for their replies.
@@ -270,7 +274,7 @@ class RpcClient:
         """Take the monitor's events (connection up, lost, refused). Does not block. Asks the
         socket whether an event waits before reading one: a read that finds none costs a raised
         zmq.Again, about twice the question, and most reads (one per request sent) find none."""
-        while self._monitor is not None and self._monitor.get(zmq.EVENTS) & zmq.POLLIN:
+        while self._monitor is not None and self._monitor.get(_EVENTS) & _POLLIN:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:

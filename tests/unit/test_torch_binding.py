@@ -54,3 +54,16 @@ def test_buffers_are_the_local_state_and_restore_in_place():
     values["1.num_batches_tracked"] = np.array(12)
     state.restore(values)
     assert torch.equal(model[1].running_mean, torch.full((2,), 7.0)) and int(model[1].num_batches_tracked) == 12
+
+
+def test_check_refuses_a_replaced_parameter_and_accepts_a_module_put_back():
+    model, binding, _ = bound(share=None)
+    layer = model[0]
+    model[0] = torch.nn.Linear(3, 2)  # another module where the parameter's was
+    with pytest.raises(TorchTrainError, match="'0.weight' is not the one DistributedOptimizer was given"):
+        binding.check()
+    model[0] = layer
+    binding.check()
+    layer.weight = torch.nn.Parameter(layer.weight.detach().clone())  # the parameter itself replaced
+    with pytest.raises(TorchTrainError, match="'0.weight' is not the one DistributedOptimizer was given"):
+        binding.check()
