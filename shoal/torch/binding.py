@@ -165,11 +165,11 @@ class ModuleState:
             state[name].copy_(torch.from_numpy(np.array(values[name])))  # a writable copy
 
 
-Path = tuple[tuple[torch.nn.Module, str, torch.nn.Module], ...]
-"""The modules from the model to a parameter's owner: (parent, attribute, child) per step."""
+_Links = tuple[tuple[torch.nn.Module, str, torch.nn.Module], ...]
+"""The modules from the model to a parameter's owner: (parent, attribute, child) per level."""
 
 
-def _path_to(model: torch.nn.Module, name: str) -> tuple[Path, torch.nn.Module, str]:
+def _path_to(model: torch.nn.Module, name: str) -> tuple[_Links, torch.nn.Module, str]:
     """Where parameter `name` (a state_dict name) sits: the module path, the owning module and
     its attribute, as they are now."""
     *atoms, attribute = name.split(".")
@@ -181,7 +181,7 @@ def _path_to(model: torch.nn.Module, name: str) -> tuple[Path, torch.nn.Module, 
     return tuple(links), module, attribute
 
 
-def _still_at(path: tuple[Path, torch.nn.Module, str], p: torch.nn.Parameter) -> bool:
+def _still_at(path: tuple[_Links, torch.nn.Module, str], p: torch.nn.Parameter) -> bool:
     """Whether every module of `path` still holds the next one, and the owner still holds `p`:
     the identity `get_parameter` would find, by the dicts nn.Module keeps them in, without its
     per-call name splitting and checks (`check` runs every step). False means "look it up"."""

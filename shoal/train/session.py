@@ -551,7 +551,7 @@ class TrainingSession:
         """Where every shard lives, from the start or after a lost ps was re-homed (its shard
         names, and so `_targets`, do not change)."""
         self.placement = placement
-        self._hyper_seen: tuple[dict[str, Hyper], dict[str, Hyper]] = ({}, {})  # `_shard_hyper`'s last answer
+        self._hyper_seen: tuple[dict[str, Hyper] | None, dict[str, Hyper]] = (None, {})  # `_shard_hyper`'s last
         shards = {sh.name: sh for sh in placement.shards}
         self._push_parts = [(ps, [shards[name] for name in names])
                             for ps, names in placement.push_parts(self._push_part_bytes, self._first_ps)]
