@@ -23,9 +23,10 @@ from shoal.launch.states import TaskState
 START_WAIT_S = 30.0
 """How long `--detach` waits for the job to be recorded before it returns anyway."""
 
-SETTLE_S = 2.0
-"""How long `--detach` then waits for every task to run (or the job to end), so a job whose
-command cannot start is not reported as running."""
+SETTLE_S = 10.0
+"""How long at most `--detach` then waits for every task to be started (or the job to end), so
+a job whose command cannot start is not reported as running (it takes well under a second but
+on a machine that is very busy)."""
 
 
 def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environment, *,
@@ -59,7 +60,8 @@ def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environme
                     + f"; shoal status {job.number}, shoal logs {job.number}", err=True)
             return recorded_exit_code(job)
         if not follow:
-            state = "runs" if started is Started.RECORDED else "is starting"
+            state = ("is starting" if started is not Started.RECORDED else
+                     "waits in the queue" if job is not None and not job.tasks else "runs")
             number = store.find(job_id).number if store.has(job_id) else None
             numbered = f"number {number}, " if number is not None else ""
             env.say(detached_text(job_id, f"job {job_id} {state} in the background ({numbered}launcher pid"
@@ -74,8 +76,9 @@ def _settled(store: JobStore, job_id: str) -> JobRecord:
     deadline = time.monotonic() + SETTLE_S
     while True:
         job = store.find(job_id)
-        if job.state.is_terminal or (job.tasks and all(t.state is not TaskState.PENDING and
-                                                       t.state is not TaskState.STARTING for t in job.tasks)):
+        if job.state.is_terminal or not job.tasks:  # over, or waiting in a queue (--slurm): nothing to start yet
+            return job
+        if all(t.state is not TaskState.PENDING and t.state is not TaskState.STARTING for t in job.tasks):
             return job
         if time.monotonic() >= deadline:
             return job

@@ -13,7 +13,8 @@ from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import reconcile
 from shoal.launch.executor import Executor
-from shoal.launch.job_refs import find_task
+from shoal.launch.errors import JobNotFound
+from shoal.launch.job_refs import TASK_REF_RE, find_task
 from shoal.launch.records import JobRecord, JobStore
 
 _POLL = 0.2
@@ -30,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
-        job, task_name = find_task(store, args.job)
+        job, task_name = _find(store, args.job)
         if args.task:  # worker:1, the runtime's own spelling, names worker.1 too
             args.task = args.task.replace(":", ".")
         if task_name and args.task and job.task(args.task).name != task_name:
@@ -68,6 +69,21 @@ def _say_silent(job: JobRecord, names: list[str], env: Environment) -> None:
     for task in (t for t in job.tasks if t.name in names and not Path(t.log_path).exists()):
         why = f" ({task.detail})" if task.detail else ""
         env.say(f"{task.label}: no log: {task.state.value}{why}", err=True)
+
+
+def _find(store: JobStore, ref: str | None) -> tuple[JobRecord, str | None]:
+    """The job and task `ref` names (find_task); a task of a job still waiting in the queue
+    (it has no tasks yet) names the job, so the wait is said, not "no such task"."""
+    try:
+        return find_task(store, ref)
+    except JobNotFound:
+        match = TASK_REF_RE.fullmatch(ref or "")
+        if match is None:
+            raise
+        job = store.find(match.group("job"))
+        if job.tasks:
+            raise
+        return job, None
 
 
 def _wait_for_tasks(store: JobStore, job: JobRecord, executor: Executor, env: Environment, *,

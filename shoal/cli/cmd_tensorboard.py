@@ -55,6 +55,7 @@ def _check_free(host: str, port: int) -> None:
     of this machine); a moment later another process may still take it. Blocks on one bind."""
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TensorBoard's server: TIME_WAIT is free
             probe.bind((host, port))
     except OSError as e:
         raise UsageError(f"cannot serve on {host}:{port} ({e.strerror or e}); pick another port with --port"

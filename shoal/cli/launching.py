@@ -82,5 +82,4 @@ def _queue_record(executor: Executor, spec: JobSpec, job_id: str, env: Environme
     if dry_run or not isinstance(executor, Queued):
         return nullcontext()
     queued = QueuedJob(env.store(), job_id, spec.name, job_dir_for(env.shoal_home, job_id), executor.kind)
-    executor.watch_queue(queued.update)
-    return queued
+    return queued if executor.watch_queue(queued.update) else nullcontext()

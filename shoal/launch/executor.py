@@ -251,7 +251,8 @@ class Queued(Protocol):
     """An executor whose `allocate` may wait in a scheduler's queue before the job has
     anywhere to run (a Slurm job `--slurm` submitted), so the job is recorded while it waits."""
 
-    def watch_queue(self, listener: "Callable[[str], None]") -> None:
+    def watch_queue(self, listener: "Callable[[str], None]") -> bool:
         """Before `allocate`: have `listener(text)` told each new state of that wait, in words
-        ("Slurm job 42 is PENDING (Resources)"), on `allocate`'s thread. No I/O."""
+        ("Slurm job 42 is PENDING (Resources)"), on `allocate`'s thread. Returns whether this
+        job may wait in a queue at all (False: inside an allocation, nothing is submitted). No I/O."""
         ...

@@ -94,9 +94,10 @@ class SlurmExecutor:
 
     # --- running a job --------------------------------------------------------------
 
-    def watch_queue(self, listener: Callable[[str], None]) -> None:
-        if self._source is not None:
-            self._source.watch_queue(listener)
+    def watch_queue(self, listener: Callable[[str], None]) -> bool:
+        """See executor.Queued: a job `--slurm` submits waits in the queue; one inside an
+        allocation does not (False)."""
+        return self._source is not None and self._source.watch_queue(listener)
 
     def allocate(self, spec: JobSpec) -> Allocation:
         if self._source is None:

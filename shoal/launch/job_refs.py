@@ -17,7 +17,7 @@ from shoal.cluster import JOBS
 from shoal.launch.errors import JobNotFound
 from shoal.launch.records import JobRecord, JobStore
 
-_TASK_REF_RE = re.compile(rf"(?P<job>.+)\.(?P<task>(?:{'|'.join(JOBS)})\.\d+)")
+TASK_REF_RE = re.compile(rf"(?P<job>.+)\.(?P<task>(?:{'|'.join(JOBS)})\.\d+)")
 
 
 def find_job(store: JobStore, ref: Optional[str]) -> JobRecord:
@@ -42,7 +42,7 @@ def find_task(store: JobStore, ref: Optional[str]) -> tuple[JobRecord, Optional[
     try:
         return find_job(store, ref), None
     except JobNotFound:
-        match = _TASK_REF_RE.fullmatch(ref or "")
+        match = TASK_REF_RE.fullmatch(ref or "")
         if match is None:
             raise
     job = store.find(match.group("job"))

@@ -9,8 +9,10 @@ as its reason — `shoal status` shows `PENDING (Slurm job 42 is PENDING (Resour
 job: if that raises (the job was cancelled, can never start, Ctrl-C, or SIGTERM, which stops the
 wait as Ctrl-C does) the record says why.
 
-Opens the records at the first state it is told, `close` closes them (idempotent). Blocks on
-the records' SQLite locks only; not thread-safe (allocate's thread).
+Opens the records at the first state it is told and closes them on leaving the `with`. While
+inside, on the main thread, SIGTERM and SIGINT stop the wait (raised where the thread is), but
+never half-way through a write to the records: one that comes then is raised once the write is
+done. Blocks on the records' SQLite locks only; not thread-safe (allocate's thread).
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ class StoppedWaiting(KeyboardInterrupt):
     """SIGTERM while the job waited in the queue: the launcher stops as after Ctrl-C."""
 
 
-def _stop_waiting(_signum: int, _frame: object) -> None:
-    raise StoppedWaiting()
+_STOPS = {signal.SIGTERM: StoppedWaiting, signal.SIGINT: KeyboardInterrupt}
 
 
 class QueuedJob:
@@ -47,33 +48,46 @@ class QueuedJob:
         self._job_dir = job_dir
         self._executor = executor
         self.number: int | None = None
-        self._previous: Any = None  # the SIGTERM handler before __enter__
-        self._handling = False  # whether __enter__ installed its own
+        self._previous: dict[int, Any] = {}  # the handlers before __enter__
+        self._writing = False  # a write to the records is under way: a stop waits for its end
+        self._pending: int | None = None  # the signal that came meanwhile
 
     def update(self, text: str) -> None:
-        """The wait's state is now `text`: record the job the first time, then its reason."""
-        if self.number is None:
-            self._store.open()
-            private_dirs(self._job_dir, "the job's folder", "set SHOAL_HOME to a writable directory (default ~/.shoal)")
-            pid = os.getpid()
-            self.number = self._store.create_queued(self._job_id, self._name, str(self._job_dir), pid,
-                                                    process_started(pid) or 0.0, self._executor, text)
-        else:
-            self._store.set_job_state(self._job_id, JobState.PENDING, text)
+        """The wait's state is now `text`: record the job the first time, then its reason. A
+        SIGTERM or SIGINT that comes meanwhile takes effect once the write is done (raised from
+        here), never half-way through a transaction."""
+        self._writing = True
+        try:
+            if self.number is None:
+                self._store.open()
+                private_dirs(self._job_dir, "the job's folder",
+                             "set SHOAL_HOME to a writable directory (default ~/.shoal)")
+                pid = os.getpid()
+                self.number = self._store.create_queued(self._job_id, self._name, str(self._job_dir), pid,
+                                                        process_started(pid) or 0.0, self._executor, text)
+            else:
+                self._store.set_job_state(self._job_id, JobState.PENDING, text)
+        finally:
+            self._writing = False
+        if self._pending is not None:
+            raise _STOPS[self._pending]()
+
+    def _on_stop(self, signum: int, _frame: object) -> None:
+        if self._writing:
+            self._pending = signum
+            return
+        raise _STOPS[signum]()
 
     def __enter__(self) -> "QueuedJob":
         """From here on (on the main thread), SIGTERM — `shoal kill` from another terminal —
         stops the wait as Ctrl-C does: the executor's close cancels what it submitted."""
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, _stop_waiting)
-            self._handling = True
+            self._previous = {sig: signal.signal(sig, self._on_stop) for sig in _STOPS}
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> None:
         try:
-            if self._handling:
-                signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
-                self._handling = False
+            self._writing = True  # a stop now waits for the end to be recorded, then is raised
             if kind is StoppedWaiting:
                 by = kill_requested_by(self._job_dir) or "SIGTERM"
                 self._ended(JobState.KILLED, f"stopped by {by} before it started")
@@ -83,6 +97,12 @@ class QueuedJob:
                 self._ended(JobState.FAILED, str(error))
         finally:
             self._store.close()
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            self._previous = {}
+            self._writing = False
+        if self._pending is not None and kind is None:  # stopped as the job left the queue: stop now
+            raise _STOPS[self._pending]()
 
     def _ended(self, state: JobState, reason: str) -> None:
         """No job came of the wait: record why, if the job was recorded and its end is not."""

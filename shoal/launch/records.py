@@ -376,8 +376,12 @@ class _Tx:
 
     def __enter__(self) -> sqlite3.Connection:
         self._lock.acquire()
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("BEGIN IMMEDIATE")
+        except BaseException:  # (a KeyboardInterrupt while BEGIN waits on another writer, too)
+            self._lock.release()
+            raise
         return self._db
 
     def __exit__(self, exc_type: object, *rest: object) -> None:

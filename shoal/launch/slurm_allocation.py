@@ -33,9 +33,10 @@ class SlurmJobSource(Protocol):
         off `reaper`; idempotent."""
         ...
 
-    def watch_queue(self, listener: Callable[[str], None]) -> None:
+    def watch_queue(self, listener: Callable[[str], None]) -> bool:
         """Before `acquire`: tell `listener` each new state of a submitted job while it waits
-        in the queue, in words (an allocation shoal runs in never waits). No I/O."""
+        in the queue, in words; returns whether this source submits one (an allocation shoal
+        runs in never waits: False). No I/O."""
         ...
 
 
@@ -60,5 +61,5 @@ class CurrentAllocation:
     def release(self, reaper: Optional[SlurmReaper]) -> None:
         return None
 
-    def watch_queue(self, listener: Callable[[str], None]) -> None:
-        return None
+    def watch_queue(self, listener: Callable[[str], None]) -> bool:
+        return False

@@ -86,8 +86,9 @@ class Submission:
         self._started = False
         self._listener: Callable[[str], None] = lambda text: None
 
-    def watch_queue(self, listener: Callable[[str], None]) -> None:
+    def watch_queue(self, listener: Callable[[str], None]) -> bool:
         self._listener = listener
+        return True
 
     def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
         if self._job_id is not None:

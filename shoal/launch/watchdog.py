@@ -16,8 +16,8 @@ Which tasks are stuck, first rule that names any:
    worker:1", "waiting for ps:0 ... to answer": shoal/train/stalls.py logs them while a
    request waits), if they are still running;
 2. of the training tasks that printed no progress since the step last advanced, those whose
-   last progress line is the oldest (within TIE_S; never is oldest); else the task whose line
-   advanced the step, if it printed nothing since;
+   last progress line is the oldest (within TIE_S; never is oldest); else, when one training
+   task is left running and its line advanced the step, that task if it printed nothing since;
 3. every running training task (they all print, yet the step stays).
 
 The stall is `WatchdogSpec.stall`, else DEFAULT_STALL_S or twice the chief's checkpoint
@@ -176,10 +176,9 @@ class Watchdog:
                 else "the waiting workers wait for them"
         training = [t for t in self._training if t in running]
         silent = [t for t in training if self._last.get(t, float("-inf")) < self._advanced]
-        if not silent:  # every one printed at or after the advance: the one whose line it was, if silent since
-            advancer = [t for t in training if self._last.get(t) == self._advanced]
-            if advancer:
-                return tuple(advancer), "it printed the last step and nothing since"
+        if not silent and len(training) == 1 and self._last.get(training[0]) == self._advanced:
+            # the only task left printed the step that advanced it, and nothing since
+            return tuple(training), "it printed the last step and nothing since"
         if silent:
             oldest = min(self._last.get(t, float("-inf")) for t in silent)
             stuck = tuple(t for t in silent if self._last.get(t, float("-inf")) <= oldest + TIE_S)

@@ -230,6 +230,8 @@ class Membership:
         one of the workers ("the chief and all 2 workers"); worker 0 as the chief is."""
         if self.chief is not None and self.chief in self._members and not self.chief.startswith("worker:"):
             workers = replicas - 1
+            if workers == 0:
+                return "the chief"
             return f"the chief and all {workers} workers" if workers != 1 else "the chief and its worker"
         return f"all {replicas} workers" if replicas != 1 else "the one worker"
 

@@ -100,6 +100,8 @@ class Heartbeats:
             while not stop.is_set():
                 with self._lock:
                     added, dropped = self.addresses[len(clients):], self._dropped
+                for address in dropped:  # a ps joining there later is a new member, not a rejoin
+                    self._versions.pop(address, None)
                 clients += [RpcClient(address, self._secret, f"ps:{len(clients) + i}", self.interval_s,
                                       security=self._security) for i, address in enumerate(added)]
                 started = time.monotonic()

@@ -13,8 +13,13 @@ from harness import (PY, alive, cleanup, grandchild_pids, run_shoal, start_shoal
 
 pytestmark = pytest.mark.timeout(90)
 
-LEAVES_A_DAEMON = ("import subprocess, sys, time; p = subprocess.Popen(['setsid', 'sleep', '300']);"
-                   " print(f'grandchild pid {p.pid}', flush=True); time.sleep(float(sys.argv[1]))")
+# The daemon is named once it is one: out of this process's session and running `sleep` (a group
+# kill that came before would have ended it with the task).
+LEAVES_A_DAEMON = ("import os, subprocess, sys, time; p = subprocess.Popen(['setsid', 'sleep', '300']);"
+                   " end = time.monotonic() + 30\n"
+                   "while (os.getsid(p.pid) == os.getsid(0) or open(f'/proc/{p.pid}/comm').read().strip() != 'sleep')"
+                   " and time.monotonic() < end: time.sleep(0.01)\n"
+                   "print(f'grandchild pid {p.pid}', flush=True); time.sleep(float(sys.argv[1]))")
 
 
 def test_the_launcher_kills_a_process_that_left_its_group_when_the_job_ends_and_says_so(tmp_path):

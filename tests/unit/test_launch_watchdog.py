@@ -352,3 +352,14 @@ def test_no_stall_while_a_crashed_task_waits_to_restart_and_a_fresh_window_after
     job.thread.join(10)
     [result] = job.results
     assert result.reason is EndReason.STALLED
+
+
+def test_tasks_that_all_printed_the_same_last_step_are_blamed_together_not_the_first_to_print_it():
+    clock = FakeClock()
+    dog = watchdog(clock, training=("worker.0", "worker.1"))
+    dog.progress("worker.0", 5)
+    clock.now = 1
+    dog.progress("worker.1", 5)  # the same step: no advance; then both hang
+    clock.now = 20
+    stall = dog.check(("worker.0", "worker.1"))
+    assert stall.stuck == ("worker.0", "worker.1") and stall.why == "every worker prints, yet the step stays"

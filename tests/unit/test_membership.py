@@ -245,3 +245,6 @@ def test_the_job_end_counts_a_chief_task_apart_from_the_workers():
     pair.failed("chief:0", "p1", terminated=True)
     pair.failed("worker:0", "p2", terminated=True)
     assert pair.job_over() == "the chief and its worker were stopped (SIGTERM)"
+    alone = Membership(("chief:0",), "chief:0", now=0.0)
+    alone.finished("chief:0")
+    assert alone.job_over() == "the chief finished"
