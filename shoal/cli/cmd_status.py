@@ -8,6 +8,7 @@ import json
 import time
 
 from shoal.cli.environment import Environment
+from shoal.cli.errors import UsageError
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import JOB_HELP
 from shoal.launch.control import reconcile
@@ -34,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:
+    if args.job and (args.running or args.all or args.last):
+        chosen = "--running" if args.running else "--all" if args.all else f"--last {args.last}"
+        raise UsageError(f"{chosen} chooses which jobs to list, and {args.job} names one job to show;"
+                         f" drop {chosen.split()[0]} (shoal status {args.job}) or the job (shoal status {chosen})")
     with env.store() as store:
         jobs = [find_job(store, args.job)] if args.job else store.list_jobs()
         jobs = [reconcile(store, job, env.executor(job.executor)) for job in jobs]

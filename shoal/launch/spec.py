@@ -86,6 +86,15 @@ MemorySize = Annotated[ByteSize, BeforeValidator(_memory_shape)]
 GiB, TiB are powers of 1024; K/KB, M/MB, G/GB, T/TB powers of 1000)."""
 
 
+def _is_task_count(value: Any) -> bool:
+    """Whether `value` reads as a count of tasks: an int >= 0 (a whole float, digits in a string)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _role_name(name: str) -> str:
     if name not in JOBS:
         close = difflib.get_close_matches(name, JOBS, n=1)
@@ -196,6 +205,9 @@ class RoleSpec(_Frozen):
     def _count(cls, value: Any) -> Any:
         if is_count_range(value):
             parse_count_range(value)  # raises: the range is bad
+        elif not _is_task_count(value):
+            raise ValueError(f"{value!r} is not a number of tasks; write a whole number such as 2"
+                             " (workers and ps may take a range such as 2..8)")
         return value
 
     @model_validator(mode="after")
@@ -354,6 +366,14 @@ class JobSpec(_Frozen):
     def _durations(cls, value: Any) -> Optional[float]:
         return None if value is None else parse_duration(value)
 
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_above_zero(cls, value: Optional[float]) -> Optional[float]:
+        if value == 0:
+            raise ValueError("a deadline of 0 would stop the job as it starts; leave deadline out for none,"
+                             " or give how long the job may run, e.g. 30m")
+        return value
+
     @model_validator(mode="after")
     def _cluster_shape(self) -> "JobSpec":
         if self.count("chief") > 1:
@@ -503,8 +523,8 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
     # a misspelt field first: the "missing" error of the field it meant follows from it
     for item in sorted(error.errors(), key=lambda item: item["type"] != "extra_forbidden"):
         loc = tuple(part for part in item["loc"] if not _is_union_tag(part))
+        loc, msg = _named_field(loc, item["msg"].removeprefix("Value error, "))
         line = _nearest_line(loc, lines)
-        msg = item["msg"].removeprefix("Value error, ")
         if item["type"] == "missing":
             msg = "is missing; add it"
         elif item["type"] == "extra_forbidden":
@@ -522,6 +542,16 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
     if len(messages) > 1:
         msg += "".join(f"\n  also {m}" for m in messages[1:])
     return SpecError(msg, source=source, line=line, field=field)
+
+
+def _named_field(loc: tuple, msg: str) -> tuple[tuple, str]:
+    """A check over several fields names the one at fault first ("roles.chief.count must be
+    0 or 1"): that field's path (so the error points at its line), and the message after it."""
+    first, _, rest = msg.partition(" ")
+    path = tuple(first.split("."))
+    if rest and len(path) > len(loc) and path[:len(loc)] == loc and all(part.isidentifier() for part in path):
+        return path, rest
+    return loc, msg
 
 
 def _is_command(path: tuple) -> bool:

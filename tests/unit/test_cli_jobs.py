@@ -82,6 +82,9 @@ def test_status_running_all_and_last(tmp_path):
     assert "not shown" not in table.out.getvalue()  # --running asked for running jobs only
     assert ids("--all") == ["d-2", "d-1", "r-1"]
     assert ids("--last", "1") == ["d-2"]
+    one = Captured(tmp_path)
+    assert one("status", "d-1", "--running") == ExitCode.USAGE  # not the one job, silently
+    assert "drop --running (shoal status d-1)" in one.err.getvalue()
 
 
 def test_prune_removes_finished_jobs_files_and_records_but_not_running_ones(tmp_path):

@@ -65,7 +65,7 @@ def test_a_ps_count_range_starts_its_minimum_and_keeps_the_range():
 def test_a_ps_range_from_0_is_refused_saying_why():
     with pytest.raises(SpecError) as e:
         spec("0..2")
-    for word in ("roles.ps.count 0..2", "no ps", "registers with ps 0", "1..2"):
+    for word in ("roles.ps.count: 0..2", "no ps", "registers with ps 0", "1..2"):
         assert word in str(e.value)
 
 

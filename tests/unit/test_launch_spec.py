@@ -70,9 +70,27 @@ def test_unknown_role_names_line_and_suggests(tmp_path):
     assert str(e).startswith("job.yaml:7: roles.pss: 'pss' is not a role (did you mean 'ps'?)")
 
 
-def test_negative_count_names_line_and_field(tmp_path):
-    e = error(tmp_path, GOOD.replace("{count: 2}", "{count: -1}"))
-    assert e.line == 7 and e.field == "roles.ps.count" and "greater than or equal to 0" in str(e)
+@pytest.mark.parametrize("count", ["-1", "2.5", "true", "two"])
+def test_a_count_that_is_no_number_of_tasks_names_line_field_and_fix(tmp_path, count):
+    e = error(tmp_path, GOOD.replace("{count: 2}", f"{{count: {count}}}"))
+    assert e.line == 7 and e.field == "roles.ps.count", str(e)
+    assert "is not a number of tasks; write a whole number such as 2" in str(e), str(e)
+
+
+def test_a_whole_count_written_as_a_float_or_a_string_is_a_count(tmp_path):
+    spec = load(tmp_path, GOOD.replace("{count: 2}", "{count: 3.0}").replace('"{{ workers }}"', '"4"'))
+    assert spec.count("ps") == 3 and spec.count("worker") == 4
+
+
+def test_a_check_over_several_fields_points_at_the_field_it_names(tmp_path):
+    e = error(tmp_path, GOOD.replace("  ps: {count: 2}", "  ps: {count: 2}\n  chief: {count: 2}"))
+    assert (e.line, e.field) == (8, "roles.chief.count") and str(e).endswith("must be 0 or 1: a cluster has one chief")
+
+
+def test_a_deadline_of_0_is_refused_not_taken_as_none(tmp_path):
+    e = error(tmp_path, GOOD.replace("deadline: 10m", "deadline: 0"))
+    assert e.line == 14 and e.field == "deadline" and "leave deadline out for none" in str(e)
+    assert load(tmp_path, GOOD.replace("deadline: 10m", "deadline: null")).deadline is None
 
 
 def test_missing_command_is_an_error(tmp_path):
