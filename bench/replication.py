@@ -16,7 +16,8 @@ a job secret), ps tasks polled with `status` over a PsClient. Models: softmax
   applied pushes, the job's global step) x batch 100 per second over `--phase-s` seconds. `vs
   off`: per round, the setting's examples/s over replication off's in the same round; the
   median over rounds. `replicas`, `copy ms`, `send ms`, `MB`: the replicas both ps logged during
-  that window ("ps:0 replicated step N to ps:1: ... copy X ms, send Y ms"), medians.
+  that window ("ps:0 replicated step N to ps:1: ... copy X ms, send Y ms"; the tasks run with
+  SHOAL_LOG_LEVEL=DEBUG, which logs every copy), medians.
 * recovery: a job per model and scenario, `replica` (`--replicate_every_secs 1`, checkpoints an
   hour apart) and `checkpoint` (no replication, `--checkpoint_every_secs C`, C = `--ckpt-secs`).
   After `--kill-after-s` seconds of training, ps:1's process group gets SIGKILL and ps:1 is
@@ -89,7 +90,8 @@ class Cluster:
 
     def start(self, job: str, index: int, name: str | None = None) -> None:
         tf_config = json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}})
-        env = clean_env(os.environ, {"TF_CONFIG": tf_config, "SHOAL_JOB_SECRET": self.secret})
+        env = clean_env(os.environ, {"TF_CONFIG": tf_config, "SHOAL_JOB_SECRET": self.secret,
+                                       "SHOAL_LOG_LEVEL": "DEBUG"})
         self.job.start(Launch(name or f"{job}:{index}", self.argv, env, output=Output.CAPTURE))
 
     def start_all(self) -> None:

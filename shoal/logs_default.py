@@ -14,7 +14,9 @@ It never touches a program's own configuration:
   as soon as the root logger has a handler (and gives the `shoal` logger its unset level
   back), so lines are not printed twice;
 - a level the program set on the `shoal` logger is kept;
-- `logging.getLogger("shoal").setLevel(logging.WARNING)` before starting silences the INFO lines.
+- `logging.getLogger("shoal").setLevel(logging.WARNING)` before starting silences the INFO lines;
+- without a level set on the `shoal` logger, the environment's `SHOAL_LOG_LEVEL` (DEBUG, INFO,
+  WARNING, ERROR) sets it, also in a program that configured its own handlers (`basicConfig`).
 
 Thread-safe (module-level lock); installing twice is a no-op.
 """
@@ -22,8 +24,10 @@ Thread-safe (module-level lock); installing twice is a no-op.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
+from collections.abc import Mapping
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%H:%M:%S"
@@ -55,11 +59,39 @@ class ShoalStderrHandler(logging.StreamHandler):
         return super().handle(record)
 
 
+LEVEL_VARIABLE = "SHOAL_LOG_LEVEL"
+"""The level show_shoal_logs gives the `shoal` logger (DEBUG, INFO, WARNING or ERROR) when the
+program set none on it, whether or not the program configured logging."""
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def level_from_environment(environ: Mapping[str, str]) -> int | None:
+    """The level SHOAL_LOG_LEVEL names (any case), None if it is unset; a value that names no
+    level is said once on stderr and None is returned (a log setting never stops a job)."""
+    text = environ.get(LEVEL_VARIABLE, "").strip().upper()
+    if not text:
+        return None
+    if text not in _LEVELS:
+        if not _warned:
+            _warned.append(text)
+            print(f"shoal: {LEVEL_VARIABLE}={environ[LEVEL_VARIABLE]!r} is not a log level; ignored"
+                  f" (write one of {', '.join(_LEVELS)})", file=sys.stderr, flush=True)
+        return None
+    return getattr(logging, text)
+
+
+_warned: list[str] = []
+
+
 def show_shoal_logs() -> bool:
     """Show Shoal's INFO lines on stderr if the program set up no logging (see the module
     docstring). Returns whether it installed the handler now. Does not block; thread-safe."""
     shoal_log = logging.getLogger("shoal")
     with _lock:
+        asked = level_from_environment(os.environ)
+        if asked is not None and shoal_log.level == logging.NOTSET:
+            shoal_log.setLevel(asked)  # the user's word, whoever configured the handlers
         if logging.getLogger().handlers or shoal_log.handlers:
             return False
         set_level = shoal_log.level == logging.NOTSET

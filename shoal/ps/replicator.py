@@ -3,7 +3,7 @@
 The serving thread decides when a replica is due (`due`), takes a consistent copy of the shards
 (`PsService.own_replica`, a copy as for a checkpoint's `snapshot`) and hands it over (`offer`);
 the replicator's own thread sends it with its own RpcClient (RpcClient is not thread-safe) and
-logs what it cost. One replica is in flight at a time: while one is being sent, `due` says no,
+logs what it cost (replication_log.py: the first copy, then a summary a minute). One replica is in flight at a time: while one is being sent, `due` says no,
 so a slow successor never queues copies up in memory. A successor that does not answer is
 logged (once per outage) and tried again at the next interval; replication never stops training.
 """
@@ -20,6 +20,7 @@ import numpy as np
 
 from shoal.ps.errors import PsError
 from shoal.ps.protocol import Op, ReplicateReply, ReplicateRequest
+from shoal.ps.replication_log import ReplicationLog
 from shoal.wire import JobSecret, RpcClient, Security, WireError, wait_all
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class Replicator:
         self._offered_step: int | None = None
         self._offered_at = clock()
         self._failing = False
+        self._log = ReplicationLog(source, successor, clock=clock)
         self.last: ReplicationCost | None = None  # the last replica the successor took
         self.sent = 0
 
@@ -186,11 +188,9 @@ class Replicator:
         cost = ReplicationCost(request.step, nbytes, copy_ms, (time.monotonic() - started) * 1000)
         self.last, self.sent = cost, self.sent + 1
         if self._failing:
-            log.info("ps:%d replicates to ps:%d again", self.source, self.successor)
+            self._log.resumed()
         self._failing = False
-        log.info("ps:%d replicated step %d to ps:%d: %d tensors, %.1f kB, copy %.2f ms, send %.1f ms (held: step %d)",
-                 self.source, request.step, self.successor, len(tensors), nbytes / 1e3, copy_ms, cost.send_ms,
-                 reply.held_step)
+        self._log.copied(request.step, len(tensors), nbytes, copy_ms, cost.send_ms, reply.held_step)
 
 
 def _interval(options: ReplicationOptions) -> str:

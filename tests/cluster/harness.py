@@ -58,6 +58,7 @@ class LocalCluster:
     num_ps: int
     num_workers: int
     chief: bool = False
+    log_level: str | None = None  # SHOAL_LOG_LEVEL for every task (DEBUG: each replica copy's line)
     secret: str = field(default_factory=lambda: secrets.token_hex(16))
     tasks: list[Task] = field(default_factory=list)
 
@@ -72,6 +73,8 @@ class LocalCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
         env.update(TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}}),
                    SHOAL_JOB_SECRET=self.secret, PYTHONUNBUFFERED="1", SHOAL_HOME=str(self.workdir / "home"))
+        if self.log_level is not None:
+            env["SHOAL_LOG_LEVEL"] = self.log_level
         return env
 
     def start(self, job: str, index: int, argv: list[str], spec: dict | None = None) -> Task:

@@ -31,7 +31,7 @@ def _ledger(task) -> tuple[int, int]:
 
 @pytest.mark.parametrize("mode", [[], ["--sync"]], ids=["async", "sync"])
 def test_a_ps_killed_in_a_coordinator_job_is_rebuilt_from_its_replica_and_the_run_completes(make_cluster, mode):
-    cluster = make_cluster(num_ps=2, num_workers=2, chief=True)
+    cluster = make_cluster(num_ps=2, num_workers=2, chief=True, log_level="DEBUG")  # a line per replica copy
     cluster.start_all([*PROGRAM, *mode])
     ps0, ps1, chief = cluster.tasks[0], cluster.tasks[1], cluster.tasks[2]
     assert chief.name == "chief:0"

@@ -28,7 +28,7 @@ def _chief_step(cluster) -> int:
 
 
 def test_killed_ps_is_rebuilt_from_its_successors_replica_losing_at_most_one_interval(make_cluster, tmp_path):
-    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster = make_cluster(num_ps=2, num_workers=2, log_level="DEBUG")  # a line per replica copy
     # checkpoints far apart: a rebuild from the checkpoint would go back to step 0
     argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), "--checkpoint_every_secs", "3600"]
     cluster.start_all(argv)
@@ -61,7 +61,7 @@ def test_killed_ps_is_rebuilt_from_its_successors_replica_losing_at_most_one_int
 
 
 def test_ps_and_its_replica_holder_both_killed_fall_back_to_the_checkpoint_with_a_warning(make_cluster, tmp_path):
-    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster = make_cluster(num_ps=2, num_workers=2, log_level="DEBUG")  # a line per replica copy
     argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), "--checkpoint_every_steps", "100"]
     cluster.start_all(argv)
     ps0, ps1 = cluster.tasks[0], cluster.tasks[1]

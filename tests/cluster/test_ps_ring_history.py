@@ -26,7 +26,7 @@ def _wait_while(tasks, predicate, timeout: float, what: str, cluster) -> None:
 
 
 def test_a_ps_that_joined_is_rebuilt_from_the_replica_its_successor_holds(make_cluster, tmp_path):
-    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster = make_cluster(num_ps=2, num_workers=2, log_level="DEBUG")  # a line per replica copy
     argv = [*ARGV, "--out", str(tmp_path)]
     for i in range(2):
         cluster.start("ps", i, argv)
@@ -52,7 +52,7 @@ def test_a_ps_that_joined_is_rebuilt_from_the_replica_its_successor_holds(make_c
 
 
 def test_a_ps_whose_successor_was_rehomed_is_rebuilt_from_the_replica_the_next_live_ps_holds(make_cluster, tmp_path):
-    cluster = make_cluster(num_ps=3, num_workers=2)
+    cluster = make_cluster(num_ps=3, num_workers=2, log_level="DEBUG")  # a line per replica copy
     argv = [*ARGV, "--out", str(tmp_path), "--rehome_lost_ps", "--ps_recovery_timeout", "8"]
     cluster.start_all(argv)
     ps0, ps1, chief = cluster.tasks[0], cluster.tasks[1], cluster.tasks[3]

@@ -2,6 +2,7 @@
 own logging configuration (shoal/logs_default.py). Each case runs in a fresh interpreter: the
 logging configuration is per process, and pytest's own handlers would hide the behaviour."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -9,9 +10,12 @@ import textwrap
 from shoal.launch.ports import free_ports
 
 
-def run(code: str) -> subprocess.CompletedProcess:
+def run(code: str, level: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SHOAL_LOG_LEVEL"}
+    if level is not None:
+        env["SHOAL_LOG_LEVEL"] = level
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=60, check=True)
+                          timeout=60, check=True, env=env)
 
 
 SERVER = """
@@ -76,3 +80,39 @@ def test_showing_shoal_logs_twice_installs_one_handler():
         print(show_shoal_logs(), show_shoal_logs(), len(logging.getLogger("shoal").handlers))
     """)
     assert out.stdout.split() == ["True", "False", "1"]
+
+
+LINES = """
+    import logging
+    from shoal.logs_default import show_shoal_logs
+    show_shoal_logs()
+    logging.getLogger("shoal.x").debug("a debug line")
+    logging.getLogger("shoal.x").info("an info line")
+    logging.getLogger("shoal.x").warning("a warning line")
+"""
+
+
+def test_shoal_log_level_in_the_environment_sets_the_level_shoal_gives_its_logger():
+    debug = run(LINES, level="debug").stderr
+    assert "DEBUG shoal.x: a debug line" in debug and "an info line" in debug
+    warning = run(LINES, level="WARNING").stderr
+    assert "an info line" not in warning and "a warning line" in warning
+
+
+def test_a_shoal_log_level_that_names_no_level_is_said_and_ignored():
+    out = run(LINES, level="loud").stderr
+    assert "SHOAL_LOG_LEVEL='loud' is not a log level; ignored (write one of DEBUG, INFO, WARNING, ERROR)" in out
+    assert "a debug line" not in out and "an info line" in out
+
+
+def test_shoal_log_level_reaches_a_program_that_configured_its_own_handlers():
+    out = run("""
+        import logging, sys
+        logging.basicConfig(level=logging.INFO, format="ROOT %(levelname)s %(message)s", stream=sys.stderr)
+        from shoal.logs_default import show_shoal_logs
+        assert not show_shoal_logs()  # its handlers stay the only ones
+        logging.getLogger("shoal.x").debug("a shoal debug line")
+        logging.getLogger("mine").debug("the program's debug line")
+    """, level="DEBUG").stderr
+    assert out.count("a shoal debug line") == 1 and "ROOT DEBUG a shoal debug line" in out
+    assert "the program's debug line" not in out  # the program's own level is its own
