@@ -8,7 +8,6 @@ import time
 import msgpack
 import psutil
 import pytest
-import zmq
 
 import shoal
 from shoal.wire import PROTOCOL_VERSION, AuthRejectedError, JobSecret, RemoteError, RpcClient

@@ -4,7 +4,6 @@ updates rather than everything since the (long ago) checkpoint; when the ps that
 replica died too, it falls back to the checkpoint with a warning that names what was lost."""
 
 import re
-import time
 
 import pytest
 

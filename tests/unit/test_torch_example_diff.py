@@ -3,7 +3,6 @@ plain, Shoal and DDP versions of one MNIST program differ by the counts docs/pyt
 
 import ast
 import difflib
-import re
 from pathlib import Path
 
 import pytest
