@@ -189,5 +189,8 @@ def rule_from_config(config: Any) -> UpdateRule:
         kwargs[f.name] = value
     unknown = set(config) - {"name"} - {f.name for f in fields(cls)}
     if unknown:
-        raise PsError(f"optimizer {cls.name} has no field(s) {sorted(unknown)}")
+        named = ", ".join(repr(k)[:50] for k in sorted(map(str, unknown))[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise PsError(f"optimizer {cls.name} has no field(s) {named}{more}; its fields are"
+                      f" {', '.join(f.name for f in fields(cls))}")
     return cls(**kwargs)

@@ -19,12 +19,22 @@ from shoal.ps.replicator import ReplicationOptions, Replicator
 from shoal.ps.ring import joined_address, ring_members, ring_predecessor, ring_successor
 from shoal.ps.service import PsService
 from shoal.wire import JobSecret, Request, RpcServer, Security
+from shoal.wire.bad_requests import ERROR_TEXT_MAX, bounded
 from shoal.wire.memory import keep_freed_memory, share_main_arena
 
 log = logging.getLogger(__name__)
 
 CHORES_EVERY_S = 0.01  # between requests, heartbeat expiry, replication and drain checks run at least this often
 _HEARTBEAT = Op.HEARTBEAT.value  # (read per request: an Enum member's `.value` is a descriptor call)
+
+
+class ServerFailed(SystemExit):
+    """`join()` ends with this when the serving thread failed (a bug: a bad request is answered,
+    never fatal). A SystemExit: uncaught, the program prints why and exits with status 1, so
+    the launcher and a restart policy see a failed ps, not a finished one."""
+
+    def __init__(self, task: str, why: str) -> None:
+        super().__init__(f"{task}: its serving thread failed, so this ps stops: {why}")
 
 
 class ServerTerminated(SystemExit):
@@ -84,6 +94,7 @@ class Server:
         self._thread: threading.Thread | None = None
         self._rpc: RpcServer | None = None
         self.reason: str | None = None
+        self._failed: str | None = None  # why the serving thread failed, if it did
         self._last_request_at: Optional[float] = None  # written by the serving thread
         self._unfinished = 1
         self._chief_finished = False
@@ -184,6 +195,10 @@ class Server:
                     drained = True
                     self._send(self.service.drain())
                 next_chores = time.monotonic() + CHORES_EVERY_S
+        except Exception as e:
+            self._failed = bounded(repr(e))
+            log.critical("%s: its serving thread failed, so this ps stops: %s", self.config.task, self._failed,
+                         exc_info=len(repr(e)) <= ERROR_TEXT_MAX)
         finally:
             if self.joiner is not None:
                 self.joiner.close()
@@ -269,7 +284,8 @@ class Server:
     def join(self, timeout: float | None = None) -> bool:
         """Start if needed, then block until the job is over (or `timeout` seconds passed).
         Returns True when the server has stopped. Ctrl-C stops the server and re-raises; after
-        SIGTERM it raises ServerTerminated once the replicas are through (see the class)."""
+        SIGTERM it raises ServerTerminated once the replicas are through (see the class); ServerFailed
+        if the serving thread failed."""
         self.start()
         sigterm.acquire()
         drain: TermDrain | None = None
@@ -293,6 +309,8 @@ class Server:
             raise
         finally:
             sigterm.release()
+        if self._failed is not None:
+            raise ServerFailed(str(self.config.task), self._failed)
         if sigterm.requested() and not self._thread.is_alive() and not self.service.all_done:
             raise ServerTerminated(str(self.config.task), self.reason or "SIGTERM")
         return not self._thread.is_alive()

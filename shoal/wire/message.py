@@ -269,7 +269,7 @@ def _validate_descriptors(descriptors: Any, shared: bool) -> None:
             if type(size) is not int or not 0 <= size < _MAX_DIM:
                 raise ProtocolError(f"tensor {name!r} has bad shape {shape!r:.200}")
         if type(nchunks) is not int or not (nchunks == 0 if shared else 1 <= nchunks <= MAX_CHUNKS):
-            raise ProtocolError(f"tensor {name!r} has bad chunk count {nchunks!r}"
+            raise ProtocolError(f"tensor {name!r} has bad chunk count {nchunks!r:.50}"
                                 + (" (its message's tensors are in a shared block: 0)" if shared else ""))
 
 

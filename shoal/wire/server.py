@@ -12,6 +12,7 @@ import numpy as np
 import zmq
 
 from shoal.errors import ShoalError
+from shoal.wire.bad_requests import ERROR_TEXT_MAX, BadRequestLog, bounded
 from shoal.wire.bell_desk import BellDesk, BellLine
 from shoal.wire.doorbell import BELL_KEY, BELL_MAX_BYTES
 from shoal.wire.endpoint import bind_endpoint, is_ipv6
@@ -112,6 +113,7 @@ class RpcServer:
         self._desk_retry_at = 0.0  # the doorbell could not be opened: not again before this (monotonic)
         self.shared_requests = 0
         self.bell_requests = 0
+        self._bad = BadRequestLog(log, name)
 
     @property
     def security(self) -> Security:
@@ -162,7 +164,7 @@ class RpcServer:
                 return False
             if got is not True:
                 self.bell_requests += 1
-                self._handle(got[0], [got[1]])
+                self._handle_guarded(got[0], [got[1]])
                 return True
             try:
                 frames = recv_message(self._sock, NOBLOCK)
@@ -179,8 +181,17 @@ class RpcServer:
             except zmq.Again:
                 return False
         self._gate.trusted(frames[0].get(zmq.SRCFD))  # it sent a message: it has authenticated
-        self._handle(frames[0].bytes, frames[1:])
+        self._handle_guarded(frames[0].bytes, frames[1:])
         return True
+
+    def _handle_guarded(self, peer: bytes | BellLine, body: list) -> None:
+        """`_handle`, where nothing one request does — not even its answer failing — ends the
+        serving loop: the request is dropped and that is logged (its client's wait times out)."""
+        try:
+            self._handle(peer, body)
+        except Exception as e:
+            log.error("%s dropped a request it could not handle or answer: %s", self.name, bounded(repr(e)))
+            log.debug("%s: the request's traceback", self.name, exc_info=True)
 
     def _handle(self, peer: bytes | BellLine, body: list) -> None:
         """Decode one request (`body`: its header frame, then its tensors' frames) and run the
@@ -208,8 +219,8 @@ class RpcServer:
             if not isinstance(message.header.get("op"), str):
                 raise ProtocolError(f"request header field 'op' must be a string, got {message.header.get('op')!r:.80}")
         except ProtocolError as e:
-            log.warning("%s refused a malformed message from a peer: %s", self.name, e)
-            error = {"rid": _rid_of(body), "ok": False, "error": f"malformed message: {e}"}
+            self._bad.refused(str(e), time.monotonic())
+            error = {"rid": _rid_of(body), "ok": False, "error": bounded(f"malformed message: {e}")}
             if shared_ok is not None:
                 error[ACK_KEY] = shared_ok
             self._send(peer, error, None, False)
@@ -222,7 +233,8 @@ class RpcServer:
         except ShoalError as e:
             self.reply_error(request, str(e))
         except Exception as e:  # a bug in a handler must not take the server down
-            log.exception("%s failed handling %r", self.name, request.op)
+            log.error("%s failed handling %r: %s", self.name, request.op, bounded(repr(e)),
+                      exc_info=len(repr(e)) <= ERROR_TEXT_MAX)  # (a traceback would quote a long one in full)
             self.reply_error(request, f"internal error in {self.name} handling {request.op!r}: {e!r}")
 
     def _refuse_unattached(self, peer: bytes | BellLine, header: dict, shared_ok: bool | None) -> None:
@@ -273,8 +285,9 @@ class RpcServer:
         return True
 
     def reply_error(self, request: Request, error: str) -> None:
+        """Send an error reply; an `error` longer than ERROR_TEXT_MAX characters is cut there."""
         request.replied = True
-        self._send(request.peer, _reply_header(request, {"ok": False, "error": error}), None, False)
+        self._send(request.peer, _reply_header(request, {"ok": False, "error": bounded(error)}), None, False)
 
     def _send(self, peer: bytes | BellLine, header: dict, tensors, track: bool):
         frames = encode(header, tensors)

@@ -45,6 +45,33 @@ def test_garbage_bytes_and_malformed_messages_are_refused_and_ps_keeps_serving(m
     client.close()
 
 
+def test_a_request_whose_error_would_quote_a_megabyte_is_answered_in_short_and_the_ps_serves_on(make_cluster):
+    """An error text quoting what the peer sent (a 300 KB chunk count; 95,000 unknown rule fields)
+    once made a reply over the header limit: encoding it raised on the serving thread, the ps
+    stopped serving and exited 0."""
+    cluster = make_cluster(num_ps=1, num_workers=1)
+    ps = start_ps(cluster)
+    wait_until_serving(cluster)
+    client = RpcClient(cluster.spec["ps"][0], secret_of(cluster), "ps:0", 5)
+    client.connect()
+    sock = client._sock
+    bad_chunks = {"v": PROTOCOL_VERSION, "rid": 7, "op": "push", "task": "worker:0", "step": 0,
+                  "t": [["x", "float32", [1], "\x00" * 300_000]]}
+    bad_rule = {"v": PROTOCOL_VERSION, "rid": 8, "op": "init", "t": [], "mode": "async", "sync_replicas": None,
+                "rule": {"name": "sgd", **{f"k{i:07d}": 0 for i in range(95_000)}}}
+    for request in (bad_chunks, bad_rule):
+        sock.send_multipart([msgpack.packb(request)])
+        assert sock.poll(5000), "the ps must answer the request with an error"
+        reply = msgpack.unpackb(sock.recv_multipart()[0])
+        assert reply["ok"] is False and reply["rid"] == request["rid"]
+        assert len(reply["error"]) < 3000, reply["error"][:300]
+    assert status(cluster).ready is False  # still serving
+    client.close()
+    assert ps.proc.poll() is None
+    log = ps.output()
+    assert len(log) < 20_000, f"the ps logged {len(log)} characters for two bad requests"
+
+
 def test_peer_with_wrong_secret_is_refused_and_others_still_served(make_cluster):
     cluster = make_cluster(num_ps=1, num_workers=1)
     start_ps(cluster)
