@@ -38,6 +38,15 @@ class Shard:
         return self.value
 
 
+def _check_trainable(name: str, value: np.ndarray) -> None:
+    """PsError unless `value` is floating point: an update rule adds a gradient times a
+    learning rate to it, which an integer or bool variable cannot take."""
+    if value.dtype.kind != "f":
+        raise PsError(f"variable {name!r} is {value.dtype}: a ps updates its variables with gradients, so each must"
+                      " be floating point (float16, float32 or float64); keep a counter or a mask in the program"
+                      " itself, not among the variables the ps holds")
+
+
 class ShardStore:
     """name -> Shard. Not thread-safe: used only by its server's serving thread."""
 
@@ -68,6 +77,8 @@ class ShardStore:
         unknown = slots.keys() - values.keys()
         if unknown:
             raise PsError(f"optimizer state sent for {sorted(unknown)[:5]} without their values")
+        for name, value in values.items():  # every one first: a refused init changes nothing
+            _check_trainable(name, value)
         created = 0
         for name, value in values.items():
             existing = self._shards.get(name)
@@ -129,10 +140,10 @@ class ShardStore:
     def apply(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None = None) -> None:
         """Apply one (already averaged) gradient per shard with the update rule, with the
         learning rate and weight decay `hyper` names for the shard when it is given."""
-        # every rule first: a hyper the rule cannot take is refused before any shard changes
+        # every rule and shard first: a push refused for one shard changes none
         rules = [self.rule] * len(grads) if hyper is None else [self._rule_with(hyper[name]) for name in grads]
-        for rule, (name, grad) in zip(rules, grads.items()):
-            shard = self.check(name, grad.shape, grad.dtype)
+        shards = [self.check(name, grad.shape, grad.dtype) for name, grad in grads.items()]
+        for rule, shard, grad in zip(rules, shards, grads.values()):
             rule.apply(shard.writable_value(), grad, shard.state)
 
     def check_hyper(self, hyper: Mapping[str, Hyper]) -> None:

@@ -114,6 +114,11 @@ class TrainingSession:
         self.config = config
         self.task = str(config.task)
         self.params = {name: np.array(value, copy=True, order="C") for name, value in variables.items()}
+        untrainable = [f"{name!r} ({value.dtype})" for name, value in self.params.items() if value.dtype.kind != "f"]
+        if untrainable:
+            raise TrainError(f"variables {', '.join(untrainable[:5])} are not floating point: the ps update variables"
+                             " with gradients, so each must be float16, float32 or float64 (e.g. np.zeros(10,"
+                             " np.float32), not [0] * 10); keep counters and masks in the program, not among them")
         self.optimizer = optimizer
         self.training = _training_mode(sync, config.num_replicas)
         # sync without an explicit replicas_to_aggregate: join whatever quorum the ps runs

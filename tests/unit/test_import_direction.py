@@ -64,10 +64,13 @@ def test_module_imports_only_what_its_package_may(path):
 
 
 EDGE_PROGRAMS = {"launch/agent.py"}  # a program of its own (its main is an edge), started on each host
+# SHOAL_LOG_LEVEL is read where Shoal sets its logging up, as Python reads PYTHONWARNINGS: it must
+# reach any program (a user's, with its own flags or none), not only those built on Shoal's flags
+ENVIRONMENT_READERS = {"logs_default.py"}
 
 
 @pytest.mark.parametrize("path", [p for p in modules() if package_of(p) != "cli"
-                                  and str(p.relative_to(ROOT)) not in EDGE_PROGRAMS],
+                                  and str(p.relative_to(ROOT)) not in EDGE_PROGRAMS | ENVIRONMENT_READERS],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_environment_read_below_the_cli(path):
     """Configuration is read once, at the edge (the CLI, a program's main), and passed in."""
