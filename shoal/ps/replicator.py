@@ -3,8 +3,9 @@
 The serving thread decides when a replica is due (`due`), takes a consistent copy of the shards
 (`PsService.own_replica`, a copy as for a checkpoint's `snapshot`) and hands it over (`offer`);
 the replicator's own thread sends it with its own RpcClient (RpcClient is not thread-safe) and
-logs what it cost (replication_log.py: the first copy, then a summary a minute). One replica is in flight at a time: while one is being sent, `due` says no,
-so a slow successor never queues copies up in memory. A successor that does not answer is
+logs what it cost (replication_log.py: the first copy, then a summary a minute). One replica is
+in flight at a time: while one is being sent, `due` says no, so a slow successor never queues
+copies up in memory. A successor that does not answer is
 logged (once per outage) and tried again at the next interval; replication never stops training.
 """
 
