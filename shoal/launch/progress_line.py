@@ -26,6 +26,7 @@ _P95_MS_RE = re.compile(rb"\bp95_ms=([0-9]*\.?[0-9]+)\b")
 _APPLIED_RE = re.compile(rb"\bapplied=(\d+)/(\d+)\b")
 
 _WAITING_RE = re.compile(rb"\bwaiting for ([^(\r\n]*)")
+_SILENT_RE = re.compile(rb"\(([^()\r\n]*) does not answer 'status' either\)")
 _TASK_RE = re.compile(rb"\b(chief|worker|ps|evaluator):(\d+)\b")
 
 
@@ -66,11 +67,13 @@ def parse_waiting(line: bytes) -> tuple[str, ...]:
     or () if the line says no such thing. Reads the lines shoal/train/stalls.py logs while a
     request waits: "worker:0 waiting for worker:1: ps:0: step 12 waits for ..." (a sync step
     waits for worker:1) or "worker:0 waiting for ps:0 at HOST:PORT to answer 'push'" (the ps
-    does not answer)."""
+    does not answer). When the line adds "(ps:1 does not answer 'status' either)", only the
+    ps named there: the others answer, and wait on what waits on it (a sync step)."""
     if b"waiting for " not in line:
         return ()
     match = _WAITING_RE.search(line)
     if match is None:
         return ()
-    named = match.group(1).split(b": ", 1)[0]
+    silent = _SILENT_RE.search(line, match.end())
+    named = silent.group(1) if silent is not None else match.group(1).split(b": ", 1)[0]
     return tuple(dict.fromkeys(f"{job.decode()}.{int(index)}" for job, index in _TASK_RE.findall(named)))

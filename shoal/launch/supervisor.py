@@ -84,6 +84,8 @@ MOVE_TRIES = 3
 answers, while nothing else of the job is served)."""
 USAGE_WINDOW_S = 1.0
 """A task that exits USAGE_EXIT this soon after it started is not restarted."""
+TRAINING_OVER = "training was over (every ps had finished), so it would find no ps to train with"
+"""Why a chief or worker that fails or stalls after every ps exited 0 is not restarted."""
 
 
 class EndReason(str, Enum):
@@ -340,12 +342,16 @@ class Supervisor:
             return
         restart = self._plan.restart
         if (restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
+                and self._training_over(slot)):
+            detail += f"; not restarted: {TRAINING_OVER}"
+        elif (restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
                 and self._move_elsewhere(slot, detail)):
             return
         if code == USAGE_EXIT and ended_at - slot.started_at < USAGE_WINDOW_S:
             if restart.policy is RestartPolicy.ON_FAILURE:
                 detail += f" within {USAGE_WINDOW_S:g}s of its start, a usage error: not restarted"
-        elif restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts:
+        elif (restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
+              and not self._training_over(slot)):
             delay = min(restart.backoff * 2 ** slot.restarts, _MAX_BACKOFF)
             slot.restarts += 1
             slot.restart_at = self._clock() + delay
@@ -546,6 +552,10 @@ class Supervisor:
                            f" job fails; allow more with watchdog: {{max_restarts: N}} in the spec, or a longer"
                            f" watchdog.stall")
             action = WatchdogAction.FAIL
+        elif (action is not WatchdogAction.FAIL and stall.stuck
+              and all(self._training_over(self._slots[n]) for n in stall.stuck)):
+            self._mux.note(f"shoal | watchdog: {line}; not restarted: {TRAINING_OVER}; the job fails")
+            action = WatchdogAction.FAIL
         elif action is WatchdogAction.FAIL:
             self._mux.note(f"shoal | watchdog: {line}; failing the job")
         if action is WatchdogAction.FAIL:
@@ -588,6 +598,15 @@ class Supervisor:
         if self._failure is None:
             self._failure = TaskFailure(slot.plan.name, slot.plan.label, code, detail, time.time(),
                                         slot.plan.log_path if code is not None else "")
+
+    def _training_over(self, slot: _Slot) -> bool:
+        """Whether `slot` is a chief or worker and every ps of the job has exited 0: a Shoal ps
+        does so only once the job's training is over, so a replica started again would wait for
+        ps that never come back (until the watchdog or its own timeout failed it)."""
+        if slot.plan.task.job not in ("chief", "worker"):
+            return False
+        ps = [s for s in self._slots.values() if s.plan.task.job == "ps" and s.state is not TaskState.MOVED]
+        return bool(ps) and all(s.state is TaskState.SUCCEEDED for s in ps)
 
     def _check_success(self) -> None:
         chief = self._slots.get("chief.0")

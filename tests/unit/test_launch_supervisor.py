@@ -296,3 +296,38 @@ def test_work_handed_over_by_call_soon_runs_on_the_supervisors_thread(tmp_path):
     supervisor.request_stop("test over", force=True)
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_worker_that_fails_after_every_ps_finished_is_not_restarted_and_the_job_fails_at_once(tmp_path):
+    """A restarted worker would wait for ps that never come back: the job used to end FAILED only
+    when the watchdog, the deadline or the worker's own timeout gave up, minutes later."""
+    supervisor, executor, recorder, out = supervise(
+        tmp_path, {"worker": {"count": 2}, "ps": {}}, {"worker.0": [0]}, tick=0.5,
+        restart={"policy": "on-failure", "max_restarts": 3, "backoff": "1s"})
+    recorder.hooks[("worker.0", TaskState.SUCCEEDED)] = lambda: executor.handle("ps.0").exit(0)
+    recorder.hooks[("ps.0", TaskState.SUCCEEDED)] = lambda: executor.handle("worker.1").exit(-9)
+    result = supervisor.run()
+    assert (result.state, job_exit_code(result)) == (JobState.FAILED, 1)
+    assert [name for name, _ in executor.starts].count("worker.1") == 1
+    failed = [d for _, n, _, new, d in recorder.tasks if n == "worker.1" and new is TaskState.FAILED]
+    assert failed == ["killed by SIGKILL; not restarted: training was over (every ps had finished), so it would"
+                      " find no ps to train with"], recorder.tasks
+
+
+def test_a_worker_that_fails_while_a_ps_still_serves_is_restarted(tmp_path):
+    supervisor, executor, recorder, _ = supervise(
+        tmp_path, {"worker": {"count": 2}, "ps": {"count": 2}}, {"worker.1": [1, 0], "worker.0": [RUN]}, tick=0.5,
+        restart={"policy": "on-failure", "max_restarts": 3, "backoff": "1s"})
+    recorder.hooks[("worker.1", TaskState.SUCCEEDED)] = lambda: executor.handle("worker.0").exit(0)
+    executor_start = executor.start
+
+    def start(job, task):  # ps.0 finished, ps.1 still serves
+        handle = executor_start(job, task)
+        if task.name == "ps.0":
+            handle.exit(0)
+        return handle
+
+    executor.start = start
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED
+    assert [name for name, _ in executor.starts].count("worker.1") == 2

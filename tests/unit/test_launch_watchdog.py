@@ -9,6 +9,7 @@ import pytest
 
 from shoal.cli.exit_codes import job_exit_code
 from shoal.launch.logmux import LogMux
+from shoal.launch.progress_line import parse_waiting
 from shoal.launch.spec import WatchdogAction, WatchdogSpec, spec_from_dict
 from shoal.launch.states import JobState, TaskState
 from shoal.launch.supervisor import EndReason, Supervisor
@@ -94,6 +95,17 @@ def test_tasks_the_waiting_workers_name_are_blamed_first_even_a_ps():
     clock.now = 11
     stall = dog.check(WORKERS + ("ps.0",))
     assert stall.stuck == ("ps.0",) and "wait for it" in stall.why
+
+
+def test_a_waiting_line_names_the_ps_that_does_not_answer_status_not_those_that_wait_on_it():
+    # ps:0 answers 'status' but holds the push for a sync step that waits on ps:1: ps:1 is stopped
+    line = (b"worker:0 waiting for ps:0 at 127.0.0.1:2222 to answer 'push', ps:1 at 127.0.0.1:2223 to answer"
+            b" 'push' (ps:1 does not answer 'status' either) (16s of 120s)")
+    assert parse_waiting(line) == ("ps.1",)
+    assert parse_waiting(b"worker:0 waiting for ps:0 at h:1 to answer 'push', ps:1 at h:2 to answer 'push'"
+                         b" (5s of 120s)") == ("ps.0", "ps.1")
+    assert parse_waiting(b"worker:0 waiting for worker:1: ps:0: step 12 waits for worker:1 (5s of 120s)") == \
+        ("worker.1",)
 
 
 def test_only_running_tasks_are_blamed():
@@ -250,6 +262,20 @@ def test_restart_stuck_restarts_only_the_stuck_task_with_its_identity(tmp_path):
     assert details == ["killed by SIGTERM; restarted by the watchdog"]
     assert b"stuck: worker.1 (its last progress is the oldest); restarting worker.1" in job.out.getvalue()
     assert job.stop().reason is EndReason.STOPPED
+
+
+def test_restart_stuck_after_every_ps_finished_fails_the_job_instead_of_restarting(tmp_path):
+    job = Job(tmp_path, "restart-stuck")
+    job.start()
+    job.executor.handle("ps.0").exit(0)  # the ps saw the job's end: training is over
+    wait_until(lambda: job.recorder.final().get("ps.0") is TaskState.SUCCEEDED, "ps.0 to succeed")
+    job.stall_worker_1()
+    job.thread.join(10)
+    [result] = job.results
+    assert (result.state, result.reason) == (JobState.FAILED, EndReason.STALLED)
+    assert job.starts("worker.1") == 1
+    assert (b"stuck: worker.1 (its last progress is the oldest); not restarted: training was over (every ps had"
+            b" finished), so it would find no ps to train with; the job fails") in job.out.getvalue()
 
 
 def test_restart_stuck_kills_a_task_that_ignores_sigterm_after_the_grace_period(tmp_path):
