@@ -7,7 +7,7 @@ import argparse
 from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
-from shoal.launch.control import describe_checks, sweep_job
+from shoal.launch.control import describe_checks, launcher_alive, sweep_job
 from shoal.launch.errors import LaunchError
 from shoal.launch.job_refs import find_job
 
@@ -30,7 +30,11 @@ def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job = find_job(store, args.job)
         if not job.state.is_terminal and not args.kill:
-            env.say(f"job {job.id} is {job.state.value}: its tasks are meant to run; checking anyway")
+            if launcher_alive(job):
+                env.say(f"job {job.id} is {job.state.value}: its tasks are meant to run; checking anyway")
+            else:
+                env.say(f"job {job.id}'s launcher (pid {job.launcher_pid}) is gone, so nothing of the job should"
+                        " run; checking (shoal status records the job KILLED and stops what is left)")
         checks = sweep_job(store, job, env.executor(job.executor), kill=args.kill)
     if checks is None:
         raise LaunchError(f"the {job.executor!r} executor cannot look for a job's processes")

@@ -121,11 +121,13 @@ def _ask(store: JobStore, job: JobRecord, request: ScaleRequest, timeout: float)
             return answer
     now = store.find(job.id)
     if now.state.is_terminal or not launcher_alive(job):
+        ended = (f"ended ({now.state.value})" if now.state.is_terminal
+                 else f"lost its launcher (pid {job.launcher_pid} is gone)")
         if withdrawn:
-            raise ScaleError(f"job {job.handle} ended ({now.state.value}) before its launcher took the"
+            raise ScaleError(f"job {job.handle} {ended} before its launcher took the"
                              f" request {request.describe()}; nothing was changed")
         raise ScaleError(
-            f"job {job.handle} ended ({now.state.value}) after its launcher had taken the request"
+            f"job {job.handle} {ended} after its launcher had taken the request"
             f" {request.describe()} but before it answered; the request may have been applied before"
             f" the end: shoal status {job.number or job.id} shows every task, added and stopped")
     if withdrawn:

@@ -39,16 +39,17 @@ class Captured:
 
 def record_job(shoal: Captured, job_id: str, name: str = "m", *,
                state: JobState = JobState.SUCCEEDED, running: bool = False,
-               workers: int = 1, output_dir: Optional[str] = None) -> JobPlan:
+               workers: int = 1, output_dir: Optional[str] = None, launcher_pid: Optional[int] = None) -> JobPlan:
     """Record a job as a launcher would, with a log line per task; `running`: its launcher
-    is this (live) test process and the job RUNNING, else the job ended in `state`."""
+    is this (live) test process, or `launcher_pid`, and the job RUNNING, else the job ended in `state`."""
     spec = spec_from_dict({"name": name, "run": "true", "output_dir": output_dir,
                            "roles": {"worker": {"count": workers}}})
     plan = make_plan(spec, LocalExecutor(python="/py").allocate(spec), job_id=job_id,
                      shoal_home=shoal.home, workdir=shoal.home.parent)
     with shoal.env.store() as store:
         if running:
-            store.create_job(plan, os.getpid(), process_started(os.getpid()) or 0.0)
+            pid = launcher_pid or os.getpid()
+            store.create_job(plan, pid, process_started(pid) or 0.0)
             store.set_job_state(job_id, JobState.RUNNING)
         else:
             store.create_job(plan, 1, 0.0)

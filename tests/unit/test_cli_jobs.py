@@ -5,6 +5,7 @@ and as `12.worker.1`; the newest job when none is given; `status --running/--all
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 from shoal.cli.exit_codes import ExitCode
@@ -85,6 +86,20 @@ def test_status_running_all_and_last(tmp_path):
     one = Captured(tmp_path)
     assert one("status", "d-1", "--running") == ExitCode.USAGE  # not the one job, silently
     assert "drop --running (shoal status d-1)" in one.err.getvalue()
+
+
+def test_check_of_a_running_job_whose_launcher_is_gone_says_so(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait(10)
+    shoal = Captured(tmp_path)
+    record_job(shoal, "r-1", "r", running=True, launcher_pid=gone.pid)
+    assert shoal("check", "r-1") == ExitCode.OK, shoal.err.getvalue()
+    assert shoal.out.getvalue().startswith(f"job r-1's launcher (pid {gone.pid}) is gone, so nothing of the job"
+                                           " should run; checking")
+    alive = Captured(tmp_path)
+    record_job(alive, "r-2", "r", running=True)
+    assert alive("check", "r-2") == ExitCode.OK, alive.err.getvalue()
+    assert alive.out.getvalue().startswith("job r-2 is RUNNING: its tasks are meant to run; checking anyway")
 
 
 def test_prune_removes_finished_jobs_files_and_records_but_not_running_ones(tmp_path):
