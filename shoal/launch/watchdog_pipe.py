@@ -5,14 +5,25 @@ launcher died, even by SIGKILL — the watchdog cleans up every ID still registe
 
 The local reaper (process groups, `reaper.py`) and the Slurm watchdog (steps and jobs,
 `slurm_watchdog.py`) are the two watchdogs; each is a script run in its own session.
+
+A watchdog that dies while the launcher runs (the OOM killer, a stray `kill`) would leave the
+job unguarded: a later SIGKILL of the launcher would leave its tasks running. So a thread waits
+on the watchdog process; if it exits before `close`, a new one is started and told every ID
+still registered, and a warning says so (at most MAX_RESPAWNS times).
 """
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Optional
+
+log = logging.getLogger(__name__)
+
+MAX_RESPAWNS = 5
+"""How many times a watchdog that died is started again before the launcher gives up on it."""
 
 
 class WatchdogPipe:
@@ -27,16 +38,50 @@ class WatchdogPipe:
         self._close_timeout = close_timeout
         self._proc: Optional[subprocess.Popen] = None
         self._lock = threading.Lock()
+        self._items: dict[str, None] = {}  # what is registered now, in order (a respawn tells them again)
+        self.respawns = 0
 
     def start(self) -> None:
-        self._proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, env=self._env, start_new_session=True)
+        with self._lock:
+            self._spawn()
 
     def add(self, item: str) -> None:
+        with self._lock:
+            self._items[item] = None
         self._send(f"+{item}\n")
 
     def remove(self, item: str) -> None:
+        with self._lock:
+            self._items.pop(item, None)
         self._send(f"-{item}\n")
+
+    def _spawn(self) -> None:
+        """Start the watchdog process and a thread that waits on it; tell it what is registered
+        (called with the lock held)."""
+        proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=self._env, start_new_session=True)
+        self._proc = proc
+        if self._items:
+            self._write(proc, "".join(f"+{item}\n" for item in self._items))
+        threading.Thread(target=self._watch, args=(proc,), name="shoal-watchdog-pipe", daemon=True).start()
+
+    def _watch(self, proc: subprocess.Popen) -> None:
+        """Wait for `proc` to exit; if it was not closed, start a new one (see the module)."""
+        code = proc.wait()
+        with self._lock:
+            if self._proc is not proc:  # closed (or already replaced): as it should be
+                return
+            if self.respawns >= MAX_RESPAWNS:
+                self._proc = None
+                log.warning("the job's watchdog process (pid %d) died (exit %s), the %s time; the launcher no"
+                            " longer replaces it, so if the launcher itself is killed, look for leftovers with"
+                            " shoal check JOB --kill", proc.pid, code, _nth(self.respawns + 1))
+                return
+            self.respawns += 1
+            self._spawn()
+            log.warning("the job's watchdog process (pid %d) died (exit %s); started a new one (pid %d) and told it"
+                        " the %d thing%s the old one watched", proc.pid, code, self._proc.pid,
+                        len(self._items), "" if len(self._items) == 1 else "s")
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the pipe and wait (up to `timeout`, else the constructor's) for the watchdog to
@@ -58,10 +103,21 @@ class WatchdogPipe:
 
     def _send(self, line: str) -> None:
         with self._lock:
-            if self._proc is None or self._proc.stdin is None:
-                return
-            try:
-                self._proc.stdin.write(line.encode())
-                self._proc.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                pass
+            if self._proc is not None:
+                self._write(self._proc, line)
+
+    @staticmethod
+    def _write(proc: subprocess.Popen, text: str) -> None:
+        """Write `text` to the watchdog; a watchdog that died meanwhile is replaced by `_watch`,
+        which tells its successor everything registered."""
+        if proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(text.encode())
+            proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
