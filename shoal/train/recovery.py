@@ -52,11 +52,22 @@ def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, tot
     """Every ps's status, polling until the chief marked all of them ready."""
     log.info("%s waiting for the chief (%s) to initialize the variables", task, chief)
 
+    unanswered: list[WireError] = []  # the last probe's, if a ps did not answer it
+
     def probe() -> list[StatusReply] | None:
-        statuses = client.status_all(client.timeout_s)
+        try:
+            statuses = client.status_all(client.timeout_s)
+        except WireError as e:  # a ps lost meanwhile: wait on (a restart policy brings it back)
+            unanswered[:] = [e]
+            return None
+        unanswered.clear()
         return statuses if all(s.ready for s in statuses) else None
 
     def timed_out() -> Exception:
+        if unanswered:
+            return TrainError(f"{task}: waited {total_s:g}s for the chief ({chief}) to initialize the variables, and"
+                              f" a ps stopped answering meanwhile: {unanswered[0]}; restart the ps task (the launcher"
+                              " does with restart: {policy: on-failure})")
         return TrainError(f"{task}: the chief ({chief}) did not initialize the variables within {total_s:g}s; "
                           "is it running? (raise init_timeout_s if it is slow)")
 
@@ -67,14 +78,16 @@ def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, tot
 class PsRecovery:
     """Brings a lost ps back into training: waits until it answers again; on the chief,
     `rebuild(client, ps)` recreates its shards, on other workers it waits until it is ready.
-    Raises TrainError at the deadline."""
+    Raises TrainError at the deadline; `stop()`, called at each poll, may raise to end the wait
+    (a session's SIGTERM: the process then stops at once, not when the launcher's SIGKILL comes)."""
 
     def __init__(self, task: str, chief: str, timeout_s: float,
-                 rebuild: Callable[[PsClient, int], None] | None = None):
+                 rebuild: Callable[[PsClient, int], None] | None = None, *, stop: Callable[[], None] | None = None):
         self._task = task
         self._chief = chief
         self._timeout_s = timeout_s
         self._rebuild = rebuild
+        self.stop = stop  # called at each poll of a wait; raises to end it (SIGTERM)
 
     def learn(self, client: PsClient, deadline: float) -> None:
         """At start, the ps tasks re-homed before this worker started: none, as this strategy
@@ -120,7 +133,7 @@ class PsRecovery:
             return f"{self._task} waiting for the chief ({self._chief}) to restore ps:{ps} at {address}"
 
         status = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
-                            waiting=log_waiting(log, waiting_for, self._timeout_s))
+                            waiting=log_waiting(log, waiting_for, self._timeout_s), stop=self.stop)
         if status is False:
             return False
         client.set_incarnation(ps, status.incarnation)

@@ -186,7 +186,8 @@ class Rehoming:
 
         outcome = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
                              waiting=log_waiting(log, f"{self._task} waiting for {name} at {address} to come back "
-                                                 f"or the chief ({self._chief_task}) to move its shards", total_s))
+                                                 f"or the chief ({self._chief_task}) to move its shards", total_s),
+                             stop=self._recovery.stop)
         if outcome == "back" and self._recovery.recover(client, ps, deadline, cause,
                                                          retired=lambda: self._retired_everywhere(client, ps)):
             return

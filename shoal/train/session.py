@@ -145,7 +145,8 @@ class TrainingSession:
                                   history=lambda: self._book.history,
                                   params_step=lambda: self._params_step) if config.is_chief else None
         recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
-                              self._chief.rebuild_ps if self._chief is not None else None)
+                              self._chief.rebuild_ps if self._chief is not None else None,
+                              stop=lambda: self._stop.stop(self._step, None))  # SIGTERM ends a wait for a lost ps
         self._stop = GracefulStop(self.task)
         self._rebuild = recovery  # what the ps watch runs: in-graph training does not re-home a ps (yet)
         self._recovering = threading.Lock()  # the session's own recovery and its ps watch's, one at a time

