@@ -83,6 +83,7 @@ class _Member:
     timeout_s: float = 0.0
     failed_incarnation: str = ""
     terminated: bool = False  # FAILED by SIGTERM (stopped), not by an error
+    incarnation: str = ""  # TRAINING: the process whose heartbeats made it a member
 
 
 class Membership:
@@ -113,8 +114,22 @@ class Membership:
             member.deadline, member.timeout_s = now + timeout_s, timeout_s
             return None
         before = member.state if member is not None else None
-        self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s)
+        self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s, incarnation=incarnation)
         return self._changed(Change(task, before, MemberState.TRAINING))
+
+    def replaced(self, task: str, incarnation: str) -> Change | None:
+        """A heartbeat of `task` from process `incarnation`: if another process of it is the
+        training member, that one is gone (a task's identity runs once: the launcher restarted
+        it after a SIGKILL, which sends no 'failed'). It leaves now, as it would once its
+        heartbeats were overdue, so a sync step stops waiting for its gradient; the new process
+        then joins with `heartbeat`. Returns the change, None if there is none."""
+        member = self._members.get(task)
+        if (member is None or member.state is not MemberState.TRAINING or not member.incarnation
+                or not incarnation or incarnation == member.incarnation):
+            return None
+        change = self._leave(task, MemberState.LOST, why="a new process of it heartbeats: it was restarted")
+        self._members[task].failed_incarnation = member.incarnation
+        return change
 
     def adopt(self, live: Iterable[str], now: float) -> list[Change]:
         """This ps restarted and was rebuilt: the other ps tasks count `live` as training. Those

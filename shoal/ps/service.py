@@ -382,6 +382,7 @@ class PsService:
         return Reply(request, Empty())
 
     def _heartbeat(self, request: Request, message: HeartbeatRequest) -> Reply:
+        self._membership_changed([self.membership.replaced(message.task, message.incarnation)])
         change = self.membership.heartbeat(message.task, message.incarnation, message.timeout_ms / 1000,
                                            self._clock())
         self._membership_changed([change])

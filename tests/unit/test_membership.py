@@ -125,6 +125,31 @@ def test_sync_step_completes_without_a_member_whose_heartbeat_expired_averaging_
     assert status(service).members == ("chief:0", "worker:0")
 
 
+def test_a_heartbeat_from_a_new_process_of_a_member_replaces_the_old_one_at_once():
+    m = Membership(EXPECTED, "chief:0", now=0.0)
+    m.heartbeat("worker:1", "old", 20, now=1.0)
+    assert m.replaced("worker:1", "old") is None and m.replaced("worker:1", "") is None
+    change = m.replaced("worker:1", "new")
+    assert change.describe() == ("worker:1 left (a new process of it heartbeats: it was restarted; 0 gradients"
+                                 " applied)")
+    assert m.heartbeat("worker:1", "old", 20, now=2.0) is None  # the old one's late heartbeat: not taken back
+    assert m.heartbeat("worker:1", "new", 20, now=2.0).describe() == "worker:1 rejoined"
+
+
+def test_a_sync_step_waiting_for_a_replica_restarted_after_a_sigkill_completes_when_its_new_process_heartbeats():
+    """The launcher restarts a SIGKILLed worker within a second, and a SIGKILL sends no 'failed':
+    the step waited for the old process's gradient until its heartbeats were overdue (20 s)."""
+    clock = Clock()
+    service = sync_service(clock)
+    assert push(service, "chief:0", 0, 1.0) == [] and push(service, "worker:0", 0, 3.0) == []
+    clock.now += 0.5
+    replies = service.handle(request(HeartbeatRequest("worker:1", "its-new-process", 2000)))
+    pushed = [r for r in replies if r.request.header.get("task") in ("chief:0", "worker:0")]
+    assert sorted(r.request.header["task"] for r in pushed) == ["chief:0", "worker:0"]
+    assert all(r.body.outcome is PushOutcome.APPLIED and r.body.step == 1 for r in pushed)
+    assert status(service).members == ("chief:0", "worker:0", "worker:1")  # the new process trains on
+
+
 def test_sync_gradient_of_a_member_that_left_mid_step_is_averaged_in():
     clock = Clock()
     service = sync_service(clock)
