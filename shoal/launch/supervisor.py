@@ -628,8 +628,10 @@ class Supervisor:
         self._finishing = True
         live = []
         for slot in self._slots.values():
-            if slot.state in (TaskState.PENDING, TaskState.RESTARTING):
+            if slot.state is TaskState.PENDING:
                 self._move(slot, TaskState.KILLED, "job stopped before it ran")
+            elif slot.state is TaskState.RESTARTING:
+                self._move(slot, TaskState.KILLED, "job stopped before its restart")
             elif slot.state is TaskState.RUNNING and slot.handle is not None:
                 if not slot.stopping:  # one being stopped already (scaled down) got its SIGTERM
                     live.append(slot)

@@ -331,3 +331,13 @@ def test_a_worker_that_fails_while_a_ps_still_serves_is_restarted(tmp_path):
     result = supervisor.run()
     assert result.state is JobState.SUCCEEDED
     assert [name for name, _ in executor.starts].count("worker.1") == 2
+
+
+def test_a_task_waiting_for_its_restart_when_the_job_stops_is_killed_before_its_restart(tmp_path):
+    supervisor, executor, recorder, _ = supervise(
+        tmp_path, {"worker": {"count": 2}}, {"worker.1": [1]}, tick=0.5,
+        restart={"policy": "on-failure", "max_restarts": 3, "backoff": "30s"})
+    recorder.hooks[("worker.1", TaskState.RESTARTING)] = lambda: supervisor.request_stop("test over")
+    supervisor.run()
+    killed = [d for _, n, old, new, d in recorder.tasks if n == "worker.1" and new is TaskState.KILLED]
+    assert killed == ["job stopped before its restart"], recorder.tasks
