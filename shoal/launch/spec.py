@@ -90,7 +90,7 @@ def _is_task_count(value: Any) -> bool:
     """Whether `value` reads as a count of tasks: an int >= 0 (a whole float, digits in a string)."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
         return True
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -549,7 +549,8 @@ def _named_field(loc: tuple, msg: str) -> tuple[tuple, str]:
     0 or 1"): that field's path (so the error points at its line), and the message after it."""
     first, _, rest = msg.partition(" ")
     path = tuple(first.split("."))
-    if rest and len(path) > len(loc) and path[:len(loc)] == loc and all(part.isidentifier() for part in path):
+    if (rest and len(path) > max(1, len(loc)) and path[:len(loc)] == loc and path[0] in _fields_at(())
+            and all(part.isidentifier() for part in path)):
         return path, rest
     return loc, msg
 

@@ -3,6 +3,7 @@
 Task:  PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | KILLED
        RUNNING -> RESTARTING -> STARTING   (restart policy, same identity)
        STARTING -> FAILED (could not exec);  PENDING | RESTARTING -> KILLED (job stopped)
+       RESTARTING -> FAILED   (not started again: the job's training ended meanwhile)
        PENDING | RUNNING | RESTARTING -> SCALED_DOWN   (`shoal scale` stopped it; an expected end)
        RUNNING -> MOVED   (its host was lost; a replacement runs on another host: relocation.py)
 Job:   PENDING -> RUNNING -> SUCCEEDED | FAILED | KILLED;  PENDING -> FAILED | KILLED
@@ -60,7 +61,7 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
         {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING,
          TaskState.SCALED_DOWN, TaskState.MOVED}
     ),
-    TaskState.RESTARTING: frozenset({TaskState.STARTING, TaskState.KILLED, TaskState.SCALED_DOWN}),
+    TaskState.RESTARTING: frozenset({TaskState.STARTING, TaskState.KILLED, TaskState.SCALED_DOWN, TaskState.FAILED}),
     TaskState.SUCCEEDED: frozenset(),
     TaskState.FAILED: frozenset(),
     TaskState.KILLED: frozenset(),

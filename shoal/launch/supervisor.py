@@ -154,6 +154,8 @@ class _Slot:
     kill_at: Optional[float] = None  # when a task the watchdog stopped gets SIGKILL
     stall_restarts: int = 0
     scaled_down: bool = False  # `shoal scale` stops it: its end is expected
+    last_exit: str = ""  # how its last attempt ended ("exit 1"), while it waits for its restart
+    last_code: Optional[int] = None
 
 
 def describe_exit(code: int) -> str:
@@ -266,7 +268,11 @@ class Supervisor:
                 else:
                     timeout = min(timeout, slot.kill_at - now)
             if slot.state is TaskState.RESTARTING:
-                if slot.restart_at <= now:
+                if slot.restart_at <= now and self._training_over(slot):  # the last ps ended meanwhile
+                    self._give_up(slot, slot.last_code, f"{slot.last_exit}; not restarted: {TRAINING_OVER}")
+                    if self._result is not None:
+                        return
+                elif slot.restart_at <= now:
                     self._start(slot)
                     if self._result is not None:
                         return
@@ -321,6 +327,7 @@ class Supervisor:
         if attempt != slot.attempt or slot.state is not TaskState.RUNNING:
             return
         detail = describe_exit(code)
+        slot.last_exit, slot.last_code = detail, code
         if slot.scaled_down:
             slot.kill_at = None
             self._move(slot, TaskState.SCALED_DOWN, f"scaled down ({detail})")
@@ -358,6 +365,10 @@ class Supervisor:
             self._move(slot, TaskState.RESTARTING,
                        f"{detail}; restart {slot.restarts}/{restart.max_restarts} in {delay:g}s")
             return
+        self._give_up(slot, code, detail)
+
+    def _give_up(self, slot: _Slot, code: Optional[int], detail: str) -> None:
+        """`slot` failed for good: it is FAILED, and the job ends (but for an evaluator)."""
         self._move(slot, TaskState.FAILED, detail)
         if slot.plan.task.job == "evaluator":
             self._mux.note(f"shoal | {slot.plan.label} failed; an evaluator does not stop the job")

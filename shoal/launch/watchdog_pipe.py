@@ -48,12 +48,12 @@ class WatchdogPipe:
     def add(self, item: str) -> None:
         with self._lock:
             self._items[item] = None
-        self._send(f"+{item}\n")
+            self._send(f"+{item}\n")
 
     def remove(self, item: str) -> None:
         with self._lock:
             self._items.pop(item, None)
-        self._send(f"-{item}\n")
+            self._send(f"-{item}\n")
 
     def _spawn(self) -> None:
         """Start the watchdog process and a thread that waits on it; tell it what is registered
@@ -78,7 +78,14 @@ class WatchdogPipe:
                             " shoal check JOB --kill", proc.pid, code, _nth(self.respawns + 1))
                 return
             self.respawns += 1
-            self._spawn()
+            try:
+                self._spawn()
+            except OSError as e:  # (out of memory or processes: what may have killed the old one)
+                self._proc = None
+                log.warning("the job's watchdog process (pid %d) died (exit %s) and a new one could not be started"
+                            " (%s); if the launcher itself is killed, look for leftovers with shoal check JOB --kill",
+                            proc.pid, code, e)
+                return
             log.warning("the job's watchdog process (pid %d) died (exit %s); started a new one (pid %d) and told it"
                         " the %d thing%s the old one watched", proc.pid, code, self._proc.pid,
                         len(self._items), "" if len(self._items) == 1 else "s")
@@ -102,9 +109,9 @@ class WatchdogPipe:
             proc.wait(5)
 
     def _send(self, line: str) -> None:
-        with self._lock:
-            if self._proc is not None:
-                self._write(self._proc, line)
+        """Write `line` to the watchdog (called with the lock held)."""
+        if self._proc is not None:
+            self._write(self._proc, line)
 
     @staticmethod
     def _write(proc: subprocess.Popen, text: str) -> None:

@@ -46,6 +46,9 @@ class MemberState(str, Enum):
 
 LIVE = (MemberState.EXPECTED, MemberState.TRAINING)
 
+_REPLACED_KEPT = 8
+"""How many replaced processes of one task are remembered, so their late heartbeats are ignored."""
+
 
 @dataclass(frozen=True)
 class Change:
@@ -96,6 +99,7 @@ class Membership:
         self.join_grace_s = join_grace_s
         self.version = 1
         self._members: dict[str, _Member] = {t: _Member(MemberState.EXPECTED, now + join_grace_s) for t in expected}
+        self._replaced: dict[str, list[str]] = {}  # per task, the processes a newer one replaced (a few newest)
         self._applied: dict[str, int] = {}  # per replica, gradients applied on this ps (bounded by members)
 
     # --- what replicas say ----------------------------------------------------------------
@@ -105,6 +109,8 @@ class Membership:
         (re)joined. Ignored from a task that said done, and from the process that said failed
         (a heartbeat of it still on the way); its restarted process rejoins."""
         timeout_s = min(MAX_TIMEOUT_S, max(MIN_TIMEOUT_S, timeout_s))
+        if incarnation and incarnation in self._replaced.get(task, ()):
+            return None  # a late heartbeat of a process a newer one replaced
         member = self._members.get(task)
         if member is not None and (member.state is MemberState.DONE or
                                    (member.state in (MemberState.FAILED, MemberState.LOST)
@@ -125,8 +131,12 @@ class Membership:
         then joins with `heartbeat`. Returns the change, None if there is none."""
         member = self._members.get(task)
         if (member is None or member.state is not MemberState.TRAINING or not member.incarnation
-                or not incarnation or incarnation == member.incarnation):
+                or not incarnation or incarnation == member.incarnation
+                or incarnation in self._replaced.get(task, ())):
             return None
+        replaced = self._replaced.setdefault(task, [])
+        replaced.append(member.incarnation)
+        del replaced[:-_REPLACED_KEPT]
         change = self._leave(task, MemberState.LOST, why="a new process of it heartbeats: it was restarted")
         self._members[task].failed_incarnation = member.incarnation
         return change

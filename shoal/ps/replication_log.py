@@ -59,6 +59,7 @@ class ReplicationLog:
         """The successor answers again after an outage: its next copy gets an INFO line."""
         log.info("ps:%d replicates to ps:%d again", self._source, self._successor)
         self._said_first = False
+        self._copies = []  # the next summary counts from the copy said at INFO on
 
     def _summary(self, now: float) -> None:
         copies = self._copies

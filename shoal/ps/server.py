@@ -179,6 +179,20 @@ class Server:
             tracker = self._rpc.reply(reply.request, reply.body.fields(), reply.tensors, track=bool(reply.shards))
             self.service.store.track(reply.shards, tracker)
 
+    def _send_released(self, replies) -> None:
+        """Send the replies a chore released (requests that waited: a sync step, a pull); one
+        that cannot be sent gets an error reply instead, and the ps serves on (serving thread)."""
+        for reply in replies:
+            try:
+                self._send([reply])
+            except Exception as e:  # a bug: never the end of the ps
+                why = bounded(repr(e))
+                log.error("%s could not send a reply to %r: %s", self.config.task, reply.request.op, why)
+                try:
+                    self._rpc.reply_error(reply.request, f"internal error in {self.config.task} replying: {why}")
+                except Exception:  # noqa: BLE001 — nothing more to try: its client's wait times out
+                    log.debug("%s: the error reply could not be sent either", self.config.task, exc_info=True)
+
     def _serve(self) -> None:
         drained = False
         next_chores = 0.0
@@ -186,14 +200,14 @@ class Server:
             while not self._stopped.is_set():
                 if self._rpc.serve_once(100) and time.monotonic() < next_chores:
                     continue  # a burst of requests: the chores below wait up to CHORES_EVERY_S
-                self._send(self.service.tick())
+                self._send_released(self.service.tick())
                 self._note_replicas()
                 self.service.log_sync_wait()
                 self._follow_ring()
                 self._replicate_if_due()
                 if self._drain.is_set() and not drained:
                     drained = True
-                    self._send(self.service.drain())
+                    self._send_released(self.service.drain())
                 next_chores = time.monotonic() + CHORES_EVERY_S
         except Exception as e:
             self._failed = bounded(repr(e))

@@ -382,7 +382,10 @@ class PsService:
         return Reply(request, Empty())
 
     def _heartbeat(self, request: Request, message: HeartbeatRequest) -> Reply:
-        self._membership_changed([self.membership.replaced(message.task, message.incarnation)])
+        # a new process of a training replica: the old one leaves first, so a sync step stops
+        # waiting for its gradient (its leases go back when the new one leases: the book knows
+        # each holder; and the job is not over in between)
+        self._membership_changed([self.membership.replaced(message.task, message.incarnation)], replacing=True)
         change = self.membership.heartbeat(message.task, message.incarnation, message.timeout_ms / 1000,
                                            self._clock())
         self._membership_changed([change])
@@ -528,15 +531,16 @@ class PsService:
 
     # --- membership ------------------------------------------------------------------------
 
-    def _membership_changed(self, changes: Sequence[Change | None]) -> None:
+    def _membership_changed(self, changes: Sequence[Change | None], replacing: bool = False) -> None:
         """Log each change, follow it with the sync quorum (a step that a departure completed is
-        applied now), and end the job if it is over."""
+        applied now), and end the job if it is over. `replacing`: the departure of a process
+        whose successor joins next (its leases and the job's end are left to that)."""
         changes = [c for c in changes if c is not None]
         if not changes:
             return
         log.info("%s %s; %s", self.task_name, self.membership.describe(), "; ".join(c.describe() for c in changes))
         for change in changes:
-            if change.after not in LIVE:
+            if change.after not in LIVE and not replacing:
                 # its unconsumed positions go back to the queue
                 self._leases.release(change.task, "finished" if change.after is MemberState.DONE else "left")
         if self._sync is not None and any(c.live_changed for c in changes):
@@ -547,7 +551,7 @@ class PsService:
             if caught_up:  # adopted shards that waited for the departed replica's gradient
                 self.store.apply(caught_up, hyper)
                 self._release()
-        reason = self.membership.job_over()
+        reason = None if replacing else self.membership.job_over()
         if reason is not None:
             self._on_job_over(reason)
 

@@ -15,7 +15,7 @@ from shoal.ps.client import PsClient
 from shoal.ps.protocol import Mode, StatusReply
 from shoal.train.errors import TrainError
 from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
-from shoal.wire import WireError
+from shoal.wire import PeerLostError, PeerTimeoutError, WireError
 
 log = logging.getLogger("shoal.train.session")
 
@@ -57,7 +57,7 @@ def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, tot
     def probe() -> list[StatusReply] | None:
         try:
             statuses = client.status_all(client.timeout_s)
-        except WireError as e:  # a ps lost meanwhile: wait on (a restart policy brings it back)
+        except (PeerLostError, PeerTimeoutError) as e:  # a ps lost meanwhile: wait on (a restart brings it back)
             unanswered[:] = [e]
             return None
         unanswered.clear()

@@ -144,11 +144,13 @@ class TrainingSession:
                                   self.checkpointer, lambda: self._step, local_state,
                                   history=lambda: self._book.history,
                                   params_step=lambda: self._params_step) if config.is_chief else None
-        recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s,
-                              self._chief.rebuild_ps if self._chief is not None else None,
-                              stop=lambda: self._stop.stop(self._step, None))  # SIGTERM ends a wait for a lost ps
+        rebuild = self._chief.rebuild_ps if self._chief is not None else None
+        # on the session's thread SIGTERM ends a wait for a lost ps (TrainingTerminated); not on the ps watch's
+        recovery = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s, rebuild,
+                              stop=lambda: self._stop.stop(self._step, None))
         self._stop = GracefulStop(self.task)
-        self._rebuild = recovery  # what the ps watch runs: in-graph training does not re-home a ps (yet)
+        # what the ps watch runs: in-graph training does not re-home a ps (yet)
+        self._rebuild = PsRecovery(self.task, str(config.chief_task), ps_recovery_timeout_s, rebuild)
         self._recovering = threading.Lock()  # the session's own recovery and its ps watch's, one at a time
         self._watch: PsWatch | None = None
         self._secret, self._security = secret, security

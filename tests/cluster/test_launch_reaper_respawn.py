@@ -36,13 +36,19 @@ def test_a_reaper_that_dies_is_replaced_and_its_successor_stops_the_groups_when_
         reaper.add(task.pid)
         first = reaper._proc.pid
         os.kill(first, signal.SIGKILL)  # the OOM killer, say
-        wait_until(lambda: reaper.respawns == 1 and reaper._proc is not None and reaper._proc.pid != first, 10,
-                   "a new reaper")
-        assert any(f"watchdog process (pid {first}) died (exit -9); started a new one" in r.getMessage()
-                   and "told it the 1 thing the old one watched" in r.getMessage() for r in caplog.records)
+
+        def replaced() -> bool:
+            return any(f"watchdog process (pid {first}) died (exit -9); started a new one" in r.getMessage()
+                       and "told it the 1 thing the old one watched" in r.getMessage() for r in caplog.records)
+
+        wait_until(replaced, 10, "a new reaper, and the warning that says so")
+        assert reaper.respawns == 1 and reaper._proc.pid != first
         assert group_alive(task.pid)  # the replacement kills nothing while the launcher lives
-        reaper._proc.stdin.close()  # what the kernel does when the launcher dies, even by SIGKILL
+        with reaper._lock:  # the launcher dies: its threads with it (no respawn), and the kernel closes the pipe
+            successor, reaper._proc = reaper._proc, None
+        successor.stdin.close()
         wait_until(lambda: task.poll() is not None, 10, "the new reaper to stop the task's group")
+        successor.wait(10)
     finally:
         reaper.close(timeout=5)
         if task.poll() is None:

@@ -70,7 +70,7 @@ def test_unknown_role_names_line_and_suggests(tmp_path):
     assert str(e).startswith("job.yaml:7: roles.pss: 'pss' is not a role (did you mean 'ps'?)")
 
 
-@pytest.mark.parametrize("count", ["-1", "2.5", "true", "two"])
+@pytest.mark.parametrize("count", ["-1", "2.5", "true", "two", "\"²\""])
 def test_a_count_that_is_no_number_of_tasks_names_line_field_and_fix(tmp_path, count):
     e = error(tmp_path, GOOD.replace("{count: 2}", f"{{count: {count}}}"))
     assert e.line == 7 and e.field == "roles.ps.count", str(e)
@@ -121,8 +121,10 @@ def test_a_misspelt_section_is_named_before_what_it_leaves_missing_or_unfilled(t
 
 
 def test_job_without_chief_or_worker_is_an_error(tmp_path):
-    with pytest.raises(SpecError, match="no chief and no worker"):
+    with pytest.raises(SpecError) as e:
         spec_from_dict({"name": "x", "run": "true", "roles": {"ps": {"count": 1}}})
+    assert e.value.field == "(top level)" and str(e.value).endswith(
+        "(top level): the job has no chief and no worker; add e.g. roles: {worker: {count: 1}}"), str(e.value)
 
 
 def test_two_chiefs_are_an_error():

@@ -341,3 +341,16 @@ def test_a_task_waiting_for_its_restart_when_the_job_stops_is_killed_before_its_
     supervisor.run()
     killed = [d for _, n, old, new, d in recorder.tasks if n == "worker.1" and new is TaskState.KILLED]
     assert killed == ["job stopped before its restart"], recorder.tasks
+
+
+def test_a_worker_waiting_for_its_restart_when_the_last_ps_finishes_is_not_started_again(tmp_path):
+    supervisor, executor, recorder, _ = supervise(
+        tmp_path, {"worker": {"count": 2}, "ps": {}}, {"worker.1": [1, 0]}, tick=0.5,
+        restart={"policy": "on-failure", "max_restarts": 3, "backoff": "5s"})
+    recorder.hooks[("worker.1", TaskState.RESTARTING)] = lambda: executor.handle("ps.0").exit(0)
+    result = supervisor.run()
+    assert (result.state, job_exit_code(result)) == (JobState.FAILED, 1)
+    assert [name for name, _ in executor.starts].count("worker.1") == 1
+    failed = [d for _, n, _, new, d in recorder.tasks if n == "worker.1" and new is TaskState.FAILED]
+    assert failed == ["exit 1; not restarted: training was over (every ps had finished), so it would find no ps"
+                      " to train with"], recorder.tasks

@@ -95,8 +95,8 @@ def test_quorum_is_the_live_members_minus_backups_and_at_least_one(live, backups
 
 # --- the service: a sync step follows the membership ---------------------------------------
 
-def sync_service(clock, replicas=3, names=EXPECTED):
-    service = PsService("ps:0", len(names), lambda reason: None, replica_names=names, clock=clock)
+def sync_service(clock, replicas=3, names=EXPECTED, on_job_over=lambda reason: None):
+    service = PsService("ps:0", len(names), on_job_over, replica_names=names, clock=clock)
     service.handle(request(InitRequest(SGD(1.0).to_config(), TrainingMode(Mode.SYNC, replicas)),
                            {"w": np.zeros(3, np.float32)}))
     service.handle(request(ReadyRequest()))
@@ -134,6 +134,17 @@ def test_a_heartbeat_from_a_new_process_of_a_member_replaces_the_old_one_at_once
                                  " applied)")
     assert m.heartbeat("worker:1", "old", 20, now=2.0) is None  # the old one's late heartbeat: not taken back
     assert m.heartbeat("worker:1", "new", 20, now=2.0).describe() == "worker:1 rejoined"
+    # and once the new one trains, a late heartbeat of the old one neither replaces it nor rejoins
+    assert m.replaced("worker:1", "old") is None and m.heartbeat("worker:1", "old", 20, now=3.0) is None
+    assert m.training == ("chief:0", "worker:0", "worker:1") and m.replaced("worker:1", "new") is None
+
+
+def test_a_replica_restarted_after_the_chief_finished_trains_on_the_job_is_not_over():
+    ended = []
+    service = sync_service(Clock(), replicas=2, names=("worker:0", "worker:1"), on_job_over=ended.append)
+    service.handle(request(DoneRequest("worker:0")))
+    service.handle(request(HeartbeatRequest("worker:1", "its-new-process", 2000)))
+    assert ended == [] and not service.all_done and status(service).members == ("worker:1",)
 
 
 def test_a_sync_step_waiting_for_a_replica_restarted_after_a_sigkill_completes_when_its_new_process_heartbeats():
