@@ -154,8 +154,7 @@ class _Slot:
     kill_at: Optional[float] = None  # when a task the watchdog stopped gets SIGKILL
     stall_restarts: int = 0
     scaled_down: bool = False  # `shoal scale` stops it: its end is expected
-    last_exit: str = ""  # how its last attempt ended ("exit 1"), while it waits for its restart
-    last_code: Optional[int] = None
+    last_code: Optional[int] = None  # how its last attempt ended, while it waits for its restart
 
 
 def describe_exit(code: int) -> str:
@@ -269,7 +268,8 @@ class Supervisor:
                     timeout = min(timeout, slot.kill_at - now)
             if slot.state is TaskState.RESTARTING:
                 if slot.restart_at <= now and self._training_over(slot):  # the last ps ended meanwhile
-                    self._give_up(slot, slot.last_code, f"{slot.last_exit}; not restarted: {TRAINING_OVER}")
+                    code = slot.last_code
+                    self._give_up(slot, code, f"{describe_exit(code or 0)}; not restarted: {TRAINING_OVER}")
                     if self._result is not None:
                         return
                 elif slot.restart_at <= now:
@@ -327,7 +327,7 @@ class Supervisor:
         if attempt != slot.attempt or slot.state is not TaskState.RUNNING:
             return
         detail = describe_exit(code)
-        slot.last_exit, slot.last_code = detail, code
+        slot.last_code = code
         if slot.scaled_down:
             slot.kill_at = None
             self._move(slot, TaskState.SCALED_DOWN, f"scaled down ({detail})")
@@ -348,17 +348,16 @@ class Supervisor:
             self._check_success()
             return
         restart = self._plan.restart
-        if (restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
-                and self._training_over(slot)):
+        restartable = restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
+        if restartable and self._training_over(slot):
             detail += f"; not restarted: {TRAINING_OVER}"
-        elif (restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
-                and self._move_elsewhere(slot, detail)):
+            restartable = False
+        elif restartable and self._move_elsewhere(slot, detail):
             return
         if code == USAGE_EXIT and ended_at - slot.started_at < USAGE_WINDOW_S:
             if restart.policy is RestartPolicy.ON_FAILURE:
                 detail += f" within {USAGE_WINDOW_S:g}s of its start, a usage error: not restarted"
-        elif (restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts
-              and not self._training_over(slot)):
+        elif restartable:
             delay = min(restart.backoff * 2 ** slot.restarts, _MAX_BACKOFF)
             slot.restarts += 1
             slot.restart_at = self._clock() + delay

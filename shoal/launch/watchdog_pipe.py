@@ -73,9 +73,9 @@ class WatchdogPipe:
                 return
             if self.respawns >= MAX_RESPAWNS:
                 self._proc = None
-                log.warning("the job's watchdog process (pid %d) died (exit %s), the %s time; the launcher no"
-                            " longer replaces it, so if the launcher itself is killed, look for leftovers with"
-                            " shoal check JOB --kill", proc.pid, code, _nth(self.respawns + 1))
+                log.warning("the job's watchdog process (pid %d) died (exit %s) after %d replacements; the launcher"
+                            " no longer replaces it, so if the launcher itself is killed, look for leftovers with"
+                            " shoal check JOB --kill", proc.pid, code, self.respawns)
                 return
             self.respawns += 1
             try:
@@ -124,7 +124,3 @@ class WatchdogPipe:
             proc.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass
-
-
-def _nth(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

@@ -137,9 +137,7 @@ class Membership:
         replaced = self._replaced.setdefault(task, [])
         replaced.append(member.incarnation)
         del replaced[:-_REPLACED_KEPT]
-        change = self._leave(task, MemberState.LOST, why="a new process of it heartbeats: it was restarted")
-        self._members[task].failed_incarnation = member.incarnation
-        return change
+        return self._leave(task, MemberState.LOST, why="a new process of it heartbeats: it was restarted")
 
     def adopt(self, live: Iterable[str], now: float) -> list[Change]:
         """This ps restarted and was rebuilt: the other ps tasks count `live` as training. Those

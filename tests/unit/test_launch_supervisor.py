@@ -18,7 +18,7 @@ from shoal.launch.logmux import LogMux
 from shoal.launch.plan import make_plan
 from shoal.launch.spec import spec_from_dict
 from shoal.launch.states import JobState, TaskState
-from shoal.launch.supervisor import EndReason, Supervisor
+from shoal.launch.supervisor import TRAINING_OVER, EndReason, Supervisor
 
 pytestmark = pytest.mark.timeout(30)
 RUN = None  # a script step: run until signalled
@@ -128,6 +128,10 @@ class Recorder:
 
     def times(self, name: str, state: TaskState) -> list[float]:
         return [t for t, n, _, new, _ in self.tasks if n == name and new is state]
+
+    def details(self, name: str, state: TaskState) -> list[str]:
+        """The details of `name`'s moves to `state`, in order."""
+        return [d for _, n, _, new, d in self.tasks if n == name and new is state]
 
 
 def plan_of(tmp_path: Path, roles: dict, **extra):
@@ -309,9 +313,8 @@ def test_a_worker_that_fails_after_every_ps_finished_is_not_restarted_and_the_jo
     result = supervisor.run()
     assert (result.state, job_exit_code(result)) == (JobState.FAILED, 1)
     assert [name for name, _ in executor.starts].count("worker.1") == 1
-    failed = [d for _, n, _, new, d in recorder.tasks if n == "worker.1" and new is TaskState.FAILED]
-    assert failed == ["killed by SIGKILL; not restarted: training was over (every ps had finished), so it would"
-                      " find no ps to train with"], recorder.tasks
+    assert recorder.details("worker.1", TaskState.FAILED) == [
+        f"killed by SIGKILL; not restarted: {TRAINING_OVER}"], recorder.tasks
 
 
 def test_a_worker_that_fails_while_a_ps_still_serves_is_restarted(tmp_path):
@@ -339,8 +342,7 @@ def test_a_task_waiting_for_its_restart_when_the_job_stops_is_killed_before_its_
         restart={"policy": "on-failure", "max_restarts": 3, "backoff": "30s"})
     recorder.hooks[("worker.1", TaskState.RESTARTING)] = lambda: supervisor.request_stop("test over")
     supervisor.run()
-    killed = [d for _, n, old, new, d in recorder.tasks if n == "worker.1" and new is TaskState.KILLED]
-    assert killed == ["job stopped before its restart"], recorder.tasks
+    assert recorder.details("worker.1", TaskState.KILLED) == ["job stopped before its restart"], recorder.tasks
 
 
 def test_a_worker_waiting_for_its_restart_when_the_last_ps_finishes_is_not_started_again(tmp_path):
@@ -351,6 +353,4 @@ def test_a_worker_waiting_for_its_restart_when_the_last_ps_finishes_is_not_start
     result = supervisor.run()
     assert (result.state, job_exit_code(result)) == (JobState.FAILED, 1)
     assert [name for name, _ in executor.starts].count("worker.1") == 1
-    failed = [d for _, n, _, new, d in recorder.tasks if n == "worker.1" and new is TaskState.FAILED]
-    assert failed == ["exit 1; not restarted: training was over (every ps had finished), so it would find no ps"
-                      " to train with"], recorder.tasks
+    assert recorder.details("worker.1", TaskState.FAILED) == [f"exit 1; not restarted: {TRAINING_OVER}"], recorder.tasks
