@@ -342,10 +342,14 @@ def test_a_worker_host_that_vanishes_is_detected_and_fails_the_job_and_its_agent
     hosts[2].link_down()  # worker.1's host: gone without a FIN
     assert launcher.wait(60) == 1
     text = shoal.output(launcher)
-    assert "vanish.worker.1 | shoal: lost the agent on host3 (no heartbeat for 3s); the task counts as failed" in text
-    assert "shoal | checking host3 again over a new connection (its agent was lost; up to 8s)" in text
-    assert "shoal | host3: not checked, its agent was lost (no heartbeat for 3s; a new connection failed too: " in text
-    assert f"shoal | checked host1, host2: no process of job {job['id']} is left" in text
+    # Shoal's heartbeat (3 s) says why, unless ssh's own keepalive (the backstop, ~6 s) ends the
+    # connection first on a loaded machine: the reason is ssh's then
+    lost = re.search(r"^vanish\.worker\.1 \| shoal: lost the agent on host3 \((.+)\); the task counts as failed$", text,
+                     re.M)
+    assert lost, text
+    assert "shoal | checking host3 again over a new connection (its agent was lost; up to 8s)" in text, text
+    assert f"shoal | host3: not checked, its agent was lost ({lost.group(1)}; a new connection failed too: " in text, text
+    assert f"shoal | checked host1, host2: no process of job {job['id']} is left" in text, text
     job = shoal.job()
     assert job["state"] == "FAILED" and job["reason"] == "vanish.worker.1 failed (exit 255)"
     hosts[2].link_up()
