@@ -72,13 +72,16 @@ def launch_in_background(spec: JobSpec, args: argparse.Namespace, env: Environme
 
 def _settled(store: JobStore, job_id: str) -> JobRecord:
     """The recorded job once every task of it runs or it ended, or as it is after SETTLE_S.
-    Blocks (bounded)."""
+    (A task that ended already, one that could not start say, is not settled: the job's end is
+    recorded a moment after it, and the launcher's exit code a moment after that.) Blocks (bounded)."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         job = store.find(job_id)
-        if job.state.is_terminal or not job.tasks:  # over, or waiting in a queue (--slurm): nothing to start yet
+        if job.state.is_terminal and job.exit_code is not None:
             return job
-        if all(t.state is not TaskState.PENDING and t.state is not TaskState.STARTING for t in job.tasks):
+        if not job.tasks and not job.state.is_terminal:  # waiting in a queue (--slurm): nothing to start yet
+            return job
+        if job.tasks and not job.state.is_terminal and all(t.state is TaskState.RUNNING for t in job.tasks):
             return job
         if time.monotonic() >= deadline:
             return job
