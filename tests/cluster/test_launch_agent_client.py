@@ -74,6 +74,27 @@ def test_a_silent_agent_is_given_up_after_the_heartbeat_timeout_and_its_tasks_en
             pass
 
 
+
+def test_the_line_that_says_the_agent_was_lost_starts_a_line_of_its_own(connections):
+    """A task that was lost in the middle of a line (a progress bar, a print in pieces): the
+    launcher's line about it is not glued to that line."""
+    conn = connections([*AGENT, "--heartbeat", "30"], heartbeat=1.5)
+    conn.open(timeout=20)
+    task = conn.start("worker.0", [sys.executable, "-c",
+                                   "import sys, time; sys.stdout.write('step 7'); sys.stdout.flush(); time.sleep(300)"],
+                      {}, "/", None, timeout=10, inherit_env=True)
+    output = task.output()
+    assert next(output) == b"step 7"
+    os.kill(conn.hello.pid, signal.SIGSTOP)
+    try:
+        assert task.wait(15) == LOST
+        assert b"".join(output).startswith(b"\nshoal: lost the agent on here (no heartbeat for")
+    finally:
+        try:
+            os.kill(conn.hello.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
 def local_agent(workdir, python=sys.executable):
     """The agent's command line exactly as ssh would hand it to the host's shell, run here."""
     from shoal.launch.ssh import agent_command
