@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Any, Mapping
 
 from shoal.ps.errors import PsError
+from shoal.ps.membership import MAX_TIMEOUT_S
 from shoal.wire.fields import FieldReaders
 from shoal.ps.sync_wait import SyncWait
 
@@ -695,6 +696,11 @@ class FailedRequest:
                    _bool(fields, where, "started", True))
 
 
+MAX_HEARTBEAT_TIMEOUT_MS = round(MAX_TIMEOUT_S * 1000)
+"""The longest a heartbeat may ask the ps to wait for the next one: a longer one is refused (a
+member that is gone would otherwise hold the ps's leases and sync steps that long)."""
+
+
 @dataclass(frozen=True)
 class HeartbeatRequest:
     """`task` (process `incarnation`) is alive and training; count it as gone if no heartbeat
@@ -712,7 +718,7 @@ class HeartbeatRequest:
     def decode(cls, fields: Mapping[str, Any]) -> "HeartbeatRequest":
         where = "heartbeat request"
         return cls(_task(fields, where), _str(fields, where, "incarnation", 64),
-                   _int(fields, where, "timeout_ms", minimum=1))
+                   _int(fields, where, "timeout_ms", minimum=1, maximum=MAX_HEARTBEAT_TIMEOUT_MS))
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ ProtocolFieldError that names the op and the field."""
 import pytest
 
 from shoal.ps.errors import PsError
-from shoal.ps.protocol import (ASYNC, REPLY_TYPES, REQUEST_TYPES, ClosureTag, DoneReply, DoneRequest, Empty, FailedRequest,
-                               Hyper, InitReply, InitRequest, Mode, Op, Phase, ProtocolFieldError, PullReply, PullRequest,
-                               PushOutcome, PushReply, PushRequest, ReadyRequest, ShutdownRequest, SnapshotReply,
-                               SnapshotRequest, StatusReply, StatusRequest, TrainingMode, parse_op, split_slots)
+from shoal.ps.protocol import (ASYNC, REPLY_TYPES, REQUEST_TYPES, ClosureTag, DoneReply, DoneRequest, Empty,
+                               FailedRequest, HeartbeatRequest, Hyper, InitReply, InitRequest, Mode, Op, Phase,
+                               ProtocolFieldError, PullReply, PullRequest, PushOutcome, PushReply, PushRequest,
+                               ReadyRequest, ShutdownRequest, SnapshotReply, SnapshotRequest, StatusReply,
+                               StatusRequest, TrainingMode, parse_op, split_slots)
 
 SYNC2 = TrainingMode(Mode.SYNC, 2)
 EXAMPLES = [
@@ -87,6 +88,8 @@ def test_every_op_has_a_request_and_a_reply_type():
     (PushReply, {"step": 3, "outcome": "lost"}, "outcome"),
     (PullReply, {}, "step"),
     (DoneRequest, {"task": None}, "task"),
+    (HeartbeatRequest, {"task": "worker:0", "incarnation": "a", "timeout_ms": 3_600_001}, "timeout_ms"),
+    (HeartbeatRequest, {"task": "worker:0", "incarnation": "a", "timeout_ms": 0}, "timeout_ms"),
 ])
 def test_bad_or_missing_field_names_the_field(kind, fields, field):
     with pytest.raises(ProtocolFieldError, match=rf"field '{field}' must be"):
