@@ -77,11 +77,12 @@ def _settled(store: JobStore, job_id: str) -> JobRecord:
     deadline = time.monotonic() + SETTLE_S
     while True:
         job = store.find(job_id)
-        if job.state.is_terminal and job.exit_code is not None:
+        if job.state.is_terminal:
+            if job.exit_code is not None:
+                return job
+        elif not job.tasks:  # waiting in a queue (--slurm): nothing to start yet
             return job
-        if not job.tasks and not job.state.is_terminal:  # waiting in a queue (--slurm): nothing to start yet
-            return job
-        if job.tasks and not job.state.is_terminal and all(t.state is TaskState.RUNNING for t in job.tasks):
+        elif all(t.state is TaskState.RUNNING for t in job.tasks):
             return job
         if time.monotonic() >= deadline:
             return job
