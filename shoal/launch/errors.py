@@ -43,6 +43,12 @@ class StartError(LaunchError):
     """A task's process could not be started (program not found, not executable, ...)."""
 
 
+class HostUnreachableError(StartError):
+    """A task could not be started again because its host, lost during the job, still does not
+    answer: a restart that may succeed later (the supervisor tries again while the task has
+    restarts left)."""
+
+
 class WorkspaceError(LaunchError):
     """A file or directory the launcher needs cannot be created, read or written
     (SHOAL_HOME, the job records, a job's folder, the model dir)."""

@@ -49,7 +49,7 @@ from typing import Optional
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
-from shoal.launch.errors import HostsError, PlanError, StartError
+from shoal.launch.errors import HostsError, HostUnreachableError, PlanError, StartError
 from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.hosts import Host, host_for_added, place_tasks
 from shoal.launch.job_scan import HostScan, host_check, is_member, task_usage
@@ -191,23 +191,40 @@ class SshExecutor:
             raise StartError(f"{task.label} could not be started on {task.node}: {e}") from e
 
     def _reconnect(self, task: TaskPlan) -> AgentConnection:
-        """A new agent on the host of `task`, whose old one was lost (StartError if the host
-        still cannot be reached)."""
+        """A new agent on the host of `task`, whose old one was lost, once what the old one left
+        of the job there is killed (HostUnreachableError while the host cannot be reached). Blocks
+        (bounded: the connect timeout and _HELLO_GRACE, then one check of the host)."""
         try:
             conns = open_agents([task.node], self._connection,
                                 timeout=self._options.connect_timeout + _HELLO_GRACE,
                                 python=self._python, workdir=self._workdir or str(self._cwd), version=self._version,
                                 config=self._options.config)
         except HostsError as e:
-            raise StartError(f"{task.label} cannot be restarted on {task.node}: "
-                             f"{str(e).splitlines()[-1].strip()}") from e
+            raise HostUnreachableError(f"{task.label} cannot be restarted on {task.node}: "
+                                       f"{str(e).splitlines()[-1].strip()}") from e
         conn = conns[task.node]
         with self._lock:
             old, self._conns[task.node] = self._conns.get(task.node), conn
         if old is not None:
             threading.Thread(target=old.close, args=(0.5, 2.0), daemon=True).start()
+        self._clear_lost_host(task.node)
         self._notify(f"shoal | {task.node}: reconnected to restart {task.name}")
         return conn
+
+    def _clear_lost_host(self, node: str) -> None:
+        """Kill the job's processes that the lost agent of `node` left there. An agent that was
+        only silent (stopped, starved) leaves its tasks running: a restarted copy beside them
+        would find its port taken, or the chief its model dir locked. The new agent has started
+        nothing yet, so every process of the job there is the old agent's. Blocks (bounded)."""
+        if self._job_id is None:
+            return
+        check = host_check(scan([self._site(node)], self._job_id, options=self._options, kill=True)[node])
+        for proc in check.found:
+            fate = "survived SIGKILL" if proc in check.survivors else "killed"
+            self._notify(f"shoal | {node}: {proc.task or 'a process'} pid {proc.pid} ({proc.command}) still ran"
+                         f" after its agent was lost; {fate} before the restart")
+        if check.error:
+            self._notify(f"shoal | {node}: could not check for what its lost agent left running ({check.error})")
 
     def _mark_model_dir(self, job: JobPlan) -> None:
         """Leave a file in the launcher's model dir; a host that does not see it at the end

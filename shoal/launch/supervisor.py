@@ -9,7 +9,10 @@ restarted with the same identity (argv, address, TF_CONFIG: the ps list the job 
 or for an added ps the list it was added with, see below) after a doubling backoff, up
 to max_restarts times, except a task that exits 2 (a usage error, as argparse and Python
 give for bad arguments or a missing script) within its first second: running it again would
-fail the same way. Deadline: past it every task stops and the job FAILS (DEADLINE).
+fail the same way. A restart whose lost host still does not answer (HostUnreachableError)
+counts as one and is tried again after the next backoff, while restarts are left; then the
+task fails for good with the code its lost attempt ended with. Deadline: past it every task
+stops and the job FAILS (DEADLINE).
 Watchdog (shoal/launch/watchdog.py, when given): when the job's step stops advancing, its
 `Stall` names the stuck tasks and the spec's action applies — restart-stuck (TERM -> grace
 -> KILL the stuck tasks and start them again, same identity, at once), restart-job (stop
@@ -57,7 +60,7 @@ from typing import Callable, Optional, Protocol
 
 from shoal.cluster import TaskId
 from shoal.launch.allocation import TaskAllocation
-from shoal.launch.errors import PlanError, ScaleError, StartError
+from shoal.launch.errors import HostUnreachableError, PlanError, ScaleError, StartError
 from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlacer, TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
@@ -288,6 +291,9 @@ class Supervisor:
         self._starting(slot)
         try:
             handle = self._executor.start(self._plan, slot.plan)
+        except HostUnreachableError as e:
+            self._host_still_lost(slot, str(e))
+            return
         except StartError as e:
             self._move(slot, TaskState.FAILED, str(e))
             self._failed(slot, None, str(e))
@@ -358,13 +364,31 @@ class Supervisor:
             if restart.policy is RestartPolicy.ON_FAILURE:
                 detail += f" within {USAGE_WINDOW_S:g}s of its start, a usage error: not restarted"
         elif restartable:
-            delay = min(restart.backoff * 2 ** slot.restarts, _MAX_BACKOFF)
-            slot.restarts += 1
-            slot.restart_at = self._clock() + delay
-            self._move(slot, TaskState.RESTARTING,
-                       f"{detail}; restart {slot.restarts}/{restart.max_restarts} in {delay:g}s")
+            self._restart_later(slot, detail)
             return
         self._give_up(slot, code, detail)
+
+    def _restart_later(self, slot: _Slot, detail: str) -> None:
+        """`slot` (RUNNING or STARTING) is RESTARTING: its next attempt after the policy's backoff."""
+        restart = self._plan.restart
+        delay = min(restart.backoff * 2 ** slot.restarts, _MAX_BACKOFF)
+        slot.restarts += 1
+        slot.restart_at = self._clock() + delay
+        self._move(slot, TaskState.RESTARTING,
+                   f"{detail}; restart {slot.restarts}/{restart.max_restarts} in {delay:g}s")
+
+    def _host_still_lost(self, slot: _Slot, why: str) -> None:
+        """`slot`'s restart found its lost host still unreachable: it is tried again later while
+        its policy has restarts left (a host back after a short outage finds the job going on),
+        else it fails for good with the code its lost attempt ended with."""
+        restart = self._plan.restart
+        if restart.policy is RestartPolicy.ON_FAILURE and slot.restarts < restart.max_restarts:
+            if self._training_over(slot):
+                why += f"; not restarted: {TRAINING_OVER}"
+            else:
+                self._restart_later(slot, why)
+                return
+        self._give_up(slot, slot.last_code, why)
 
     def _give_up(self, slot: _Slot, code: Optional[int], detail: str) -> None:
         """`slot` failed for good: it is FAILED, and the job ends (but for an evaluator)."""

@@ -418,6 +418,69 @@ def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, ho
     wait_nothing_left(hosts[:1])
 
 
+
+def test_a_restart_whose_host_is_still_away_is_tried_again_until_it_answers(shoal, hosts, tmp_path):
+    """The host stays away past the first restart: that restart counts, and the next one, after
+    its backoff, finds the host back (the job does not fail with restarts left)."""
+    stop = tmp_path / "stop"
+    (tmp_path / "job.yaml").write_text(
+        f"name: patient\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
+        "restart: {policy: on-failure, max_restarts: 6, backoff: 1s}\n"
+        "ssh: {heartbeat_timeout: 2s, connect_timeout: 2s}\n")
+    (tmp_path / "hostfile").write_text("host1 slots=1\nhost2 slots=1\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hostfile", str(tmp_path / "hostfile"),
+                           "--ssh-config", shoal.ssh_config)
+    wait_running(shoal, 2)
+    hosts[1].link_down()
+    procs.wait_until(lambda: re.search(r"patient\.worker\.1 cannot be restarted on host2: host2: unreachable .*;"
+                                       r" restart 2/6 in 2s", shoal.output(launcher)),
+                     timeout=60, what="a restart that found host2 still away",
+                     detail=lambda: shoal.output(launcher)[-2000:])
+    assert launcher.poll() is None, shoal.output(launcher)
+    hosts[1].link_up()
+    procs.wait_until(lambda: "shoal | host2: reconnected to restart worker.1" in shoal.output(launcher),
+                     timeout=60, what="worker.1 restarted on host2", detail=lambda: shoal.output(launcher)[-2000:])
+    wait_running(shoal, 2)
+    stop.write_text("")
+    assert launcher.wait(60) == 0, shoal.output(launcher)
+    job = shoal.job()
+    assert job["state"] == "SUCCEEDED"
+    assert {t["name"]: t["restarts"] for t in job["tasks"]}["worker.1"] >= 2
+    wait_nothing_left(hosts[:2])
+
+
+def test_a_task_left_running_by_a_silent_agent_is_killed_before_its_restart(shoal, hosts, tmp_path):
+    """An agent that stops answering (SIGSTOP: alive, connected, silent) is given up, but its task
+    runs on: the restart first kills that copy, so that no two copies of a task run at once (a
+    ps's port, the chief's model dir)."""
+    stop = tmp_path / "stop"
+    (tmp_path / "job.yaml").write_text(
+        f"name: silent\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
+        "restart: {policy: on-failure, max_restarts: 2, backoff: 1s}\nssh: {heartbeat_timeout: 2s}\n")
+    (tmp_path / "hostfile").write_text("host1 slots=1\nhost2 slots=1\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hostfile", str(tmp_path / "hostfile"),
+                           "--ssh-config", shoal.ssh_config)
+    job = wait_running(shoal, 2)
+    [old_task] = [t["pid"] for t in job["tasks"] if t["name"] == "worker.1"]
+    [agent] = agents(hosts[1:2])["host2"]
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        procs.wait_until(lambda: "shoal | host2: reconnected to restart worker.1" in shoal.output(launcher),
+                         timeout=60, what="worker.1 restarted on host2", detail=lambda: shoal.output(launcher)[-2000:])
+        text = shoal.output(launcher)
+        assert re.search(rf"^shoal \| host2: worker:1 pid {old_task} \(.*\) still ran after its agent was lost;"
+                         r" killed before the restart$", text, re.M), text
+        assert not psutil.pid_exists(old_task) or psutil.Process(old_task).status() == psutil.STATUS_ZOMBIE
+        job = wait_running(shoal, 2)
+        new_task = [t["pid"] for t in job["tasks"] if t["name"] == "worker.1"][0]
+        assert new_task != old_task
+        stop.write_text("")
+        assert launcher.wait(60) == 0, shoal.output(launcher)
+        assert shoal.job()["state"] == "SUCCEEDED"
+    finally:
+        os.kill(agent, signal.SIGKILL)
+    wait_nothing_left(hosts[:2])
+
 def test_sync_copies_the_workdir_to_every_host_first(shoal, hosts, tmp_path):
     work = tmp_path / "work"
     work.mkdir()

@@ -8,7 +8,7 @@ import pytest
 
 from shoal.cluster import TaskId, parse_tf_config
 from shoal.launch.allocation import TaskAllocation
-from shoal.launch.errors import PlanError, StartError
+from shoal.launch.errors import HostUnreachableError, PlanError, StartError
 from shoal.launch.executor import HostLossAware
 from shoal.launch.logmux import LogMux
 from shoal.launch.relocation import movable
@@ -205,3 +205,60 @@ def test_a_replacement_is_tried_on_at_most_move_tries_hosts_then_the_job_ends_na
     assert len(executor.avoided) == MOVE_TRIES == 3  # each try waits on an agent: a bounded number of them
     assert "could not be started on the 3 hosts tried (the most a move tries): host5 (" in result.detail, result.detail
     assert "host8" not in result.detail and recorder.added == []
+
+
+class UnreachableExecutor(HostExecutor):
+    """Restarts of the tasks named in `down` fail as the SSH executor's do while a lost host does
+    not answer (HostUnreachableError), `outage` times each, then succeed."""
+
+    def __init__(self, *args, down=(), outage=1, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.down = down
+        self.outage = outage
+        self.refused: dict[str, int] = {}
+
+    def start(self, job, task):
+        already_ran = any(n == task.name for n, _ in self.starts)
+        if already_ran and task.name in self.down and self.refused.get(task.name, 0) < self.outage:
+            self.refused[task.name] = self.refused.get(task.name, 0) + 1
+            raise HostUnreachableError(f"{task.label} cannot be restarted on host2: host2: unreachable"
+                                       " (ssh: connect to host 10.0.0.3 port 22: Connection timed out)")
+        return super().start(job, task)
+
+
+def unreachable(tmp_path, roles, lost, outage, max_restarts=3):
+    clock = FakeClock(0.05)
+    plan = plan_of(tmp_path, roles, restart={"policy": "on-failure", "max_restarts": max_restarts, "backoff": "1s"})
+    executor = UnreachableExecutor(clock, {}, no_room=True, down=(lost,), outage=outage)
+    recorder = AddRecorder(clock)
+    out = io.BytesIO()
+    supervisor = Supervisor(plan, executor=executor, mux=LogMux(out), observer=recorder, clock=clock)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle(lost).lose_host("host2")
+    return supervisor, executor, recorder, out
+
+
+@pytest.mark.parametrize("lost", ["ps.0", "worker.0"])
+def test_a_restart_whose_lost_host_still_does_not_answer_is_tried_again_until_the_host_is_back(tmp_path, lost):
+    supervisor, executor, recorder, out = unreachable(tmp_path, {"ps": {}, "worker": {"count": 2}}, lost, outage=2)
+
+    def finish_once_back():
+        if executor.refused.get(lost) == 2:
+            end_all(executor)
+    recorder.hooks[(lost, TaskState.RUNNING)] = finish_once_back
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED, result.detail
+    assert [n for n, _ in executor.starts].count(lost) == 2  # started, then again once host2 answered
+    details = [d for _, n, _, new, d in recorder.tasks if n == lost and new is TaskState.RESTARTING]
+    assert details[0] == "exit 255; restart 1/3 in 1s"
+    assert details[1:] == [f"t.{lost} cannot be restarted on host2: host2: unreachable (ssh: connect to host 10.0.0.3"
+                           f" port 22: Connection timed out); restart {n}/3 in {d}s" for n, d in ((2, 2), (3, 4))]
+
+
+def test_a_lost_host_that_stays_away_fails_the_job_once_restarts_run_out_with_the_lost_attempts_code(tmp_path):
+    supervisor, executor, recorder, _ = unreachable(tmp_path, {"ps": {}, "worker": {"count": 2}}, "worker.0",
+                                                    outage=10, max_restarts=2)
+    result = supervisor.run()
+    assert result.state is JobState.FAILED and result.reason is EndReason.CHIEF_FAILED and result.chief_exit == 255
+    assert executor.refused["worker.0"] == 2  # restart 1 (after the loss) and restart 2 found host2 away
+    assert "t.worker.0 cannot be restarted on host2: host2: unreachable" in result.detail, result.detail
+    assert recorder.final()["worker.0"] is TaskState.FAILED
