@@ -10,6 +10,12 @@ tasks' GPUs), and has each agent bind and hold its tasks' ports. Tasks are reach
 node's Slurm address (NodeAddr). `start` sends a task's argv and environment — the job
 secret included — over the agent's stdin: never on a command line.
 
+A node whose agent was lost (its srun or the agent killed, its step scancelled: its tasks end
+LOST and the job's policy applies) gets a new agent step when a task is restarted there: the
+old step is scancelled and waited for first, so none of its tasks or held ports outlives it;
+the new agent holds no ports, and the task binds the port the plan gave it (its address, in
+every task's TF_CONFIG, stays the same), as after the SSH executor's reconnect.
+
 Teardown (`close`): every agent stops its tasks (TERM, grace, KILL) and exits, then the
 steps — and a job shoal submitted — are scancelled (an srun that is SIGKILLed leaves its
 step running, so ending srun is not enough). If the launcher dies, the srun commands get
@@ -34,6 +40,7 @@ from __future__ import annotations
 import math
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
@@ -57,6 +64,9 @@ from shoal.launch.spec import JobSpec
 ANY_INTERFACE = "0.0.0.0"
 _AGENT_CLOSE_S = 15.0
 _PROBE_TIMEOUT_S = 30.0
+_STEP_END_S = 45.0
+"""How long a restart waits for the scancelled step of a lost agent to end (Slurm's KillWait
+is 30 s by default, after which it KILLs what the step left)."""
 
 
 class SlurmExecutor:
@@ -87,6 +97,9 @@ class SlurmExecutor:
         self._job: Optional[SlurmJob] = None
         self._agents: dict[str, AgentConnection] = {}
         self._steps: dict[str, str] = {}  # node -> "JOB.STEP" of its agent
+        self._replaced: list[str] = []  # steps of lost agents (scancelled; close cancels them again)
+        self._nodes: dict[str, SlurmNode] = {}  # node -> its share of the job, for a new agent step
+        self._gpus: dict[str, int] = {}  # node -> the GPUs its agent step asks for
         self._node_of: dict[str, str] = {}  # task name -> node
         self._port_of: dict[str, int] = {}
         self._notes = ""
@@ -149,10 +162,12 @@ class SlurmExecutor:
         with self._lock:
             if self._closed:
                 raise RuntimeError("SlurmExecutor.start after close")
-        node = self._node_of.get(task.name)
-        agent = self._agents.get(node or "")
+            node = self._node_of.get(task.name)
+            agent = self._agents.get(node or "")
         if node is None or agent is None or self._job is None:
             raise StartError(f"{task.label} was not placed on a node of the Slurm job; allocate the job first")
+        if not agent.alive:
+            agent = self._replace_agent(node, task)
         env = {**self._base_env, **task.env_dict}
         extra = {"job": self._job.job_id, "step": self._steps.get(node, ""),
                  "submitted": "1" if self._job.submitted else "0", "shoal_job": job.job_id}
@@ -171,7 +186,7 @@ class SlurmExecutor:
             reaper, self._reaper = self._reaper, None
         with ThreadPoolExecutor(max_workers=max(1, len(agents))) as pool:
             list(pool.map(lambda a: a.close(timeout=_AGENT_CLOSE_S), agents))
-        steps = list(self._steps.values())
+        steps = [*self._steps.values(), *self._replaced]
         try:
             self._commands.cancel(steps)  # an agent that did not exit goes with its step
         except SlurmError:
@@ -235,10 +250,9 @@ class SlurmExecutor:
     def _start_agents(self, job: SlurmJob, nodes: list[SlurmNode], counts: Mapping[str, int],
                       gpus: Mapping[str, int]) -> dict[str, list[int]]:
         """One agent step per node, all started before any is waited for; then their ports."""
-        env = step_environment(self._base_env, inside=not job.submitted)
         for node in nodes:
-            agent = AgentConnection(agent_step_argv(job, node, self._python, gpus[node.name]), node.name, KIND,
-                                    env=env)
+            self._nodes[node.name], self._gpus[node.name] = node, gpus[node.name]
+            agent = self._connection(job, node.name)
             with self._lock:
                 if self._closed:
                     raise PlanError("the job was stopped while its agents were starting")
@@ -252,6 +266,53 @@ class SlurmExecutor:
                 reaper.add(hello.slurm_step)
         return {node.name: list(self._agents[node.name].bind(counts[node.name], ANY_INTERFACE, self._timeout).ports)
                 for node in nodes}
+
+    def _connection(self, job: SlurmJob, node: str) -> AgentConnection:
+        """The agent of `node`, as a step of `job` (not started yet)."""
+        return AgentConnection(agent_step_argv(job, self._nodes[node], self._python, self._gpus[node]), node, KIND,
+                               env=step_environment(self._base_env, inside=not job.submitted))
+
+    def _replace_agent(self, node: str, task: TaskPlan) -> AgentConnection:
+        """A new agent step on `node`, whose agent was lost, to restart `task` there (see the
+        module docstring): the lost agent's step is scancelled and waited for, then the new one
+        started and registered with the watchdog. StartError if the old step does not end
+        within _STEP_END_S or the new agent does not start. Blocks."""
+        assert self._job is not None
+        with self._lock:
+            old, old_step = self._agents.get(node), self._steps.get(node, "")
+        if old is not None:
+            old.close(grace=0.5, timeout=2.0)  # its command already ended: this only reaps it
+        if old_step:
+            if old_step not in self._replaced:
+                self._replaced.append(old_step)
+            try:
+                ended = _end_step(self._commands, self._job.job_id, old_step, _STEP_END_S)
+            except SlurmError as e:
+                raise StartError(f"{task.label} cannot be restarted on {node}: the step of its lost agent,"
+                                 f" {old_step}, could not be cancelled: {e}") from e
+            if not ended:
+                raise StartError(f"{task.label} cannot be restarted on {node}: the step of its lost agent,"
+                                 f" {old_step}, still runs {_STEP_END_S:g}s after scancel, and its tasks may hold"
+                                 f" their ports; see why with scontrol show step {old_step} (is slurmd on {node}"
+                                 " up?)")
+        agent = self._connection(self._job, node)
+        with self._lock:
+            if self._closed:
+                raise StartError(f"{task.label} was not restarted on {node}: the job is being stopped")
+            self._agents[node] = agent
+        try:
+            agent.launch()
+            hello = agent.ready(self._timeout)
+        except AgentError as e:
+            agent.close(grace=0.5, timeout=5.0)  # a later restart tries a new one again
+            raise StartError(f"{task.label} cannot be restarted on {node}: a new agent step did not start: {e}") from e
+        if hello.slurm_step:
+            with self._lock:
+                self._steps[node] = hello.slurm_step
+            self._watchdog().add(hello.slurm_step)
+        self._notify(f"shoal | {node}: its agent (step {old_step or '?'}) was lost; started step"
+                     f" {hello.slurm_step or '?'} to restart {task.name}")
+        return agent
 
     def _probe(self, job: str, shoal_job: str, node: str, refs: Mapping[str, TaskRef],
                interval: float) -> dict[str, Usage]:
@@ -267,6 +328,18 @@ class SlurmExecutor:
             return {}
         usage = {name: task_usage(scan, ref) for name, ref in refs.items()}
         return {name: use for name, use in usage.items() if use is not None}
+
+
+def _end_step(commands: SlurmCommands, job_id: str, step: str, timeout: float) -> bool:
+    """scancel `step` of `job_id`, then wait until squeue no longer lists it: True, or False
+    if it still runs after `timeout` s. SlurmError if slurmctld cannot tell. Blocks."""
+    commands.cancel([step])
+    deadline = time.monotonic() + timeout
+    while step in commands.steps(job_id):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
+    return True
 
 
 def _check_pinned_nodes(pinned: Mapping[str, Sequence[str]], job: SlurmJob) -> None:

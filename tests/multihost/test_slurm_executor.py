@@ -188,6 +188,44 @@ def test_restarted_task_keeps_its_identity_under_slurm(slurm_cluster, tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_task_restarts_in_a_new_agent_step_when_its_nodes_srun_is_killed(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: lost\nrun: python examples/mnist_softmax.py --steps 30000 --log_every 10000\n"
+                    "roles: {ps: {count: 1}, worker: {count: 2}}\n"
+                    "restart: {policy: on-failure, max_restarts: 3, backoff: 1s}\n")
+    output = tmp_path / "launcher.out"
+    with output.open("wb") as sink:  # a file, not a pipe: nothing reads it while the job runs
+        launcher = subprocess.Popen(shoal("train", str(spec)), cwd=REPO, env=env, stdout=sink,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_running(env, launcher, 3)
+        listed = slurm_cluster.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %N"], timeout=30).stdout.split("\n")
+        [n2_step] = [line.split()[0] for line in listed if line.split()[1:] == ["n2"]]
+        [srun] = [p for p in psutil.Process(launcher.pid).children()
+                  if p.name() == "srun" and "--nodelist=n2" in p.cmdline()]
+        srun.kill()  # n2's agent step loses its launcher end; Slurm keeps the step running
+        assert launcher.wait(180) == 0, output.read_text()[-4000:]
+        text = output.read_text()
+        on_n2 = set(re.findall(r"^shoal \| lost\.(\S+): STARTING -> RUNNING \(pid \d+ on n2\)$", text, re.M))
+        assert on_n2 and "lost the agent on n2" in text, text[-4000:]
+        for task in on_n2:
+            assert re.search(rf"^shoal \| n2: its agent \(step {re.escape(n2_step)}\) was lost; started step"
+                             rf" {job}\.\d+ to restart {task}$", text, re.M), text[-4000:]
+        [record] = status(env)
+        assert record["state"] == "SUCCEEDED"
+        assert {t["name"]: t["restarts"] for t in record["tasks"]} == \
+            {t["name"]: int(t["name"] in on_n2) for t in record["tasks"]}
+        assert steps(slurm_cluster, job) == []  # the lost step and its replacement: both gone
+        assert slurm_cluster.job_ids() == [job]
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
 def test_shoal_kill_leaves_squeue_empty_and_no_task_behind(slurm_cluster, tmp_path):
     home = tmp_path / "home"
     env = shoal_env(slurm_cluster, home)
