@@ -1,5 +1,11 @@
 """`shoal kill [JOB]`: stop a job (the newest running one if none is named) and everything it started;
-safe to repeat."""
+safe to repeat.
+
+The job's line comes first; then one line per host checked. When the kill could not be
+verified — the executor cannot say whether the tasks still run (a hung slurmctld), or a host
+could not be checked or still holds a process that survived SIGKILL — the command fails with
+`KillUnverified` (exit 6, as `shoal check` that could not reach a host), naming what to check
+by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +16,12 @@ from shoal.cli.environment import Environment
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import describe_checks, kill_job, sweep_job
+from shoal.launch.errors import LaunchError, TaskStateUnknown
 from shoal.launch.job_refs import find_running_job
+
+
+class KillUnverified(LaunchError):
+    """The job was stopped, but that nothing of it is left could not be verified."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,14 +34,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:
+    unknown = None
     with env.store() as store:
         job = find_running_job(store, args.job)
         ended_before = job.state.is_terminal
         executor = env.executor(job.executor)
-        job = kill_job(store, job, executor, timeout=args.timeout)
-        checks = sweep_job(store, job, executor, kill=True)  # verified: nothing of it is left anywhere
+        try:
+            job = kill_job(store, job, executor, timeout=args.timeout)
+            checks = sweep_job(store, job, executor, kill=True) or []  # verified: nothing of it is left anywhere
+        except TaskStateUnknown as e:
+            job, checks, unknown = store.find(job.id), [], e
     said = f"{job.state.value}" + (f" ({job.reason})" if job.reason else "")
     env.say(f"job {job.id} had ended already: {said}" if ended_before else f"job {job.id}: {said}")
-    for line in describe_checks(checks or [], killed=True):
+    for line in describe_checks(checks, killed=True):
         env.say(line)
+    if unknown is not None:
+        raise KillUnverified(f"job {job.id} is stopped, but it could not be checked that nothing of it is left:"
+                             f" {unknown}; shoal check --kill {job.id} checks again")
+    bad = [c for c in checks if c.error or c.survivors]
+    if bad:
+        raise KillUnverified(f"job {job.id} is stopped, but {len(bad)} of {len(checks)} hosts could not be checked"
+                             f" or still hold a process of it (above); shoal check --kill {job.id} tries again")
     return int(ExitCode.OK)

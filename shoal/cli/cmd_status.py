@@ -1,5 +1,9 @@
 """`shoal status [JOB] [--running | --all | --last N] [--json]`: the recorded jobs (newest
-first; by default the RECENT newest and every job still running), or one job's tasks."""
+first; by default the RECENT newest and every job still running), or one job's tasks.
+
+A job whose launcher died is reconciled first (control.reconcile_jobs); one whose executor
+cannot be asked (a hung slurmctld) is listed as recorded, with a line saying why (`unchecked`
+in the JSON), and the command still exits 0."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from shoal.cli.environment import Environment
 from shoal.cli.errors import UsageError
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import JOB_HELP
-from shoal.launch.control import reconcile
+from shoal.launch.control import reconcile_jobs
 from shoal.launch.job_refs import find_job
 from shoal.launch.records import JobRecord, TaskRecord
 from shoal.launch.root_cause import load_root_cause
@@ -40,16 +44,19 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         raise UsageError(f"{chosen} chooses which jobs to list, and {args.job} names one job to show;"
                          f" drop {chosen.split()[0]} (shoal status {args.job}) or the job (shoal status {chosen})")
     with env.store() as store:
-        jobs = [find_job(store, args.job)] if args.job else store.list_jobs()
-        jobs = [reconcile(store, job, env.executor(job.executor)) for job in jobs]
+        listed = [find_job(store, args.job)] if args.job else store.list_jobs()
+        reconciled = reconcile_jobs(store, listed, env.executor)
+    jobs = [r.job for r in reconciled]
+    unchecked = {r.job.id: r.unchecked for r in reconciled if r.unchecked}
     hidden = 0
     if not args.job:
         shown = select(jobs, running=args.running, every=args.all, last=args.last)
         jobs, hidden = shown, len(jobs) - len(shown)
     if args.json:
-        env.say(json.dumps([with_root_cause(with_figures(job.as_json(), job), job) for job in jobs],
-                           indent=2))
-    elif args.job:
+        env.say(json.dumps([with_unchecked(with_root_cause(with_figures(job.as_json(), job), job), unchecked)
+                            for job in jobs], indent=2))
+        return int(ExitCode.OK)
+    if args.job:
         env.say(job_table(jobs[0]))
         cause = load_root_cause(jobs[0].job_dir) if jobs[0].state is JobState.FAILED else None
         if cause is not None:
@@ -59,6 +66,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         if hidden and not args.running:  # --running asked for running jobs only
             env.say(f"{hidden} older finished jobs not shown: shoal status --all or --last N"
                     " (shoal prune removes finished jobs)")
+    for job in jobs:
+        if job.id in unchecked:
+            env.say(f"job {job.id} is shown as recorded: {unchecked[job.id]}")
     return int(ExitCode.OK)
 
 
@@ -79,6 +89,12 @@ def with_root_cause(data: dict, job: JobRecord) -> dict:
     """A job's JSON, with its root cause (shoal/launch/root_cause.py) if it failed and one was kept."""
     cause = load_root_cause(job.job_dir) if job.state is JobState.FAILED else None
     return {**data, "root_cause": cause.as_json()} if cause is not None else data
+
+
+def with_unchecked(data: dict, unchecked: dict[str, str]) -> dict:
+    """A job's JSON with `unchecked`, why it is shown as recorded, if its launcher is gone and
+    its executor could not be asked about its tasks."""
+    return {**data, "unchecked": unchecked[data["id"]]} if data["id"] in unchecked else data
 
 
 def with_figures(data: dict, job: JobRecord) -> dict:

@@ -21,6 +21,7 @@ from shoal.launch.errors import LaunchError, SpecError
 from shoal.launch.executor import Executor
 from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.executor_ssh import SshExecutor
+from shoal.launch.fingerprint import code_fingerprint
 from shoal.launch.hosts import Host, is_local, parse_hostfile, parse_hosts_flag
 from shoal.launch.slurm import KIND as SLURM_KIND
 from shoal.launch.spec import JobSpec
@@ -71,6 +72,7 @@ def _ssh(spec: JobSpec, hosts: tuple[Host, ...], args: argparse.Namespace, env: 
                          heartbeat=spec.ssh.heartbeat_timeout)
     return SshExecutor(hosts, python=spec.ssh.python or env.python, cwd=env.cwd, options=options,
                        forward_env=forwarded(env.environ), version=shoal_version(),
+                       fingerprint=code_fingerprint(),
                        notify=lambda line: env.say(line))
 
 

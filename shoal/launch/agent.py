@@ -48,6 +48,7 @@ from shoal.launch.agent_protocol import (LAUNCHER_TYPES, AgentProtocolError, dec
 from shoal.launch.parent_death import die_with_parent
 from shoal.launch.processes import group_members, signal_group, stop_group
 from shoal.launch.errors import PlanError
+from shoal.launch.fingerprint import code_fingerprint
 from shoal.launch.ports import bind_ports
 
 _CHUNK = 1 << 16
@@ -79,8 +80,8 @@ class Agent:
                 pass  # the launcher is gone; stdin's end will stop us
 
     def hello(self) -> None:
-        hello: dict[str, Any] = {"type": "hello", "version": shoal_version(), "python": sys.executable,
-                                 "host": self._host, "pid": os.getpid()}
+        hello: dict[str, Any] = {"type": "hello", "version": shoal_version(), "fingerprint": code_fingerprint(),
+                                 "python": sys.executable, "host": self._host, "pid": os.getpid()}
         if self._slurm_step:
             hello["slurm_step"] = self._slurm_step
         self.send(hello)

@@ -51,13 +51,15 @@ class AgentError(LaunchError):
 @dataclass(frozen=True)
 class AgentHello:
     """What an agent says first: Shoal's version there, its Python, the address the
-    launcher reached it at, its pid, and "JOB.STEP" when it runs as a Slurm step."""
+    launcher reached it at, its pid, "JOB.STEP" when it runs as a Slurm step, and the
+    fingerprint of its Shoal code ("" from an agent too old to say it)."""
 
     version: str
     python: str
     host: str
     pid: int
     slurm_step: str = ""
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ class AgentConnection:
         does not come within `timeout` seconds or the command exits. Blocks."""
         message = self._reply("hello", timeout)
         self.hello = AgentHello(str(message.get("version")), str(message.get("python")), str(message.get("host")),
-                                int(message.get("pid") or 0), str(message.get("slurm_step") or ""))
+                                int(message.get("pid") or 0), str(message.get("slurm_step") or ""),
+                                str(message.get("fingerprint") or ""))
         if self._heartbeat:
             threading.Thread(target=self._keepalive, daemon=True, name=f"agent-beat-{self.name}").start()
         return self.hello

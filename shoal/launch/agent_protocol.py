@@ -20,8 +20,9 @@ Launcher -> agent:
     (SIGTERM or SIGHUP to the agent)                        the same as stop, grace 2 s
 
 Agent -> launcher:
-    {"type": "hello", "version": V, "python": PATH, "host": ADDRESS, "pid": PID}   first line;
-     with "slurm_step": "JOB.STEP" when the agent runs as a Slurm step
+    {"type": "hello", "version": V, "fingerprint": F, "python": PATH, "host": ADDRESS, "pid": PID}
+     first line; F is the hash of its Shoal code (fingerprint.py); with "slurm_step": "JOB.STEP"
+     when the agent runs as a Slurm step
     {"type": "ports", "ports": [...], "gpus": N}             "gpus" only when asked for
     {"type": "started", "task": NAME, "pid": PID, "started": CREATE_TIME}
     {"type": "output", "task": NAME, "data": TEXT}           the task's next output bytes (<= 64 KiB)

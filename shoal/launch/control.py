@@ -5,18 +5,22 @@ Tasks are reached through the executor recorded for the job (its TaskRefs), so a
 pid is never signalled and tasks elsewhere are found too. The launcher itself always ran
 on this machine. An executor that is a `Sweeper` can also find every process of the job on
 its hosts (`sweep_job`), whatever became of their groups: `reconcile` kills those too, and
-`shoal check` lists them. Blocking where it waits (bounded); thread-safe.
+`shoal check` lists them. An executor that cannot answer (a hung slurmctld: TaskStateUnknown)
+leaves a job as recorded: `reconcile_jobs` says so beside it, and `kill_job` raises once the
+launcher is gone. Blocking where it waits (bounded); thread-safe.
 """
 
 from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Optional
 
 import psutil
 
-from typing import Optional
-
+from shoal.launch.errors import TaskStateUnknown
 from shoal.launch.executor import Executor, HostCheck
 from shoal.launch.kill_request import mark_kill_requested, withdraw_kill_request
 from shoal.launch.processes import same_process
@@ -51,6 +55,39 @@ def reconcile(store: JobStore, job: JobRecord, executor: Executor) -> JobRecord:
     return store.find(job.id)
 
 
+@dataclass(frozen=True)
+class Reconciled:
+    """A job as `reconcile_jobs` left it; `unchecked` says, in one line, why a job whose
+    launcher is gone is shown as recorded ("" when it was reconciled or needed no check)."""
+
+    job: JobRecord
+    unchecked: str = ""
+
+
+def reconcile_jobs(store: JobStore, jobs: Sequence[JobRecord],
+                   executor_for: Callable[[str], Executor]) -> list[Reconciled]:
+    """`reconcile` each job, for a listing: one whose executor cannot answer (TaskStateUnknown)
+    stays as recorded, with the reason; further jobs of that executor kind are then not asked
+    (each ask can take the executor's whole timeout, ~20 s against a hung slurmctld). Blocks
+    (bounded: at most one failed ask per executor kind)."""
+    failed: dict[str, tuple[str, TaskStateUnknown]] = {}  # executor kind -> (job id, why)
+    out = []
+    for job in jobs:
+        if job.state.is_terminal or launcher_alive(job):
+            out.append(Reconciled(job))
+        elif job.executor in failed:
+            first, error = failed[job.executor]
+            out.append(Reconciled(job, f"its launcher is gone, but its tasks were not checked: asking about job"
+                                       f" {first} just failed ({error})"))
+        else:
+            try:
+                out.append(Reconciled(reconcile(store, job, executor_for(job.executor))))
+            except TaskStateUnknown as e:
+                failed[job.executor] = (job.id, e)
+                out.append(Reconciled(job, f"its launcher is gone, but {e}"))
+    return out
+
+
 def sweep_job(store: JobStore, job: JobRecord, executor: Executor, kill: bool) -> Optional[list[HostCheck]]:
     """Every host the job ran on, checked for processes of the job (killed when `kill`); None
     if the executor cannot tell (it is not a Sweeper). Blocks (bounded)."""
@@ -82,7 +119,11 @@ def kill_job(store: JobStore, job: JobRecord, executor: Executor,
              timeout: float = 20.0) -> JobRecord:
     """Stop `job` and everything it started; idempotent. A running job is asked to stop
     through its launcher (SIGTERM: TERM, grace, KILL of each task), and whatever still
-    runs after `timeout` seconds is SIGKILLed with its process group. Blocks."""
+    runs after `timeout` seconds is SIGKILLed with its process group. Blocks.
+
+    TaskStateUnknown if the executor cannot say whether the tasks still run (a hung
+    slurmctld): the launcher is gone by then (it stopped, or was SIGKILLed; its watchdog ends
+    what it started), so the job is recorded KILLED all the same, but nothing was verified."""
     if not job.state.is_terminal:
         launcher = same_process(job.launcher_pid, job.launcher_started)
         if launcher is not None:
@@ -96,11 +137,16 @@ def kill_job(store: JobStore, job: JobRecord, executor: Executor,
                     launcher.kill()
                 except psutil.Error:
                     pass
-    for rec in live_tasks(store, job, executor):
-        executor.kill(rec.ref)
-    deadline = time.monotonic() + _KILL_WAIT
-    while live_tasks(store, job, executor) and time.monotonic() < deadline:
-        time.sleep(_POLL)
+    try:
+        for rec in live_tasks(store, job, executor):
+            executor.kill(rec.ref)
+        deadline = time.monotonic() + _KILL_WAIT
+        while live_tasks(store, job, executor) and time.monotonic() < deadline:
+            time.sleep(_POLL)
+    except TaskStateUnknown:
+        if not store.find(job.id).state.is_terminal:
+            _mark_killed(store, store.find(job.id), "killed by shoal kill")
+        raise
     job = store.find(job.id)
     if not job.state.is_terminal:
         _mark_killed(store, job, "killed by shoal kill")

@@ -64,3 +64,10 @@ class ScaleError(LaunchError):
     """`shoal scale` cannot change the job as asked: it is not running, the count is outside
     its range, the role does not scale, its executor cannot add tasks, or its launcher did
     not answer in time. The message says which and how to fix it."""
+
+
+class TaskStateUnknown(LaunchError):
+    """An executor cannot tell whether a recorded task still runs, or cannot stop it, because
+    what it has to ask does not answer (slurmctld hung or unreachable). Unknown is not gone:
+    the caller keeps the job as recorded and says so. The message names the command that
+    failed and what the user can check by hand."""

@@ -197,11 +197,13 @@ class Executor(Protocol):
         ...
 
     def alive(self, ref: TaskRef) -> bool:
-        """Whether the task `ref` names still runs (never fooled by a reused pid)."""
+        """Whether the task `ref` names still runs (never fooled by a reused pid).
+        TaskStateUnknown if what the executor asks cannot answer (a hung slurmctld)."""
         ...
 
     def kill(self, ref: TaskRef) -> None:
-        """SIGKILL the task's whole process group if it still runs; idempotent."""
+        """SIGKILL the task's whole process group if it still runs; idempotent.
+        TaskStateUnknown as `alive`."""
         ...
 
     def sample(self, refs: Mapping[str, TaskRef], interval: float) -> dict[str, Usage]:

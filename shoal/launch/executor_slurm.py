@@ -48,7 +48,7 @@ from typing import Optional
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
-from shoal.launch.errors import PlanError, StartError
+from shoal.launch.errors import PlanError, StartError, TaskStateUnknown
 from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.hosts import Host, place_tasks
 from shoal.launch.job_scan import find_args, read_report, task_usage
@@ -208,16 +208,25 @@ class SlurmExecutor:
         job, step = extra.get("job", ""), extra.get("step", "")
         if not job:
             return False
-        if step and step in self._commands.steps(job):
-            return True
-        return extra.get("submitted") == "1" and self._commands.state(job) in ACTIVE_STATES
+        try:
+            if step and step in self._commands.steps(job):
+                return True
+            return extra.get("submitted") == "1" and self._commands.state(job) in ACTIVE_STATES
+        except SlurmError as e:
+            raise TaskStateUnknown(f"Slurm could not say whether {step or 'job ' + job} still runs ({e});"
+                                   f" check by hand: squeue -s -j {job}, and scancel {step or job}"
+                                   " if it is still listed") from e
 
     def kill(self, ref: TaskRef) -> None:
         extra = dict(ref.extra)
         ids = [extra["step"]] if extra.get("step") else []
         if extra.get("submitted") == "1" and extra.get("job"):
             ids.append(extra["job"])
-        self._commands.cancel(ids)
+        try:
+            self._commands.cancel(ids)
+        except SlurmError as e:
+            raise TaskStateUnknown(f"scancel {' '.join(ids)} could not run ({e}); run it by hand once"
+                                   " slurmctld answers (scontrol ping)") from e
 
     def sweep(self, job_id: str, refs: Sequence[TaskRef], kill: bool) -> list[HostCheck]:
         """Every node of `refs` checked for processes of `job_id` (slurm_sweep.py)."""

@@ -81,21 +81,22 @@ class SshExecutor:
     `hosts` are the job's hosts (none for an executor that only controls recorded tasks);
     `python` the interpreter on the hosts; `cwd` where shoal was started (the workdir, same
     path on every host); `forward_env` the launcher's variables every task gets (PYTHONPATH
-    and such; never the secret); `version` this launcher's Shoal version, which every agent
-    must match; `notify` takes the lines that report on the hosts (lost agents, the final
-    check)."""
+    and such; never the secret); `version` this launcher's Shoal version and `fingerprint` the
+    hash of its code (fingerprint.py), which every agent must match; `notify` takes the lines
+    that report on the hosts (lost agents, the final check)."""
 
     kind = KIND
 
     def __init__(self, hosts: Sequence[Host] = (), *, python: str, cwd: Path,
                  options: SshOptions = SshOptions(), forward_env: Optional[Mapping[str, str]] = None,
-                 version: str = "", notify: Callable[[str], None] = _ignore) -> None:
+                 version: str = "", fingerprint: str = "", notify: Callable[[str], None] = _ignore) -> None:
         self._hosts = tuple(hosts)
         self._python = python
         self._cwd = cwd
         self._options = options
         self._forward = dict(forward_env or {})
         self._version = version
+        self._fingerprint = fingerprint
         self._notify = notify
         self._workdir = ""
         self._conns: dict[str, AgentConnection] = {}
@@ -117,7 +118,7 @@ class SshExecutor:
             self._notify(f"shoal | copied {self._workdir} to {', '.join(used)} (sync: true)")
         conns = open_agents(used, self._connection, timeout=self._options.connect_timeout + _HELLO_GRACE,
                             python=self._python, workdir=self._workdir, version=self._version,
-                            config=self._options.config)
+                            fingerprint=self._fingerprint, config=self._options.config)
         with self._lock:
             self._conns.update(conns)
         try:
@@ -198,7 +199,7 @@ class SshExecutor:
             conns = open_agents([task.node], self._connection,
                                 timeout=self._options.connect_timeout + _HELLO_GRACE,
                                 python=self._python, workdir=self._workdir or str(self._cwd), version=self._version,
-                                config=self._options.config)
+                                fingerprint=self._fingerprint, config=self._options.config)
         except HostsError as e:
             raise HostUnreachableError(f"{task.label} cannot be restarted on {task.node}: "
                                        f"{str(e).splitlines()[-1].strip()}") from e

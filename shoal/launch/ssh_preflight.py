@@ -3,8 +3,10 @@ one clear line per bad host (unreachable, key refused, unknown host key, no such
 workdir, Shoal missing or of another version).
 
 The check *is* the start of the agents: each host's agent command (ssh.agent_command) first
-tests the workdir and the interpreter, then the agent says hello with its Shoal version. So a
-good host costs one ssh connection, which the job then keeps.
+tests the workdir and the interpreter, then the agent says hello with its Shoal version and the
+fingerprint of its Shoal code (fingerprint.py): a host must match both, so a checkout at another
+commit (same package version) is refused too, and so is an agent too old to send a fingerprint.
+So a good host costs one ssh connection, which the job then keeps.
 
 `open_agents` blocks for at most its timeout (all hosts are waited for together);
 `explain` is pure. Thread-safe, but `open_agents` must run on a thread that outlives the job
@@ -81,10 +83,11 @@ def ssh_problem(host: str, stderr: str, config: Optional[str] = None) -> Optiona
 
 
 def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection], *, timeout: float,
-                python: str, workdir: str, version: str, config: Optional[str] = None) -> dict[str, AgentConnection]:
+                python: str, workdir: str, version: str, fingerprint: str,
+                config: Optional[str] = None) -> dict[str, AgentConnection]:
     """Start an agent on every host in parallel and wait for their hellos (at most `timeout`
-    seconds in all); check each one's Shoal version (`config`: the ssh config file, for the fixes
-    a failure line names). Returns the connections by host;
+    seconds in all); check each one's Shoal version and code `fingerprint` (`config`: the ssh
+    config file, for the fixes a failure line names). Returns the connections by host;
     HostsError (one line per bad host) after closing them all if any host failed."""
     conns = {host: connect(host) for host in hosts}
     problems = []
@@ -99,9 +102,8 @@ def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection],
                 problems.append(_failed(host, conn, python=python, workdir=workdir, version=version,
                                         waited=timeout, config=config))
                 continue
-            if hello.version != version:
-                problems.append(f"{host}: runs Shoal {hello.version}, this launcher {version}; install the"
-                                " same version on every host")
+            if hello.version != version or hello.fingerprint != fingerprint:
+                problems.append(other_shoal(host, hello.version, hello.fingerprint, version, fingerprint))
     except BaseException:
         close_all(conns.values(), timeout=2.0)
         raise
@@ -110,6 +112,16 @@ def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection],
         count = f"{len(problems)} of {len(hosts)} hosts" if len(hosts) > 1 else "the host"
         raise HostsError(f"{count} cannot run the job (nothing was started):\n  " + "\n  ".join(problems))
     return conns
+
+
+def other_shoal(host: str, their_version: str, their_fingerprint: str, version: str, fingerprint: str) -> str:
+    """The line for a host whose agent runs other Shoal code than the launcher: another
+    version, or the same version from another checkout (their fingerprint "" : an agent too
+    old to send one)."""
+    theirs = f"code {their_fingerprint}" if their_fingerprint else "an agent too old to report its code"
+    return (f"{host}: runs Shoal {their_version} ({theirs}), this launcher Shoal {version} (code {fingerprint});"
+            " install the same Shoal there (the same release, or a checkout at the same commit), or set"
+            " sync: true if Shoal lives in the working directory")
 
 
 def close_all(conns: Iterable[AgentConnection], grace: float = 2.0, timeout: float = 15.0) -> None:

@@ -104,6 +104,7 @@ def local_agent(workdir, python=sys.executable):
 def test_preflight_names_each_bad_host_and_stops_the_good_ones(tmp_path):
     from shoal.launch.agent import shoal_version
     from shoal.launch.errors import HostsError
+    from shoal.launch.fingerprint import code_fingerprint
     from shoal.launch.ssh_preflight import open_agents
 
     made = {}
@@ -116,7 +117,7 @@ def test_preflight_names_each_bad_host_and_stops_the_good_ones(tmp_path):
 
     with pytest.raises(HostsError) as error:
         open_agents(list(commands), connect, timeout=20, python=sys.executable, workdir=str(REPO),
-                    version=shoal_version())
+                    version=shoal_version(), fingerprint=code_fingerprint())
     lines = str(error.value).splitlines()
     assert lines[0] == "2 of 3 hosts cannot run the job (nothing was started):"
     assert lines[1].strip().startswith(f"nodir: no directory {REPO} there")  # the workdir the job names
@@ -126,11 +127,80 @@ def test_preflight_names_each_bad_host_and_stops_the_good_ones(tmp_path):
 
 def test_preflight_refuses_an_agent_of_another_shoal_version():
     from shoal.launch.errors import HostsError
+    from shoal.launch.fingerprint import code_fingerprint
     from shoal.launch.ssh_preflight import open_agents
 
-    with pytest.raises(HostsError, match=r"the host cannot run the job .*\n  h: runs Shoal \S+, this launcher 0\.0\.0-other"):
+    with pytest.raises(HostsError, match=r"the host cannot run the job .*\n  h: runs Shoal \S+ \(code \w+\), this"
+                                         r" launcher Shoal 0\.0\.0-other"):
         open_agents(["h"], lambda host: AgentConnection(local_agent(REPO), host, "test"), timeout=20,
-                    python=sys.executable, workdir=str(REPO), version="0.0.0-other")
+                    python=sys.executable, workdir=str(REPO), version="0.0.0-other", fingerprint=code_fingerprint())
+
+
+def shoal_copy(tmp_path, edit):
+    """A copy of this checkout's `shoal` package under tmp_path/"other", changed by `edit(root)`:
+    the same package version, other code (a checkout at another commit); its PYTHONPATH."""
+    import shutil
+
+    root = tmp_path / "other"
+    shutil.copytree(REPO / "shoal", root / "shoal", ignore=shutil.ignore_patterns("__pycache__"))
+    edit(root / "shoal")
+    return str(root)
+
+
+def preflight_with(pythonpath, workdir):
+    """open_agents on one host "h" whose agent imports Shoal from `pythonpath` (run in `workdir`,
+    which `python -m` puts first on the path), against this launcher's version and fingerprint;
+    the HostsError's line for h (None if it passed)."""
+    from shoal.launch.agent import shoal_version
+    from shoal.launch.errors import HostsError
+    from shoal.launch.fingerprint import code_fingerprint
+    from shoal.launch.ssh import agent_command
+    from shoal.launch.ssh_preflight import close_all, open_agents
+
+    argv = ["sh", "-c", agent_command(sys.executable, str(workdir), {"PYTHONPATH": pythonpath})]
+    try:
+        conns = open_agents(["h"], lambda host: AgentConnection(argv, host, "test"), timeout=20,
+                            python=sys.executable, workdir=str(workdir), version=shoal_version(),
+                            fingerprint=code_fingerprint())
+    except HostsError as e:
+        return str(e).splitlines()[-1].strip()
+    close_all(conns.values())
+    return None
+
+
+def test_preflight_refuses_a_shoal_of_the_same_version_whose_code_differs_by_one_byte(tmp_path):
+    from shoal.launch.agent import shoal_version
+    from shoal.launch.fingerprint import code_fingerprint
+
+    def one_more_byte(shoal):
+        (shoal / "lazy.py").write_bytes((shoal / "lazy.py").read_bytes() + b"\n")
+
+    other = shoal_copy(tmp_path, one_more_byte)
+    assert preflight_with(str(REPO), tmp_path) is None  # this checkout's own agent passes
+    assert preflight_with(other, tmp_path) == (
+        f"h: runs Shoal {shoal_version()} (code {code_fingerprint_of(other)}), this launcher Shoal {shoal_version()}"
+        f" (code {code_fingerprint()}); install the same Shoal there (the same release, or a checkout at the"
+        " same commit), or set sync: true if Shoal lives in the working directory")
+
+
+def test_preflight_refuses_an_agent_too_old_to_report_its_code_fingerprint(tmp_path):
+    def drop_fingerprint(shoal):
+        agent = shoal / "launch" / "agent.py"
+        text = agent.read_text()
+        assert '"fingerprint": code_fingerprint(),' in text
+        agent.write_text(text.replace('"fingerprint": code_fingerprint(),', ""))
+
+    line = preflight_with(shoal_copy(tmp_path, drop_fingerprint), tmp_path)
+    assert line is not None and "(an agent too old to report its code), this launcher Shoal" in line, line
+
+
+def code_fingerprint_of(pythonpath):
+    """What an agent importing Shoal from `pythonpath` computes, in its own process."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", "from shoal.launch.fingerprint import code_fingerprint as f;"
+                           " print(f())"], env={**os.environ, "PYTHONPATH": pythonpath}, cwd=pythonpath,
+                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
 
 
 def test_ssh_executor_places_an_added_task_on_a_free_slot_with_a_held_port(connections, tmp_path):

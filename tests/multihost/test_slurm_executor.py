@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -90,6 +91,15 @@ def long_job_in_an_allocation(slurm_cluster, tmp_path: Path) -> tuple[Path, str,
     job = allocation(slurm_cluster)
     env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
     return home, job, env, start(env, shoal("run", "--name", "long", "--ps", "1", "--workers", "2", "--", *SERVE))
+
+
+def unreachable_conf(slurm_cluster, tmp_path: Path) -> str:
+    """A copy of the cluster's slurm.conf whose slurmctld port nothing listens on: every Slurm
+    client command run with it fails, as against a slurmctld that is down."""
+    conf = tmp_path / "unreachable.conf"
+    port = free_ports(1)[0]
+    conf.write_text(re.sub(r"(?m)^SlurmctldPort=\d+$", f"SlurmctldPort={port}", slurm_cluster.conf.read_text()))
+    return str(conf)
 
 
 def nothing_left(home: Path) -> bool:
@@ -263,10 +273,8 @@ def test_shoal_check_probes_the_nodes_of_a_live_allocation_for_the_jobs_processe
         assert sorted(clean.stdout.splitlines()) == ["n1: no process of the job", "n2: no process of the job"]
         assert slurm_cluster.job_ids() == [job]  # the user's allocation goes on
         # A slurmctld that does not answer is no proof the job is over: the check says it could not look.
-        conf = tmp_path / "unreachable.conf"
-        port = free_ports(1)[0]
-        conf.write_text(re.sub(r"(?m)^SlurmctldPort=\d+$", f"SlurmctldPort={port}", slurm_cluster.conf.read_text()))
-        blind = run({**env, "SLURM_CONF": str(conf)}, shoal("check", shoal_job), timeout=120)
+        blind = run({**env, "SLURM_CONF": unreachable_conf(slurm_cluster, tmp_path)}, shoal("check", shoal_job),
+                    timeout=120)
         assert blind.returncode == 6, blind.stdout
         assert re.search(r"^could not check n\d: .*squeue", blind.stdout, re.M), blind.stdout
         assert "no process of the job" not in blind.stdout
@@ -491,3 +499,62 @@ def test_a_heterogeneous_allocation_is_refused_before_any_step_starts(slurm_clus
         procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=WAIT_S, what="salloc's job gone")
     finally:
         cleanup(home)
+
+
+@pytest.mark.timeout(300)
+def test_status_lists_every_job_when_slurm_cannot_answer_for_one_whose_launcher_died(slurm_cluster, tmp_path):
+    """A Slurm job's launcher is SIGKILLed and slurmctld cannot be reached: `shoal status` still
+    lists every job, the dead launcher's one as recorded with a line saying why it was not
+    checked, and exits 0; once Slurm answers, status reconciles it (KILLED)."""
+    home, job, env, launcher = long_job_in_an_allocation(slurm_cluster, tmp_path)
+    try:
+        dead = wait_running(env, launcher, 3)
+        quick = run(env | {"SLURM_JOB_ID": ""}, shoal("run", "--name", "quick", "--", "python", "-c", "pass"))
+        assert quick.returncode == 0, quick.stdout
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(10)
+        blind = {**env, "SLURM_CONF": unreachable_conf(slurm_cluster, tmp_path)}
+        began = time.monotonic()
+        listing = run(blind, shoal("status"), timeout=120)
+        assert listing.returncode == 0, listing.stdout
+        assert re.search(r"^2\s+quick-\S+\s+quick\s+SUCCEEDED\s", listing.stdout, re.M), listing.stdout
+        assert re.search(rf"^1\s+{dead['id']}\s+long\s+RUNNING\s", listing.stdout, re.M), listing.stdout
+        assert re.search(rf"^job {dead['id']} is shown as recorded: its launcher is gone, but Slurm could not say"
+                         rf" whether {job}\.\d+ still runs \(squeue .*\); check by hand: squeue -s -j {job}",
+                         listing.stdout, re.M), listing.stdout
+        as_json = run(blind, shoal("status", "--json"), timeout=120)
+        assert as_json.returncode == 0, as_json.stdout
+        shown = {j["name"]: j for j in json.loads(as_json.stdout)}
+        assert shown["long"]["state"] == "RUNNING" and "squeue" in shown["long"]["unchecked"], shown["long"]
+        assert "unchecked" not in shown["quick"]
+        assert time.monotonic() - began < 100  # each status asks Slurm about the dead job once
+        procs.wait_until(lambda: not steps(slurm_cluster, job), timeout=WAIT_S, what="the watchdog's scancel")
+        assert [(j["name"], j["state"], "unchecked" in j) for j in status(env)] == \
+            [("quick", "SUCCEEDED", False), ("long", "KILLED", False)]
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
+def test_shoal_kill_says_the_job_is_killed_then_that_slurm_could_not_verify_it(slurm_cluster, tmp_path):
+    """`shoal kill` whose own Slurm commands cannot reach slurmctld: the launcher stops the job,
+    and the kill says so first, then, in one line, that the check could not run and what to do
+    by hand; exit 6 (the kill worked, the verification did not)."""
+    home, job, env, launcher = long_job_in_an_allocation(slurm_cluster, tmp_path)
+    try:
+        shoal_job = wait_running(env, launcher, 3)["id"]
+        blind = {**env, "SLURM_CONF": unreachable_conf(slurm_cluster, tmp_path)}
+        out = run(blind, shoal("kill", shoal_job), timeout=180)
+        assert out.returncode == 6, out.stdout
+        lines = out.stdout.splitlines()
+        assert lines[0] == f"job {shoal_job}: KILLED (stopped by shoal kill)", out.stdout
+        assert len(lines) == 2 and re.fullmatch(
+            rf"shoal kill: error: job {shoal_job} is stopped, but it could not be checked that nothing of it is"
+            rf" left: Slurm could not say whether {job}\.\d+ still runs \(squeue .*\); check by hand: squeue -s -j"
+            rf" {job}, and scancel {job}\.\d+ if it is still listed; shoal check --kill {shoal_job} checks again",
+            lines[1]), out.stdout
+        assert launcher.wait(30) == 130
+        procs.wait_until(lambda: not steps(slurm_cluster, job), timeout=WAIT_S, what="no step of the job left")
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+    finally:
+        cleanup(home, launcher)
