@@ -14,8 +14,6 @@ import functools
 import hashlib
 from pathlib import Path
 
-import shoal
-
 LENGTH = 16
 """Hex digits kept: enough that two different trees never collide in practice."""
 
@@ -23,7 +21,7 @@ LENGTH = 16
 @functools.cache
 def code_fingerprint() -> str:
     """The fingerprint of the `shoal` package this process imports (see the module docstring)."""
-    return tree_fingerprint(Path(shoal.__file__).parent)
+    return tree_fingerprint(Path(__file__).resolve().parents[1])  # shoal/, without importing the runtime
 
 
 def tree_fingerprint(root: Path) -> str:
