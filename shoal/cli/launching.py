@@ -22,6 +22,7 @@ from shoal.launch.plan import format_plan, is_job_id, job_dir_for, make_plan, ne
 from shoal.launch.preflight import check_plan
 from shoal.launch.queued_job import QueuedJob
 from shoal.launch.runner import run_job
+from shoal.launch.setup_signals import stop_like_ctrl_c
 from shoal.launch.spec import JobSpec
 
 
@@ -77,9 +78,12 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
 def _queue_record(executor: Executor, spec: JobSpec, job_id: str, env: Environment, *,
                   dry_run: bool) -> ContextManager[object]:
     """Around allocating and planning a job whose executor may wait in a queue (`--slurm`): the
-    job's record while it waits (shoal/launch/queued_job.py), told each state of the wait;
-    nothing for the other executors and for a dry run."""
-    if dry_run or not isinstance(executor, Queued):
+    job's record while it waits (shoal/launch/queued_job.py), told each state of the wait. For
+    the other executors, SIGTERM stops the setup as Ctrl-C does (shoal/launch/setup_signals.py);
+    nothing for a dry run."""
+    if dry_run:
         return nullcontext()
+    if not isinstance(executor, Queued):
+        return stop_like_ctrl_c()
     queued = QueuedJob(env.store(), job_id, spec.name, job_dir_for(env.shoal_home, job_id), executor.kind)
-    return queued if executor.watch_queue(queued.update) else nullcontext()
+    return queued if executor.watch_queue(queued.update) else stop_like_ctrl_c()

@@ -54,6 +54,7 @@ from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.hosts import Host, host_for_added, place_tasks
 from shoal.launch.job_scan import HostScan, host_check, is_member, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan, job_workdir
+from shoal.launch.setup_signals import stop_signal_name
 from shoal.launch.spec import JobSpec
 from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
 from shoal.launch.ssh_control import AgentSite, scan
@@ -114,7 +115,12 @@ class SshExecutor:
         used = [h.name for h in self._hosts if any(p.name == h.name for p in placement.values())]
         self._workdir = str(job_workdir(spec, self._cwd))
         if spec.sync:
-            sync_workdir(used, self._workdir, self._options)
+            try:
+                sync_workdir(used, self._workdir, self._options)
+            except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (setup_signals.py): the copies are ended
+                self._notify(f"shoal | stopped by {stop_signal_name(e)} while copying {self._workdir} to"
+                             f" {', '.join(used)} (sync: true); the copy was ended and nothing was started")
+                raise
             self._notify(f"shoal | copied {self._workdir} to {', '.join(used)} (sync: true)")
         conns = open_agents(used, self._connection, timeout=self._options.connect_timeout + _HELLO_GRACE,
                             python=self._python, workdir=self._workdir, version=self._version,

@@ -24,6 +24,7 @@ AGENT_STEP_NAME = "shoal-agent"
 PROBE_STEP_NAME = "shoal-probe"
 _JOB_ID_RE = re.compile(r"^\d+$")
 _STEP_ID_RE = re.compile(r"^\d+(\.\d+)?$")
+_SUBMIT_NAME_RE = re.compile(r"^shoal-[A-Za-z0-9][A-Za-z0-9_.-]{0,62}-[0-9a-f]{8}$")
 
 
 class SlurmError(LaunchError):
@@ -81,6 +82,21 @@ def check_step_id(value: str) -> str:
     comes from job records, and goes on a scancel command line)."""
     if not _STEP_ID_RE.match(value):
         raise SlurmError(f"{value!r} is not a Slurm job or step id; the job records are damaged")
+    return value
+
+
+def submit_name(spec_name: str, tag: str) -> str:
+    """The Slurm job name of a job `--slurm` submits for job spec `spec_name`: unique by `tag`
+    (8 hex digits), so the job can be found and cancelled by its name before sbatch has said
+    its id. SlurmError if the result is not such a name."""
+    return check_submit_name(f"shoal-{spec_name}-{tag}")
+
+
+def check_submit_name(value: str) -> str:
+    """`value` if it is a name `submit_name` makes ("shoal-mnist-0a1b2c3d"); SlurmError otherwise
+    (it goes on scancel's and squeue's command lines)."""
+    if not _SUBMIT_NAME_RE.match(value):
+        raise SlurmError(f"{value!r} is not the name of a Slurm job shoal submits (shoal-NAME-8 hex digits)")
     return value
 
 

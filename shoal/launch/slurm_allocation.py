@@ -19,8 +19,9 @@ class SlurmJobSource(Protocol):
     """Provides the running Slurm job a shoal job's tasks run in."""
 
     def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
-        """The running job for `spec` (submitting one if this source does; its id then goes
-        to `reaper` at once). Blocks until it runs; SlurmError if it cannot."""
+        """The running job for `spec` (submitting one if this source does: `reaper` holds its
+        name before sbatch runs, and its id as soon as sbatch says it). Blocks until it runs;
+        SlurmError if it cannot."""
         ...
 
     def preview(self, spec: JobSpec) -> tuple[SlurmJob, str]:
@@ -29,8 +30,8 @@ class SlurmJobSource(Protocol):
         ...
 
     def release(self, reaper: Optional[SlurmReaper]) -> None:
-        """End what `acquire` submitted (nothing for an allocation shoal runs in), and take it
-        off `reaper`; idempotent."""
+        """End what `acquire` submitted, even if it was stopped before sbatch said the job's
+        id (nothing for an allocation shoal runs in), and take it off `reaper`; idempotent."""
         ...
 
     def watch_queue(self, listener: Callable[[str], None]) -> bool:

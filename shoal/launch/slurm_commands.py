@@ -8,12 +8,14 @@ what it printed. The constructor does no I/O; thread-safe (each call is its own 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
-from shoal.launch.slurm import (JobDetail, SlurmError, SlurmNode, check_step_id, parse_job_detail,
-                                parse_node_addresses)
+from shoal.launch.parent_death import die_with_parent
+from shoal.launch.slurm import (JobDetail, SlurmError, SlurmNode, check_step_id, check_submit_name,
+                                parse_job_detail, parse_node_addresses)
 
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
                            "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"})
@@ -28,13 +30,15 @@ class SlurmCommands:
         self._timeout = timeout
 
     def run(self, argv: Sequence[str], *, stdin: Optional[str] = None, check: bool = True,
-            timeout: Optional[float] = None) -> str:
+            timeout: Optional[float] = None, with_launcher: bool = False) -> str:
         """Run `argv`; its stdout. SlurmError if it cannot run, times out, or (with `check`)
-        exits non-zero."""
+        exits non-zero. `with_launcher`: the command is killed if the launcher dies (call it
+        from a thread that lives as long as the command should)."""
         timeout = self._timeout if timeout is None else timeout
         try:
             done = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, env=self._env,
-                                  timeout=timeout, start_new_session=True)
+                                  timeout=timeout, start_new_session=True,
+                                  preexec_fn=die_with_parent(os.getpid()) if with_launcher else None)
         except FileNotFoundError as e:
             raise SlurmError(f"{argv[0]} not found: run shoal where Slurm's client commands are installed"
                              " (a login or compute node of the cluster), or drop --slurm") from e
@@ -111,9 +115,19 @@ class SlurmCommands:
         if ids:
             self.run(["scancel", "--quiet", *ids], check=False)
 
+    def named(self, name: str) -> list[str]:
+        """Ids of the active jobs called `name` (a name `slurm.submit_name` made). SlurmError as
+        `state`."""
+        return self.run(["squeue", "-h", f"--name={check_submit_name(name)}", "-o", "%i"]).split()
+
+    def cancel_named(self, name: str) -> None:
+        """scancel every job called `name` (a name `slurm.submit_name` made); idempotent."""
+        self.run(["scancel", "--quiet", f"--name={check_submit_name(name)}"], check=False)
+
     def submit(self, argv: Sequence[str]) -> str:
-        """Run `sbatch --parsable ...`; the new job's id."""
-        out = self.run(argv).strip()
+        """Run `sbatch --parsable ...`; the new job's id. sbatch dies with the launcher, so
+        after a launcher's death no submission is still under way a moment later."""
+        out = self.run(argv, with_launcher=True).strip()
         job_id = out.split(";", 1)[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed {out!r}, not a job id")

@@ -2,9 +2,10 @@
 scancels every registered step and job when the launcher dies, however it dies.
 
 The watchdog holds the read end of a pipe from the launcher; `add` and `remove` write "+ID" /
-"-ID" lines as steps start and end and jobs are submitted and cancelled. When the pipe closes
-— `close`, or the kernel closing it because the launcher died — the watchdog scancels every
-id still registered.
+"-ID" lines as steps start and end and jobs are submitted and cancelled, and `add_name` /
+`remove_name` "+name:NAME" / "-name:NAME" lines for a job being submitted, whose id sbatch has
+not said yet. When the pipe closes — `close`, or the kernel closing it because the launcher
+died — the watchdog scancels every id and every job of a name still registered.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from shoal.launch.slurm import check_step_id
+from shoal.launch.slurm import check_step_id, check_submit_name
 from shoal.launch.watchdog_pipe import WatchdogPipe
 
 _SCRIPT = Path(__file__).with_name("slurm_watchdog.py")
@@ -32,3 +33,11 @@ class SlurmReaper(WatchdogPipe):
 
     def remove(self, slurm_id: str) -> None:
         super().remove(check_step_id(slurm_id))
+
+    def add_name(self, name: str) -> None:
+        """Cancel every job called `name` (a name `slurm.submit_name` made) if the launcher dies:
+        for a job submitted before its id is known."""
+        super().add(f"name:{check_submit_name(name)}")
+
+    def remove_name(self, name: str) -> None:
+        super().remove(f"name:{check_submit_name(name)}")

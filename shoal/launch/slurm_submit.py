@@ -6,8 +6,12 @@ stays on the machine `shoal` was started on, as `salloc` does — runs the tasks
 steps, exactly as inside an allocation. So the job records, `shoal status`, `logs`, `kill`
 and `monitor` work from another terminal of that machine as for any job, and the job never
 outlives the launcher: teardown scancels it, and so does the Slurm watchdog if the launcher
-dies. Its time limit (`--time`) is the spec's deadline plus the grace period and a margin,
-so it cannot linger beyond that either.
+dies. That holds from the moment sbatch runs, before it has said the job's id (a busy
+slurmctld answers seconds late): the job's name is unique (`shoal-NAME-TAG`, TAG 8 random hex
+digits) and the watchdog holds it until the id is known, so a launcher killed meanwhile, or
+stopped by Ctrl-C or SIGTERM, still has the job cancelled, by its name. Its time limit
+(`--time`) is the spec's deadline plus the grace period and a margin, so it cannot linger
+beyond that either.
 
 Sizing: `--ntasks` is the number of tasks; every task slot gets the largest role's
 `cpus` (`--cpus-per-task`, at least 1), `memory` (`--mem-per-cpu`) and `gpus`
@@ -21,13 +25,14 @@ not thread-safe: one job, from one thread.
 from __future__ import annotations
 
 import math
+import secrets
 import shlex
 import time
 from collections.abc import Callable
 from typing import Optional
 
 from shoal.launch.allocation import task_ids
-from shoal.launch.slurm import SlurmError, SlurmJob, SlurmNode
+from shoal.launch.slurm import SlurmError, SlurmJob, SlurmNode, submit_name
 from shoal.launch.slurm_commands import SlurmCommands
 from shoal.launch.slurm_reaper import SlurmReaper
 from shoal.launch.spec import JobSpec
@@ -55,12 +60,13 @@ _UNANSWERED_S = 30.0
 _MIB = 1 << 20
 
 
-def sbatch_argv(spec: JobSpec) -> list[str]:
-    """The sbatch command that submits a job big enough for every task of `spec` (see the
-    module docstring). No secret and nothing from the spec's env: only sizes and the name."""
+def sbatch_argv(spec: JobSpec, name: str) -> list[str]:
+    """The sbatch command that submits a job big enough for every task of `spec`, called
+    `name` (see the module docstring). No secret and nothing from the spec's env: only sizes
+    and the name."""
     roles = [spec.role(t.job) for t in task_ids(spec)]
     cpus = max(math.ceil(r.cpus or 1) for r in roles)
-    argv = ["sbatch", "--parsable", f"--job-name=shoal-{spec.name}", f"--ntasks={len(roles)}",
+    argv = ["sbatch", "--parsable", f"--job-name={name}", f"--ntasks={len(roles)}",
             f"--cpus-per-task={cpus}", "--output=/dev/null"]
     memory = max((int(r.memory) for r in roles if r.memory), default=0)
     if memory:
@@ -83,6 +89,7 @@ class Submission:
         self._note = note
         self._queue_timeout = queue_timeout
         self._job_id: Optional[str] = None
+        self._name: Optional[str] = None  # the job's name while its id is not known
         self._started = False
         self._listener: Callable[[str], None] = lambda text: None
 
@@ -91,11 +98,16 @@ class Submission:
         return True
 
     def acquire(self, spec: JobSpec, reaper: SlurmReaper) -> SlurmJob:
-        if self._job_id is not None:
-            raise SlurmError(f"Submission.acquire called twice (job {self._job_id} is submitted already)")
-        job_id = self._commands.submit(sbatch_argv(spec))
+        if self._job_id is not None or self._name is not None:
+            raise SlurmError(f"Submission.acquire called twice (job {self._job_id or self._name} is submitted already)")
+        name = submit_name(spec.name, secrets.token_hex(4))
+        reaper.add_name(name)  # before sbatch runs: the job may be there long before its id
+        self._name = name
+        job_id = self._commands.submit(sbatch_argv(spec, name))
         self._job_id = job_id
         reaper.add(job_id)
+        reaper.remove_name(name)
+        self._name = None
         self._note(f"shoal | submitted Slurm job {job_id}; waiting for it to start (Ctrl-C cancels it)")
         self._listener(f"Slurm job {job_id} is submitted")
         self._wait_running(job_id)
@@ -106,25 +118,54 @@ class Submission:
         roles = [spec.role(t.job) for t in task_ids(spec)]
         node = SlurmNode("NODE", "NODE", max(math.ceil(r.cpus or 1) for r in roles), sum(r.gpus for r in roles))
         job = SlurmJob("0", (node,), submitted=True)
-        return job, (f"# submitted with: {shlex.join(sbatch_argv(spec))}\n"
+        return job, (f"# submitted with: {shlex.join(sbatch_argv(spec, f'shoal-{spec.name}-TAG'))}\n"
+                     "# (TAG: 8 random hex digits, new for each submission)\n"
                      "# nodes and ports are known once the job runs (shown as NODE:0); the tasks"
                      " run as steps of it, one agent step per node\n")
 
     def release(self, reaper: Optional[SlurmReaper]) -> None:
         job_id, self._job_id = self._job_id, None
+        name, self._name = self._name, None
+        if job_id is None and name is not None:  # stopped while sbatch ran: it may have submitted the job
+            self._release_named(name, reaper)
+            return
         if job_id is None:
             return
+        if reaper is not None and name is not None:  # stopped as the id was being registered
+            reaper.remove_name(name)
         self._commands.cancel([job_id])
         if not self._started:  # the launcher's own lines say how a running job ended
             self._note(f"shoal | cancelled Slurm job {job_id} before it started")
-        deadline = time.monotonic() + _GONE_WAIT_S
-        try:
-            while self._commands.state(job_id) is not None and time.monotonic() < deadline:
-                time.sleep(_POLL_S)
-        except SlurmError as e:  # scancel went out; the watchdog tries again if it did not take
-            self._note(f"shoal | could not confirm that Slurm job {job_id} ended: {e}")
+        self._wait_gone(job_id, lambda: self._commands.state(job_id) is None)
         if reaper is not None:
             reaper.remove(job_id)
+
+    def _release_named(self, name: str, reaper: Optional[SlurmReaper]) -> None:
+        """Cancel the job called `name` that sbatch was submitting when the launcher was stopped
+        (before it said the job's id; there may be none). Blocks up to _GONE_WAIT_S."""
+        try:
+            found = self._commands.named(name)
+        except SlurmError:
+            found = []  # cancel by name all the same
+        self._commands.cancel_named(name)
+        if found:
+            self._note(f"shoal | cancelled Slurm job {', '.join(found)} before it started")
+        gone = self._wait_gone(name, lambda: not self._commands.named(name))
+        if reaper is not None and gone:
+            reaper.remove_name(name)  # else the watchdog cancels by the name once more
+
+    def _wait_gone(self, what: str, gone: Callable[[], bool]) -> bool:
+        """Poll `gone` up to _GONE_WAIT_S; whether it came true. Says so if squeue cannot tell."""
+        deadline = time.monotonic() + _GONE_WAIT_S
+        try:
+            while not gone():
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(_POLL_S)
+        except SlurmError as e:  # scancel went out; the watchdog tries again if it did not take
+            self._note(f"shoal | could not confirm that Slurm job {what} ended: {e}")
+            return False
+        return True
 
     def _wait_running(self, job_id: str) -> None:
         """Block until the job runs; say each new state and pending reason. SlurmError (the

@@ -4,9 +4,13 @@ leaves an srun's step running).
 
 Run as `python -I slurm_watchdog.py` by `slurm_reaper.SlurmReaper`, in its own session, with
 the launcher's environment (SLURM_CONF). The launcher writes "+ID" / "-ID" lines on its stdin
-as it starts and ends steps ("12.3") or submits and cancels jobs ("12"). On EOF — the launcher
+as it starts and ends steps ("12.3") or submits and cancels jobs ("12"), and "+name:NAME" /
+"-name:NAME" while it submits a job whose id sbatch has not said yet. On EOF — the launcher
 closed the pipe or the kernel did because the launcher died — every id still registered is
-scancelled (Slurm TERMs its processes, then KILLs them after KillWait), and it exits.
+scancelled (Slurm TERMs its processes, then KILLs them after KillWait), then every job of a
+name still registered, again each second for NAME_WINDOW_S (an sbatch the launcher's death
+cut short may have reached slurmctld all the same, and slurmctld may create the job a moment
+later); then it exits.
 Standard library only, so it starts fast and imports nothing of Shoal.
 """
 
@@ -14,30 +18,44 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
-_ID = re.compile(rb"^[+-](\d+(?:\.\d+)?)$")
+_ID = re.compile(rb"^[+-](\d+(?:\.\d+)?|name:shoal-[A-Za-z0-9][A-Za-z0-9_.-]{0,62}-[0-9a-f]{8})$")
 _SCANCEL_TIMEOUT = 60
+NAME_WINDOW_S = 5.0
+
+
+def _scancel(args: list) -> bool:
+    """scancel ARGS, quietly; False if it could not run or took too long."""
+    try:
+        subprocess.run(["scancel", "--quiet", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=_SCANCEL_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return True
 
 
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    ids: dict = {}
+    registered: dict = {}
     for raw in sys.stdin.buffer:
         line = raw.strip()
         match = _ID.match(line)
         if match:
             if line[:1] == b"+":
-                ids[match.group(1).decode()] = True
+                registered[match.group(1).decode()] = True
             else:
-                ids.pop(match.group(1).decode(), None)
-    if not ids:
-        return 0
-    try:
-        subprocess.run(["scancel", "--quiet", *ids], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=_SCANCEL_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired):
-        return 1
-    return 0
+                registered.pop(match.group(1).decode(), None)
+    names = [i[len("name:"):] for i in registered if i.startswith("name:")]
+    ids = [i for i in registered if not i.startswith("name:")]
+    ok = _scancel(ids) if ids else True
+    until = time.monotonic() + NAME_WINDOW_S
+    while names:
+        ok = all([_scancel([f"--name={name}"]) for name in names]) and ok
+        if time.monotonic() >= until:
+            break
+        time.sleep(1.0)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

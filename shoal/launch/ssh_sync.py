@@ -8,18 +8,27 @@ options) the agents use.
   job's tasks wrote into the model dir there (summaries, the chief's export) back into the
   launcher's, leaving out `checkpoints/` (they stay with the chief, which alone writes them).
 
-Both block until every host is done or the timeout passed; thread-safe.
+Both block until every host is done or the timeout passed; thread-safe. Each copy (rsync and
+the ssh it runs) is a process group of its own that does not outlive the call: it is killed
+when the call ends early (its timeout, an exception, Ctrl-C), and, through the kernel's
+parent-death signal and a watchdog process (local_reaper.Reaper), when the launcher dies, even
+by SIGKILL. Killing the local ssh ends the host's `rsync --server` with its connection.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
 from typing import Optional
 
 from shoal.launch.errors import HostsError
+from shoal.launch.local_reaper import Reaper
+from shoal.launch.parent_death import die_with_parent
+from shoal.launch.processes import signal_group
 from shoal.launch.ssh import SshOptions, ssh_base
 from shoal.launch.ssh_preflight import ssh_problem
 
@@ -80,20 +89,39 @@ def collect_model_dirs(hosts: Sequence[str], model_dir: str, options: SshOptions
     return out
 
 
+_REAPER_GRACE_S = 1.0
+"""How long the watchdog lets a copy's group go after SIGTERM, before SIGKILL, if the launcher dies."""
+
+
 def _run_all(argvs: dict[str, list[str]], timeout: float) -> dict[str, tuple[Optional[int], str]]:
-    """Run one command per host, all at once; by host, its exit code (None: killed after
-    `timeout` seconds in all) and its stderr. Blocks up to `timeout`."""
-    procs = {host: subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, start_new_session=True) for host, argv in argvs.items()}
-    deadline = time.monotonic() + timeout
-    out: dict[str, tuple[Optional[int], str]] = {}
-    for host, proc in procs.items():
-        try:
-            _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            out[host] = (None, "")
-            continue
-        out[host] = (proc.returncode, err.decode(errors="replace"))
-    return out
+    """Run one command per host, all at once, each leading a process group of its own; by
+    host, its exit code (None: killed after `timeout` seconds in all) and its stderr. Blocks up
+    to `timeout`. However it ends, no group it started is left running."""
+    reaper = Reaper(grace=_REAPER_GRACE_S)
+    reaper.start()
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for host, argv in argvs.items():
+            procs[host] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.PIPE, start_new_session=True,
+                                           preexec_fn=die_with_parent(os.getpid()))
+            reaper.add(procs[host].pid)
+        deadline = time.monotonic() + timeout
+        out: dict[str, tuple[Optional[int], str]] = {}
+        for host, proc in procs.items():
+            try:
+                _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                out[host] = (None, "")
+                continue
+            out[host] = (proc.returncode, err.decode(errors="replace"))
+        return out
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:  # not reaped yet, so its group id is still its own
+                signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+            reaper.remove(proc.pid)
+        reaper.close()

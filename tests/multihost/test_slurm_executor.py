@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -313,6 +314,41 @@ def test_submitted_job_is_cancelled_when_the_launcher_is_sigkilled(slurm_cluster
         cleanup(home, launcher)
 
 
+def slow_sbatch(tmp_path: Path) -> str:
+    """A directory to put first on PATH, holding an sbatch that submits at once and prints the
+    job id 4 s later: a busy slurmctld's answer."""
+    bin_dir = tmp_path / "slowbin"
+    bin_dir.mkdir()
+    real = shutil.which("sbatch")
+    assert real, "sbatch is not on PATH"
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nout=$({shlex.quote(real)} "$@"); rc=$?\nsleep 4\n'
+                                    'echo "$out"; exit $rc\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    return str(bin_dir)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_no_submitted_job_survives_a_launcher_stopped_before_sbatch_answered(slurm_cluster, tmp_path, sig):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    env["PATH"] = slow_sbatch(tmp_path) + os.pathsep + env["PATH"]
+    launcher = start(env, shoal("run", "--name", "race", "--slurm", "--ps", "1", "--workers", "1", "--", *SERVE))
+    try:
+        procs.wait_until(lambda: slurm_cluster.job_ids(), timeout=WAIT_S, what="the job submitted")
+        assert launcher.poll() is None  # sbatch has not answered yet
+        os.kill(launcher.pid, sig)
+        code = launcher.wait(WAIT_S)
+        said = launcher.stdout.read().decode(errors="replace")
+        if sig != signal.SIGKILL:
+            assert code == 130, said
+            assert re.search(r"cancelled Slurm job \d+ before it started", said), said
+        procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=30, what="squeue empty",
+                         detail=lambda: f"jobs {slurm_cluster.job_ids()}; the launcher said:\n{said}")
+    finally:
+        cleanup(home, launcher)
+
+
 @pytest.mark.timeout(300)
 def test_status_logs_and_monitor_reach_slurm_tasks_from_another_terminal(slurm_cluster, tmp_path):
     home = tmp_path / "home"
@@ -362,7 +398,7 @@ def test_dry_run_with_slurm_flag_submits_nothing(slurm_cluster, tmp_path):
     env = shoal_env(slurm_cluster, home)
     out = run(env, shoal("train", "examples/mnist.yaml", "--slurm", "--dry-run"), timeout=60)
     assert out.returncode == 0, out.stdout
-    assert "# submitted with: sbatch --parsable --job-name=shoal-mnist --ntasks=4 --cpus-per-task=1" in out.stdout
+    assert "# submitted with: sbatch --parsable --job-name=shoal-mnist-TAG --ntasks=4 --cpus-per-task=1" in out.stdout
     assert "warning" not in out.stdout  # the job it submits is sized for the tasks
     assert slurm_cluster.job_ids() == [] and not (home / "jobs.db").exists()
 
@@ -403,6 +439,25 @@ def test_slurm_watchdog_cancels_what_is_registered_when_its_pipe_closes(slurm_cl
     reaper.remove(kept)
     reaper.close()  # as when the launcher dies: EOF on the watchdog's stdin
     procs.wait_until(lambda: slurm_cluster.job_ids() == [kept], timeout=WAIT_S, what=f"only job {kept} left")
+
+
+@pytest.mark.timeout(120)
+def test_slurm_watchdog_cancels_a_job_by_its_registered_name_when_its_pipe_closes(slurm_cluster):
+    from shoal.launch.slurm import submit_name
+    from shoal.launch.slurm_reaper import SlurmReaper
+
+    kept, cancelled = submit_name("kept", "0123abcd"), submit_name("named", "4567cdef")
+    for name in (kept, cancelled):
+        slurm_cluster.run(["sbatch", "--parsable", "--ntasks=1", "--output=/dev/null", f"--job-name={name}",
+                           "--wrap=exec sleep 120"])
+    [kept_id] = slurm_cluster.run(["squeue", "-h", f"--name={kept}", "-o", "%i"]).stdout.split()
+    reaper = SlurmReaper(slurm_cluster.env)
+    reaper.start()
+    for name in (kept, cancelled):
+        reaper.add_name(name)
+    reaper.remove_name(kept)
+    reaper.close()  # as when the launcher dies before sbatch said the id: EOF on the watchdog's stdin
+    procs.wait_until(lambda: slurm_cluster.job_ids() == [kept_id], timeout=WAIT_S, what=f"only job {kept_id} left")
 
 
 @pytest.mark.timeout(120)

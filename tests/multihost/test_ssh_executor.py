@@ -481,6 +481,26 @@ def test_a_task_left_running_by_a_silent_agent_is_killed_before_its_restart(shoa
         os.kill(agent, signal.SIGKILL)
     wait_nothing_left(hosts[:2])
 
+
+def apart_host(host, host_network, tmp_path: Path, hidden: Path) -> subprocess.Popen:
+    """`host` once more, as `apart` in tmp_path/ssh_config (every host of the run's ssh_config
+    besides): an sshd at port 2222 in a mount namespace of its own, where a tmpfs hides `hidden`,
+    as on a machine with a disk of its own. Returns that sshd (a process of the host)."""
+    sshd_config = tmp_path / "sshd_config"
+    sshd_config.write_text((host.workdir / "sshd_config").read_text().replace("Port 22\n", "Port 2222\n")
+                           .replace(str(host.workdir / "sshd.pid"), str(tmp_path / "sshd.pid")))
+    sshd = host.popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                       f"mount -t tmpfs none {hidden} && exec /usr/sbin/sshd -D -f {sshd_config}"
+                       f" -E {tmp_path / 'sshd.log'}"])
+    procs.wait_until(lambda: procs.tcp_open(host.address, 2222), timeout=15, what=f"the second sshd of {host.name}")
+    config = host_network.ssh_config.read_text()
+    block = config[config.index(f"Host {host.name}"):].split("\n\n")[0]
+    config += "\n" + block.replace(f"Host {host.name}", "Host apart").replace("Port 22", "Port 2222") \
+        + f"\n    HostKeyAlias {host.name}\n"
+    (tmp_path / "ssh_config").write_text(config)
+    return sshd
+
+
 def test_sync_copies_the_workdir_to_every_host_first(shoal, hosts, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -495,24 +515,55 @@ def test_sync_copies_the_workdir_to_every_host_first(shoal, hosts, tmp_path):
     wait_nothing_left(hosts[:2])
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_sync_interrupted_by_a_signal_to_the_launcher_leaves_no_copy_running(shoal, hosts, host_network,
+                                                                                tmp_path, sig):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "hello.py").write_text("print('hello')\n")
+    (work / "data.bin").write_bytes(os.urandom(24 << 20))  # 24 s at 8 mbit/s
+    host = hosts[2]
+    sshd = apart_host(host, host_network, tmp_path, work)  # a host that does not have `work` yet
+    host.shape("8mbit")
+    (tmp_path / "job.yaml").write_text(f"name: syncint\nrun: python hello.py\nroles: {{worker: {{count: 1}}}}\n"
+                                       f"workdir: {work}\nsync: true\n")
+    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hosts", "apart", "--ssh-config",
+                           str(tmp_path / "ssh_config"))
+
+    def on_host() -> list[int]:
+        return [p for p in host.pids() if p not in (host.sshd_pid, sshd.pid)]
+
+    def copy() -> list[tuple[int, float]]:
+        """The launcher's rsync and ssh, once the host's rsync runs too."""
+        tree = []
+        for p in psutil.Process(launcher.pid).children(recursive=True):
+            try:
+                if p.name() in ("rsync", "ssh") and (known := procs.identity(p.pid)):
+                    tree.append(known)
+            except psutil.Error:
+                continue
+        return tree if len(tree) >= 2 and on_host() else []
+
+    procs.wait_until(copy, timeout=30, what="rsync copying to apart", detail=lambda: shoal.output(launcher))
+    copying = copy()
+    time.sleep(1)
+    os.kill(launcher.pid, sig)
+    code = launcher.wait(30)
+    if sig != signal.SIGKILL:
+        assert code == 130, shoal.output(launcher)
+        assert f"shoal | stopped by {sig.name} while copying {work} to apart (sync: true)" in shoal.output(launcher)
+    procs.wait_until(lambda: not [i for i in copying if procs.identity(i[0]) == i] and not on_host(), timeout=10,
+                     what="no rsync or ssh of the copy left, here or on the host",
+                     detail=lambda: f"here: {_describe([i[0] for i in copying if procs.identity(i[0]) == i])};"
+                                    f" on {host.name}: {_describe(on_host())}")
+
+
 def test_a_host_that_does_not_share_the_model_dir_gets_its_tasks_files_copied_back(shoal, hosts, host_network,
                                                                                      tmp_path):
     model = tmp_path / "model"
     model.mkdir()
-    # host3 once more, reached at port 2222 through an sshd in a mount namespace of its own, where
-    # a tmpfs hides the launcher's model dir: a machine with a disk of its own.
-    host = hosts[2]
-    sshd_config = tmp_path / "sshd_config"
-    sshd_config.write_text((host.workdir / "sshd_config").read_text().replace("Port 22\n", "Port 2222\n")
-                           .replace(str(host.workdir / "sshd.pid"), str(tmp_path / "sshd.pid")))
-    host.popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                f"mount -t tmpfs none {model} && exec /usr/sbin/sshd -D -f {sshd_config} -E {tmp_path / 'sshd.log'}"])
-    procs.wait_until(lambda: procs.tcp_open(host.address, 2222), timeout=15, what="the second sshd of host3")
-    config = host_network.ssh_config.read_text()
-    block = config[config.index("Host host3"):].split("\n\n")[0]
-    config += "\n" + block.replace("Host host3", "Host apart").replace("Port 22", "Port 2222") \
-        + "\n    HostKeyAlias host3\n"
-    (tmp_path / "ssh_config").write_text(config)
+    # host3 once more, where a tmpfs hides the launcher's model dir
+    apart_host(hosts[2], host_network, tmp_path, model)
     # ps.0 and worker.1 on `apart`, worker.0 (the chief) on host1
     out = shoal.run("run", "--name", "apart", "--ps", "1", "--workers", "2", "--hosts", "apart,host1",
                     "--ssh-config", str(tmp_path / "ssh_config"), "--output-dir", str(model), "--",

@@ -99,15 +99,15 @@ def test_sbatch_sizes_every_slot_for_the_largest_role_and_bounds_the_time():
                           "env": {"TOKEN": "do-not-submit"},
                           "roles": {"ps": {"count": 2, "memory": "1GiB"},
                                     "worker": {"count": 3, "cpus": 1.5, "memory": "4GiB", "gpus": 1}}})
-    argv = sbatch_argv(job)
-    assert argv[:3] == ["sbatch", "--parsable", "--job-name=shoal-big"]
+    argv = sbatch_argv(job, "shoal-big-0a1b2c3d")
+    assert argv[:3] == ["sbatch", "--parsable", "--job-name=shoal-big-0a1b2c3d"]
     assert {"--ntasks=5", "--cpus-per-task=2", "--mem-per-cpu=2048M", "--gpus-per-task=1", "--time=13"} <= set(argv)
     assert argv[-1] == "--wrap=exec sleep infinity"
     assert "do-not-submit" not in " ".join(argv)
 
 
 def test_sbatch_without_resources_asks_one_cpu_per_task_and_no_time_limit():
-    argv = sbatch_argv(spec(worker={"count": 2}))
+    argv = sbatch_argv(spec(worker={"count": 2}), "shoal-j-0a1b2c3d")
     assert "--ntasks=2" in argv and "--cpus-per-task=1" in argv
     assert not [a for a in argv if a.startswith(("--mem", "--gpus", "--time"))]
 
@@ -180,7 +180,7 @@ def test_slurm_flag_dry_run_prints_the_sbatch_command_and_runs_nothing(tmp_path)
                       stderr=err, stdout_bytes=io.BytesIO(), cwd=tmp_path)
     assert main(["train", "job.yaml", "--slurm", "--dry-run"], env) == 0, err.getvalue()
     text = out.getvalue()
-    assert text.startswith("# submitted with: sbatch --parsable --job-name=shoal-j --ntasks=3 --cpus-per-task=2")
+    assert text.startswith("# submitted with: sbatch --parsable --job-name=shoal-j-TAG --ntasks=3 --cpus-per-task=2")
     # a `cd` command each (not "cd " inside a job id that happens to end in "cd", as 1 in 256 do)
     assert "# on NODE: ps.0, worker.0, worker.1" in text and len(re.findall(r"(?:^|\s)cd ", text)) == 3
     assert not (tmp_path / "home" / "jobs.db").exists()
