@@ -418,7 +418,6 @@ def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, ho
     wait_nothing_left(hosts[:1])
 
 
-
 def test_a_restart_whose_host_is_still_away_is_tried_again_until_it_answers(shoal, hosts, tmp_path):
     """The host stays away past the first restart: that restart counts, and the next one, after
     its backoff, finds the host back (the job does not fail with restarts left)."""
