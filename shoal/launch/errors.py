@@ -49,6 +49,12 @@ class HostUnreachableError(StartError):
     restarts left)."""
 
 
+class AllocationEndedError(StartError):
+    """A task could not be started again because what the job runs in is over (its Slurm job
+    was cancelled, ran past its time limit, lost a node): the task fails for good, as it ended,
+    and not as a program that could not be started."""
+
+
 class WorkspaceError(LaunchError):
     """A file or directory the launcher needs cannot be created, read or written
     (SHOAL_HOME, the job records, a job's folder, the model dir)."""

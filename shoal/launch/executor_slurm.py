@@ -48,7 +48,7 @@ from typing import Optional
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
-from shoal.launch.errors import PlanError, StartError, TaskStateUnknown
+from shoal.launch.errors import AllocationEndedError, PlanError, StartError, TaskStateUnknown
 from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.hosts import Host, place_tasks
 from shoal.launch.job_scan import find_args, read_report, task_usage
@@ -64,6 +64,8 @@ from shoal.launch.spec import JobSpec
 ANY_INTERFACE = "0.0.0.0"
 _AGENT_CLOSE_S = 15.0
 _PROBE_TIMEOUT_S = 30.0
+_LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "SIGNALING", "SUSPENDED"})
+"""States of a Slurm job in which its steps may still run (squeue's)."""
 _STEP_END_S = 45.0
 """How long a restart waits for the scancelled step of a lost agent to end (Slurm's KillWait
 is 30 s by default, after which it KILLs what the step left)."""
@@ -287,6 +289,9 @@ class SlurmExecutor:
         started and registered with the watchdog. StartError if the old step does not end
         within _STEP_END_S or the new agent does not start. Blocks."""
         assert self._job is not None
+        over = _job_over(self._commands, self._job.job_id)
+        if over:
+            raise AllocationEndedError(f"{task.label} cannot be restarted on {node}: {over}")
         with self._lock:
             old, old_step = self._agents.get(node), self._steps.get(node, "")
         if old is not None:
@@ -337,6 +342,24 @@ class SlurmExecutor:
             return {}
         usage = {name: task_usage(scan, ref) for name, ref in refs.items()}
         return {name: use for name, use in usage.items() if use is not None}
+
+
+def _job_over(commands: SlurmCommands, job_id: str) -> str:
+    """Why nothing can run in Slurm job `job_id` any more (it was cancelled, ran past its time
+    limit, lost a node), in words; "" while it runs, or if slurmctld cannot tell. Blocks
+    (bounded by the commands' timeout)."""
+    try:
+        state = commands.state(job_id)
+    except SlurmError:
+        return ""
+    if state in _LIVE_STATES:
+        return ""
+    try:
+        state = commands.detail(job_id).state  # CANCELLED, TIMEOUT, NODE_FAIL: squeue no longer says
+    except SlurmError:
+        state = state or "over"
+    return (f"Slurm job {job_id} is {state} (ended by scancel, its time limit or a node failure: sacct -j {job_id}"
+            " says which), so nothing can run in it any more")
 
 
 def _end_step(commands: SlurmCommands, job_id: str, step: str, timeout: float) -> bool:

@@ -11,7 +11,8 @@ to max_restarts times, except a task that exits 2 (a usage error, as argparse an
 give for bad arguments or a missing script) within its first second: running it again would
 fail the same way. A restart whose lost host still does not answer (HostUnreachableError)
 counts as one and is tried again after the next backoff, while restarts are left; then the
-task fails for good with the code its lost attempt ended with. Deadline: past it every task
+task fails for good with the code its lost attempt ended with, as at once when what the job
+runs in is over (AllocationEndedError: its Slurm job was cancelled). Deadline: past it every task
 stops and the job FAILS (DEADLINE).
 Watchdog (shoal/launch/watchdog.py, when given): when the job's step stops advancing, its
 `Stall` names the stuck tasks and the spec's action applies — restart-stuck (TERM -> grace
@@ -60,7 +61,7 @@ from typing import Callable, Optional, Protocol
 
 from shoal.cluster import TaskId
 from shoal.launch.allocation import TaskAllocation
-from shoal.launch.errors import HostUnreachableError, PlanError, ScaleError, StartError
+from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, ScaleError, StartError
 from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlacer, TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
@@ -293,6 +294,9 @@ class Supervisor:
             handle = self._executor.start(self._plan, slot.plan)
         except HostUnreachableError as e:
             self._host_still_lost(slot, str(e))
+            return
+        except AllocationEndedError as e:  # a Slurm job cancelled under the tasks: they failed, for good
+            self._give_up(slot, slot.last_code, str(e))
             return
         except StartError as e:
             self._move(slot, TaskState.FAILED, str(e))

@@ -237,6 +237,35 @@ def test_task_restarts_in_a_new_agent_step_when_its_nodes_srun_is_killed(slurm_c
 
 
 @pytest.mark.timeout(300)
+def test_an_allocation_cancelled_from_outside_fails_the_job_saying_so_not_as_a_program_that_cannot_start(
+        slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    job = allocation(slurm_cluster)
+    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: gone\nrun: python examples/mnist_softmax.py --steps 30000 --log_every 10000\n"
+                    "roles: {ps: {count: 1}, worker: {count: 2}}\n"
+                    "restart: {policy: on-failure, max_restarts: 3, backoff: 1s}\n")
+    output = tmp_path / "launcher.out"
+    with output.open("wb") as sink:
+        launcher = subprocess.Popen(shoal("train", str(spec)), cwd=REPO, env=env, stdout=sink,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_running(env, launcher, 3)
+        slurm_cluster.run(["scancel", job], timeout=30)  # an admin, or the user in another terminal
+        launcher.wait(120)
+        text = output.read_text()
+        [record] = status(env)
+        assert record["state"] == "FAILED", text[-4000:]
+        assert launcher.returncode not in (0, 127), text[-4000:]  # the tasks failed; no program failed to start
+        assert re.search(rf"cannot be restarted on n[12]: Slurm job {job} is (CANCELLED|COMPLETING|over) \(ended by"
+                         rf" scancel, its time limit or a node failure: sacct -j {job} says which\), so nothing can"
+                         " run in it any more", record["reason"]), record["reason"]
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+    finally:
+        cleanup(home, launcher)
+
+@pytest.mark.timeout(300)
 def test_shoal_kill_leaves_squeue_empty_and_no_task_behind(slurm_cluster, tmp_path):
     home = tmp_path / "home"
     env = shoal_env(slurm_cluster, home)

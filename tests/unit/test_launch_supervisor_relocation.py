@@ -8,7 +8,7 @@ import pytest
 
 from shoal.cluster import TaskId, parse_tf_config
 from shoal.launch.allocation import TaskAllocation
-from shoal.launch.errors import HostUnreachableError, PlanError, StartError
+from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, StartError
 from shoal.launch.executor import HostLossAware
 from shoal.launch.logmux import LogMux
 from shoal.launch.relocation import movable
@@ -262,3 +262,22 @@ def test_a_lost_host_that_stays_away_fails_the_job_once_restarts_run_out_with_th
     assert executor.refused["worker.0"] == 2  # restart 1 (after the loss) and restart 2 found host2 away
     assert "t.worker.0 cannot be restarted on host2: host2: unreachable" in result.detail, result.detail
     assert recorder.final()["worker.0"] is TaskState.FAILED
+
+
+def test_a_restart_in_an_allocation_that_ended_fails_the_task_for_good_at_once(tmp_path):
+    class EndedExecutor(HostExecutor):
+        def start(self, job, task):
+            if any(n == task.name for n, _ in self.starts):
+                raise AllocationEndedError(f"{task.label} cannot be restarted on n1: Slurm job 7 is CANCELLED (...)")
+            return super().start(job, task)
+
+    clock = FakeClock(0.05)
+    executor = EndedExecutor(clock, {}, no_room=True)
+    recorder = AddRecorder(clock)
+    supervisor = Supervisor(plan_of(tmp_path, {"ps": {}, "worker": {"count": 2}}, **ON_FAILURE), executor=executor,
+                            mux=LogMux(io.BytesIO()), observer=recorder, clock=clock)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("ps.0").lose_host("n1")
+    result = supervisor.run()
+    assert result.reason is EndReason.TASK_FAILED  # not START_FAILED: no program failed to start
+    assert result.detail == "t.ps.0 failed (t.ps.0 cannot be restarted on n1: Slurm job 7 is CANCELLED (...))"
+    assert [n for n, _ in executor.starts].count("ps.0") == 1
