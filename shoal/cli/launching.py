@@ -22,7 +22,7 @@ from shoal.launch.plan import format_plan, is_job_id, job_dir_for, make_plan, ne
 from shoal.launch.preflight import check_plan
 from shoal.launch.queued_job import QueuedJob
 from shoal.launch.runner import run_job
-from shoal.launch.setup_signals import stop_like_ctrl_c
+from shoal.launch.setup_signals import stop_like_ctrl_c, stop_signal_name
 from shoal.launch.spec import JobSpec
 
 
@@ -56,11 +56,16 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     executor = executor_for(spec, args, env)
     job_id = background_id or new_job_id(spec.name)
     try:
-        with _queue_record(executor, spec, job_id, env, dry_run=args.dry_run):
-            plan = make_plan(spec, executor.allocate(spec), job_id=job_id, shoal_home=env.shoal_home,
-                             workdir=env.cwd)
-            if not args.dry_run:
-                check_plan(plan, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
+        try:
+            with _queue_record(executor, spec, job_id, env, dry_run=args.dry_run):
+                plan = make_plan(spec, executor.allocate(spec), job_id=job_id, shoal_home=env.shoal_home,
+                                 workdir=env.cwd)
+                if not args.dry_run:
+                    check_plan(plan, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (setup_signals.py): exit 130 saying so
+            env.say(f"shoal {args.command}: stopped by {stop_signal_name(e)} while the job was being set up;"
+                    " it was not started (what the setup started is stopped)", err=True)
+            raise
         if args.dry_run:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""
             env.say(notes + format_plan(plan, show_secret=args.show_secret), end="")

@@ -27,10 +27,11 @@ from shoal.launch.files import private_dirs
 from shoal.launch.kill_request import kill_requested_by
 from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
+from shoal.launch.setup_signals import StoppedSettingUp
 from shoal.launch.states import JobState
 
 
-class StoppedWaiting(KeyboardInterrupt):
+class StoppedWaiting(StoppedSettingUp):
     """SIGTERM while the job waited in the queue: the launcher stops as after Ctrl-C."""
 
 

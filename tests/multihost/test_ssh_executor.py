@@ -319,6 +319,27 @@ def test_a_down_host_and_a_refused_key_are_named_before_any_task_starts(shoal, h
     wait_nothing_left(hosts[:2])
 
 
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_launcher_stopped_while_it_waits_for_a_host_says_so_and_leaves_nothing(shoal, hosts, tmp_path, sig):
+    (tmp_path / "job.yaml").write_text(
+        "name: early\nrun: python examples/mnist_softmax.py --steps 100\n"
+        "roles: {ps: {count: 1}, worker: {count: 2}}\nssh: {connect_timeout: 20s}\n")
+    hosts[2].link_down()  # the agents of host1 and host2 start; host3's connection hangs
+    try:
+        launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hosts", HOSTS, "--ssh-config",
+                               shoal.ssh_config)
+        procs.wait_until(lambda: len([a for pids in agents(hosts[:2]).values() for a in pids]) == 2, timeout=30,
+                         what="the agents of host1 and host2")
+        launcher.send_signal(sig)
+        assert launcher.wait(30) == 130, shoal.output(launcher)
+        name = signal.Signals(sig).name
+        assert f"shoal train: stopped by {name} while the job was being set up; it was not started" \
+            in shoal.output(launcher), shoal.output(launcher)
+    finally:
+        hosts[2].link_up()
+    wait_nothing_left(hosts)
+
 def test_a_missing_interpreter_is_named_per_host_before_any_task_starts(shoal, hosts, tmp_path):
     (tmp_path / "job.yaml").write_text(
         "name: nopy\nrun: python examples/mnist_softmax.py --steps 100\n"
