@@ -70,6 +70,7 @@ class Agent:
         self._held: dict[int, socket.socket] = {}
         self._tasks: dict[str, subprocess.Popen] = {}
         self._threads: list[threading.Thread] = []
+        self._mid_line: set[str] = set()  # tasks whose output so far ends inside a line
 
     def send(self, message: dict[str, Any]) -> None:
         with self._lock:
@@ -157,6 +158,10 @@ class Agent:
         lines and writes the log file, as for a local task)."""
         for chunk in iter(lambda: proc.stdout.read1(_CHUNK), b""):
             self.send({"type": "output", "task": name, "data": line_text(chunk)})
+            if chunk.endswith(b"\n"):
+                self._mid_line.discard(name)
+            else:
+                self._mid_line.add(name)
 
     def _wait(self, name: str, proc: subprocess.Popen, reader: threading.Thread) -> None:
         code = proc.wait()
@@ -187,6 +192,14 @@ class Agent:
                         "rss": sum((_quiet(p.memory_info) or _NO_MEM).rss for p in procs), "mem_total": total}
                  for name, procs in trees.items()}
         self.send({"type": "usage", "tasks": usage})
+
+    def say_to_tasks(self, text: str) -> None:
+        """Add a line of the agent's to the output of every task still running (shown and logged
+        as that task's, on a line of its own). Never blocks for long."""
+        for name, proc in list(self._tasks.items()):
+            if proc.poll() is None:
+                start = "\n" if name in self._mid_line else ""
+                self.send({"type": "output", "task": name, "data": start + text})
 
     def stop_all(self, grace: float) -> None:
         """TERM every task's group, KILL what is left after `grace` seconds. Blocks."""
@@ -246,8 +259,16 @@ def _slurm_step(environ) -> str:
     return f"{job}.{step}" if job.isdigit() and step.isdigit() else ""
 
 
+class _Signalled(SystemExit):
+    """SIGTERM or SIGHUP to the agent: it stops every group and exits 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signal_name = signal.Signals(signum).name
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwinds main, whose `finally` stops every group
+    raise _Signalled(signum)  # unwinds main, whose `finally` stops every group
 
 
 def _watch_heartbeat(agent: Agent, timeout: float, last_line: list[float]) -> None:
@@ -319,6 +340,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                     return 0
             except (AgentProtocolError, PlanError, OSError) as e:
                 agent.send({"type": "error", "message": str(e)})
+    except _Signalled as stopped:
+        agent.say_to_tasks(f"shoal: this host's agent got {stopped.signal_name} (scancel, a signalled srun or"
+                           " sshd, a shutdown); it stops this task and exits\n")
+        raise
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # a second one must not cut the stop short

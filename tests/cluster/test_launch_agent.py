@@ -179,6 +179,9 @@ def test_sigterm_to_the_agent_stops_every_group_grandchildren_included(agent):
     try:
         assert len(group) == 3
         os.kill(a.proc.pid, signal.SIGTERM)  # scancel, sshd, or an admin ends the agent
+        said = a.expect("output", task="worker.0")
+        assert said["data"] == ("shoal: this host's agent got SIGTERM (scancel, a signalled srun or sshd, a"
+                                " shutdown); it stops this task and exits\n"), said  # the task's own line had ended
         a.proc.wait(15)
         gone, alive = psutil.wait_procs(group, timeout=10)
         assert not alive
