@@ -27,7 +27,7 @@ from shoal.launch.processes import same_process
 from shoal.launch.records import JobRecord, JobStore, ProcessRecord
 from shoal.launch.states import JobState, TaskState
 
-LAUNCHER_DIED = "the launcher died; its watchdog stopped the tasks"
+LAUNCHER_DIED = "the launcher died; its tasks were stopped (by its watchdog; on other hosts, by their agents)"
 _POLL = 0.05
 _KILL_WAIT = 5.0
 
