@@ -13,15 +13,12 @@ import argparse
 
 from shoal.cli.arg_types import positive_duration
 from shoal.cli.environment import Environment
+from shoal.cli.errors import KillUnverified
 from shoal.cli.exit_codes import ExitCode
 from shoal.cli.job_args import add_job_argument
 from shoal.launch.control import describe_checks, kill_job, sweep_job
-from shoal.launch.errors import LaunchError, TaskStateUnknown
+from shoal.launch.errors import TaskStateUnknown
 from shoal.launch.job_refs import find_running_job
-
-
-class KillUnverified(LaunchError):
-    """The job was stopped, but that nothing of it is left could not be verified."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -9,3 +9,8 @@ class MissingTool(ShoalError):
 
 class UsageError(ShoalError):
     """The command line is wrong: an unknown command or flag, a stray word. Exit code 2."""
+
+
+class KillUnverified(ShoalError):
+    """`shoal kill` stopped the job, but could not verify that nothing of it is left (a host
+    could not be checked, a process survived SIGKILL, Slurm did not answer). Exit code 6."""

@@ -22,7 +22,7 @@ from shoal.launch.plan import format_plan, is_job_id, job_dir_for, make_plan, ne
 from shoal.launch.preflight import check_plan
 from shoal.launch.queued_job import QueuedJob
 from shoal.launch.runner import run_job
-from shoal.launch.setup_signals import stop_like_ctrl_c, stop_signal_name
+from shoal.launch.setup_signals import sigterm_ignored, stop_like_ctrl_c, stop_signal_name
 from shoal.launch.spec import JobSpec
 
 
@@ -63,8 +63,10 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
                 if not args.dry_run:
                     check_plan(plan, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (setup_signals.py): exit 130 saying so
+            with sigterm_ignored():
+                executor.close()
             env.say(f"shoal {args.command}: stopped by {stop_signal_name(e)} while the job was being set up;"
-                    " it was not started (what the setup started is stopped)", err=True)
+                    " it was not started, and what the setup had started is stopped", err=True)
             raise
         if args.dry_run:
             notes = executor.launch_notes() if isinstance(executor, LaunchNotes) else ""

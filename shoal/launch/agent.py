@@ -53,6 +53,8 @@ from shoal.launch.ports import bind_ports
 
 _CHUNK = 1 << 16
 _STOP_GRACE_S = 2.0
+_SAY_STOPPING_S = 0.5
+"""How long a signalled agent waits for its last words to its tasks' output to go out."""
 
 
 class Agent:
@@ -157,11 +159,11 @@ class Agent:
         """Relay the task's output as it comes, in chunks of at most 64 KiB (the launcher cuts
         lines and writes the log file, as for a local task)."""
         for chunk in iter(lambda: proc.stdout.read1(_CHUNK), b""):
-            self.send({"type": "output", "task": name, "data": line_text(chunk)})
             if chunk.endswith(b"\n"):
                 self._mid_line.discard(name)
             else:
                 self._mid_line.add(name)
+            self.send({"type": "output", "task": name, "data": line_text(chunk)})
 
     def _wait(self, name: str, proc: subprocess.Popen, reader: threading.Thread) -> None:
         code = proc.wait()
@@ -195,7 +197,7 @@ class Agent:
 
     def say_to_tasks(self, text: str) -> None:
         """Add a line of the agent's to the output of every task still running (shown and logged
-        as that task's, on a line of its own). Never blocks for long."""
+        as that task's, on a line of its own). Blocks while the launcher does not read."""
         for name, proc in list(self._tasks.items()):
             if proc.poll() is None:
                 start = "\n" if name in self._mid_line else ""
@@ -341,8 +343,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             except (AgentProtocolError, PlanError, OSError) as e:
                 agent.send({"type": "error", "message": str(e)})
     except _Signalled as stopped:
-        agent.say_to_tasks(f"shoal: this host's agent got {stopped.signal_name} (scancel, a signalled srun or"
-                           " sshd, a shutdown); it stops this task and exits\n")
+        said = f"shoal: this host's agent got {stopped.signal_name} (scancel, a signalled srun or sshd, a shutdown);" \
+               " it stops this task and exits\n"
+        telling = threading.Thread(target=agent.say_to_tasks, args=(said,), daemon=True, name="say-stopping")
+        telling.start()
+        telling.join(_SAY_STOPPING_S)  # a launcher that reads nothing any more must not hold the stop up
         raise
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -44,9 +44,10 @@ class StartError(LaunchError):
 
 
 class HostUnreachableError(StartError):
-    """A task could not be started again because its host, lost during the job, still does not
-    answer: a restart that may succeed later (the supervisor tries again while the task has
-    restarts left)."""
+    """A task could not be started again on its host or node, lost during the job, for a reason
+    that may pass: the host does not answer yet, the lost agent's leftovers (its processes, its
+    Slurm step) are not gone yet, slurmctld does not answer. The supervisor tries again later
+    while the task has restarts left."""
 
 
 class AllocationEndedError(StartError):

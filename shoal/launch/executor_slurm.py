@@ -48,7 +48,7 @@ from typing import Optional
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
-from shoal.launch.errors import AllocationEndedError, PlanError, StartError, TaskStateUnknown
+from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, StartError, TaskStateUnknown
 from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.hosts import Host, place_tasks
 from shoal.launch.job_scan import find_args, read_report, task_usage
@@ -177,6 +177,11 @@ class SlurmExecutor:
             return agent.start(task.name, task.argv, env, job.workdir, self._port_of.get(task.name),
                                self._timeout, extra=tuple(extra.items()))
         except AgentError as e:
+            over = _job_over(self._commands, self._job.job_id)
+            if over:  # cancelled under us: the agent went with it
+                raise AllocationEndedError(f"{task.label} cannot be restarted on {node}: {over}") from e
+            if not agent.alive:  # lost as the task was started: a new agent step, at the next try
+                raise HostUnreachableError(f"{task.label} cannot start on {node} yet: {e}") from e
             raise StartError(f"{task.label} cannot start on {node}: {e}") from e
 
     def close(self) -> None:
@@ -192,7 +197,7 @@ class SlurmExecutor:
         try:
             self._commands.cancel(steps)  # an agent that did not exit goes with its step
         except SlurmError:
-            pass  # the watchdog tries again
+            steps = []  # left registered: the watchdog scancels them when the reaper closes below
         if reaper is not None:
             for step in steps:
                 reaper.remove(step)
@@ -302,13 +307,13 @@ class SlurmExecutor:
             try:
                 ended = _end_step(self._commands, self._job.job_id, old_step, _STEP_END_S)
             except SlurmError as e:
-                raise StartError(f"{task.label} cannot be restarted on {node}: the step of its lost agent,"
-                                 f" {old_step}, could not be cancelled: {e}") from e
+                raise HostUnreachableError(f"{task.label} cannot be restarted on {node} yet: Slurm could not say"
+                                           f" whether the step of its lost agent, {old_step}, has ended: {e}") from e
             if not ended:
-                raise StartError(f"{task.label} cannot be restarted on {node}: the step of its lost agent,"
-                                 f" {old_step}, still runs {_STEP_END_S:g}s after scancel, and its tasks may hold"
-                                 f" their ports; see why with scontrol show step {old_step} (is slurmd on {node}"
-                                 " up?)")
+                raise HostUnreachableError(
+                    f"{task.label} cannot be restarted on {node} yet: the step of its lost agent, {old_step}, still"
+                    f" runs {_STEP_END_S:g}s after scancel, and its tasks may hold their ports; see why with"
+                    f" scontrol show step {old_step} (is slurmd on {node} up?)")
         agent = self._connection(self._job, node)
         with self._lock:
             if self._closed:
@@ -319,7 +324,11 @@ class SlurmExecutor:
             hello = agent.ready(self._timeout)
         except AgentError as e:
             agent.close(grace=0.5, timeout=5.0)  # a later restart tries a new one again
-            raise StartError(f"{task.label} cannot be restarted on {node}: a new agent step did not start: {e}") from e
+            over = _job_over(self._commands, self._job.job_id)
+            if over:
+                raise AllocationEndedError(f"{task.label} cannot be restarted on {node}: {over}") from e
+            raise HostUnreachableError(f"{task.label} cannot be restarted on {node} yet: a new agent step did not"
+                                       f" start: {e}") from e
         if hello.slurm_step:
             with self._lock:
                 self._steps[node] = hello.slurm_step
@@ -358,8 +367,8 @@ def _job_over(commands: SlurmCommands, job_id: str) -> str:
         state = commands.detail(job_id).state  # CANCELLED, TIMEOUT, NODE_FAIL: squeue no longer says
     except SlurmError:
         state = state or "over"
-    return (f"Slurm job {job_id} is {state} (ended by scancel, its time limit or a node failure: sacct -j {job_id}"
-            " says which), so nothing can run in it any more")
+    return (f"Slurm job {job_id} is {state} (scancel, its time limit, a node failure or a requeue ended it: sacct"
+            f" -j {job_id} says which), so nothing can run in it any more")
 
 
 def _end_step(commands: SlurmCommands, job_id: str, step: str, timeout: float) -> bool:

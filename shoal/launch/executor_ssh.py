@@ -13,7 +13,8 @@ Running a job:
   it) travel over the ssh channel's stdin, never on a command line. The task's output and exit
   come back through the agent (AgentTask is the TaskHandle). A host whose agent is silent for
   the heartbeat timeout is given up: its tasks end LOST (255) and the job's policy applies; a
-  task restarted there reconnects first (StartError while the host stays unreachable).
+  task restarted there reconnects first, and kills what the lost agent left of the job there
+  (HostUnreachableError while the host stays unreachable: the supervisor tries again later).
 * `place_task` (`shoal scale`: a worker or ps added to the running job) picks the connected
   host of the job with the fewest tasks and, for a worker, a free slot (hosts.host_for_added) —
   counting the tasks that hold their place now, as the supervisor says, so the slots of
@@ -58,7 +59,7 @@ from shoal.launch.setup_signals import stop_signal_name
 from shoal.launch.spec import JobSpec
 from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
 from shoal.launch.ssh_control import AgentSite, scan
-from shoal.launch.ssh_preflight import close_all, open_agents
+from shoal.launch.ssh_preflight import close_all, is_unreachable, open_agents
 from shoal.launch.ssh_sync import collect_model_dirs, sync_workdir
 
 KIND = "ssh"
@@ -90,7 +91,8 @@ class SshExecutor:
 
     def __init__(self, hosts: Sequence[Host] = (), *, python: str, cwd: Path,
                  options: SshOptions = SshOptions(), forward_env: Optional[Mapping[str, str]] = None,
-                 version: str = "", fingerprint: str = "", notify: Callable[[str], None] = _ignore) -> None:
+                 version: str = "", fingerprint: Optional[str] = None,
+                 notify: Callable[[str], None] = _ignore) -> None:
         self._hosts = tuple(hosts)
         self._python = python
         self._cwd = cwd
@@ -199,30 +201,42 @@ class SshExecutor:
 
     def _reconnect(self, task: TaskPlan) -> AgentConnection:
         """A new agent on the host of `task`, whose old one was lost, once what the old one left
-        of the job there is killed (HostUnreachableError while the host cannot be reached). Blocks
-        (bounded: the connect timeout and _HELLO_GRACE, then one check of the host)."""
+        of the job there is killed (see `_clear_lost_host`). HostUnreachableError, for the
+        supervisor to try again later, while the host does not answer or cannot be cleared;
+        StartError if it answers but cannot run the job (its workdir or interpreter gone). The
+        Shoal version is checked again, not the code's fingerprint: a checkout edited during a
+        long job runs the edited code in every task anyway. Blocks (bounded: the connect timeout
+        and _HELLO_GRACE, then one check of the host)."""
         try:
             conns = open_agents([task.node], self._connection,
                                 timeout=self._options.connect_timeout + _HELLO_GRACE,
                                 python=self._python, workdir=self._workdir or str(self._cwd), version=self._version,
-                                fingerprint=self._fingerprint, config=self._options.config)
+                                fingerprint=None, config=self._options.config)
         except HostsError as e:
-            raise HostUnreachableError(f"{task.label} cannot be restarted on {task.node}: "
-                                       f"{str(e).splitlines()[-1].strip()}") from e
+            problem = str(e).splitlines()[-1].strip()
+            why = f"{task.label} cannot be restarted on {task.node}: {problem}"
+            raise (HostUnreachableError(why) if is_unreachable(task.node, problem) else StartError(why)) from e
         conn = conns[task.node]
+        try:
+            self._clear_lost_host(task)
+        except BaseException:
+            conn.close(0.5, 5.0)  # the next try reconnects, and clears, again
+            raise
         with self._lock:
             old, self._conns[task.node] = self._conns.get(task.node), conn
         if old is not None:
             threading.Thread(target=old.close, args=(0.5, 2.0), daemon=True).start()
-        self._clear_lost_host(task.node)
         self._notify(f"shoal | {task.node}: reconnected to restart {task.name}")
         return conn
 
-    def _clear_lost_host(self, node: str) -> None:
-        """Kill the job's processes that the lost agent of `node` left there. An agent that was
-        only silent (stopped, starved) leaves its tasks running: a restarted copy beside them
-        would find its port taken, or the chief its model dir locked. The new agent has started
-        nothing yet, so every process of the job there is the old agent's. Blocks (bounded)."""
+    def _clear_lost_host(self, task: TaskPlan) -> None:
+        """Kill the job's processes that the lost agent of `task`'s host left there. An agent
+        that was only silent (stopped, starved) leaves its tasks running: a restarted copy beside
+        them would find its port taken, or the chief its model dir locked. The new agent has
+        started nothing yet, so every process of the job there is the old agent's.
+        HostUnreachableError if the host cannot be checked or a process survives SIGKILL.
+        Blocks (bounded)."""
+        node = task.node
         if self._job_id is None:
             return
         check = host_check(scan([self._site(node)], self._job_id, options=self._options, kill=True)[node])
@@ -230,8 +244,10 @@ class SshExecutor:
             fate = "survived SIGKILL" if proc in check.survivors else "killed"
             self._notify(f"shoal | {node}: {proc.task or 'a process'} pid {proc.pid} ({proc.command}) still ran"
                          f" after its agent was lost; {fate} before the restart")
-        if check.error:
-            self._notify(f"shoal | {node}: could not check for what its lost agent left running ({check.error})")
+        if check.error or check.survivors:
+            why = (f"could not check it for what its lost agent left running ({check.error})" if check.error
+                   else "a process its lost agent left there survived SIGKILL (above)")
+            raise HostUnreachableError(f"{task.label} cannot be restarted on {node} yet: {why}")
 
     def _mark_model_dir(self, job: JobPlan) -> None:
         """Leave a file in the launcher's model dir; a host that does not see it at the end

@@ -5,6 +5,8 @@ tmux) stops it as Ctrl-C does, instead of ending it on the spot: raised on the m
 close ends what it started), the executor can say what it was doing, and `shoal` exits 130.
 Once the job runs, the runner's own handlers (stop_signals.py) take over.
 
+`sigterm_ignored` keeps a second SIGTERM from cutting short the teardown that follows.
+
 Installs a handler only on the main thread (elsewhere signals cannot be handled); never blocks.
 """
 
@@ -37,6 +39,20 @@ def stop_like_ctrl_c() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+@contextmanager
+def sigterm_ignored() -> Iterator[None]:
+    """While inside (on the main thread): SIGTERM is ignored, so that the teardown of a setup
+    already stopped is not cut short by a second one (systemd, `timeout`). Ctrl-C still works."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         yield
     finally:

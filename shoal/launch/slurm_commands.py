@@ -117,11 +117,12 @@ class SlurmCommands:
 
     def named(self, name: str) -> list[str]:
         """Ids of the active jobs called `name` (a name `slurm.submit_name` made). SlurmError as
-        `state`."""
+        `state`. Blocks (bounded by the timeout)."""
         return self.run(["squeue", "-h", f"--name={check_submit_name(name)}", "-o", "%i"]).split()
 
     def cancel_named(self, name: str) -> None:
-        """scancel every job called `name` (a name `slurm.submit_name` made); idempotent."""
+        """scancel every job called `name` (a name `slurm.submit_name` made); idempotent.
+        SlurmError if scancel cannot run or times out. Blocks (bounded by the timeout)."""
         self.run(["scancel", "--quiet", f"--name={check_submit_name(name)}"], check=False)
 
     def submit(self, argv: Sequence[str]) -> str:

@@ -24,6 +24,7 @@ not thread-safe: one job, from one thread.
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import shlex
@@ -133,39 +134,48 @@ class Submission:
             return
         if reaper is not None and name is not None:  # stopped as the id was being registered
             reaper.remove_name(name)
-        self._commands.cancel([job_id])
+        try:
+            self._commands.cancel([job_id])
+        except SlurmError as e:
+            self._note(f"shoal | could not cancel Slurm job {job_id} ({e}); the launcher's Slurm watchdog tries"
+                       f" again as it exits (else: scancel {job_id})")
+            return  # left registered: the watchdog scancels it when the reaper closes
         if not self._started:  # the launcher's own lines say how a running job ended
             self._note(f"shoal | cancelled Slurm job {job_id} before it started")
-        self._wait_gone(job_id, lambda: self._commands.state(job_id) is None)
-        if reaper is not None:
-            reaper.remove(job_id)
+        if self._wait_gone(job_id, lambda: self._commands.state(job_id) is None) and reaper is not None:
+            reaper.remove(job_id)  # else the watchdog scancels it once more
 
     def _release_named(self, name: str, reaper: Optional[SlurmReaper]) -> None:
         """Cancel the job called `name` that sbatch was submitting when the launcher was stopped
-        (before it said the job's id; there may be none). Blocks up to _GONE_WAIT_S."""
+        (before it said the job's id; there may be none), again at each poll: slurmctld may
+        create it a moment later. Blocks up to _GONE_WAIT_S."""
         try:
             found = self._commands.named(name)
         except SlurmError:
             found = []  # cancel by name all the same
-        self._commands.cancel_named(name)
+        gone = self._wait_gone(name, lambda: not self._commands.named(name),
+                               functools.partial(self._commands.cancel_named, name))
         if found:
             self._note(f"shoal | cancelled Slurm job {', '.join(found)} before it started")
-        gone = self._wait_gone(name, lambda: not self._commands.named(name))
         if reaper is not None and gone:
             reaper.remove_name(name)  # else the watchdog cancels by the name once more
 
-    def _wait_gone(self, what: str, gone: Callable[[], bool]) -> bool:
-        """Poll `gone` up to _GONE_WAIT_S; whether it came true. Says so if squeue cannot tell."""
+    def _wait_gone(self, what: str, gone: Callable[[], bool], cancel: Optional[Callable[[], None]] = None) -> bool:
+        """Poll `gone` up to _GONE_WAIT_S, calling `cancel` before each poll when given; whether
+        it came true. Says so if Slurm cannot tell. Blocks."""
         deadline = time.monotonic() + _GONE_WAIT_S
         try:
-            while not gone():
+            while True:
+                if cancel is not None:
+                    cancel()
+                if gone():
+                    return True
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(_POLL_S)
-        except SlurmError as e:  # scancel went out; the watchdog tries again if it did not take
+        except SlurmError as e:  # left registered: the watchdog tries again when the reaper closes
             self._note(f"shoal | could not confirm that Slurm job {what} ended: {e}")
             return False
-        return True
 
     def _wait_running(self, job_id: str) -> None:
         """Block until the job runs; say each new state and pending reason. SlurmError (the

@@ -8,7 +8,7 @@ as it starts and ends steps ("12.3") or submits and cancels jobs ("12"), and "+n
 "-name:NAME" while it submits a job whose id sbatch has not said yet. On EOF — the launcher
 closed the pipe or the kernel did because the launcher died — every id still registered is
 scancelled (Slurm TERMs its processes, then KILLs them after KillWait), then every job of a
-name still registered, again each second for NAME_WINDOW_S (an sbatch the launcher's death
+name still registered, again each second for NAME_WINDOW_S (15 s: an sbatch the launcher's death
 cut short may have reached slurmctld all the same, and slurmctld may create the job a moment
 later); then it exits.
 Standard library only, so it starts fast and imports nothing of Shoal.
@@ -22,7 +22,9 @@ import time
 
 _ID = re.compile(rb"^[+-](\d+(?:\.\d+)?|name:shoal-[A-Za-z0-9][A-Za-z0-9_.-]{0,62}-[0-9a-f]{8})$")
 _SCANCEL_TIMEOUT = 60
-NAME_WINDOW_S = 5.0
+NAME_WINDOW_S = 15.0
+"""How long names are cancelled again: past slurmctld's default MessageTimeout (10 s), within
+which an sbatch request already sent may still create its job."""
 
 
 def _scancel(args: list) -> bool:

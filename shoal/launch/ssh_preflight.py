@@ -55,6 +55,12 @@ def explain(host: str, returncode: Optional[int], stderr: str, *, python: str, w
     return f"{host}: the agent exited with code {returncode}{said}"
 
 
+def is_unreachable(host: str, problem: str) -> bool:
+    """Whether `problem` (a line of `explain`'s or `ssh_problem`'s for `host`) says the host did not
+    answer, which may pass (a host coming back), rather than that it cannot run the job."""
+    return problem.startswith((f"{host}: unreachable", f"{host}: no answer within"))
+
+
 def ssh_problem(host: str, stderr: str, config: Optional[str] = None) -> Optional[str]:
     """The line for an ssh failure that `stderr` shows (refused key, unknown host key, unknown
     name, unreachable host), None if it shows none. It quotes ssh's own line (not a trailer
@@ -83,11 +89,12 @@ def ssh_problem(host: str, stderr: str, config: Optional[str] = None) -> Optiona
 
 
 def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection], *, timeout: float,
-                python: str, workdir: str, version: str, fingerprint: str,
+                python: str, workdir: str, version: str, fingerprint: Optional[str],
                 config: Optional[str] = None) -> dict[str, AgentConnection]:
     """Start an agent on every host in parallel and wait for their hellos (at most `timeout`
-    seconds in all); check each one's Shoal version and code `fingerprint` (`config`: the ssh
-    config file, for the fixes a failure line names). Returns the connections by host;
+    seconds in all); check each one's Shoal version and code `fingerprint` (None: the version
+    only) (`config`: the ssh config file, for the fixes a failure line names). Returns the
+    connections by host;
     HostsError (one line per bad host) after closing them all if any host failed."""
     conns = {host: connect(host) for host in hosts}
     problems = []
@@ -102,7 +109,7 @@ def open_agents(hosts: Sequence[str], connect: Callable[[str], AgentConnection],
                 problems.append(_failed(host, conn, python=python, workdir=workdir, version=version,
                                         waited=timeout, config=config))
                 continue
-            if hello.version != version or hello.fingerprint != fingerprint:
+            if hello.version != version or (fingerprint is not None and hello.fingerprint != fingerprint):
                 problems.append(other_shoal(host, hello.version, hello.fingerprint, version, fingerprint))
     except BaseException:
         close_all(conns.values(), timeout=2.0)

@@ -21,7 +21,6 @@ from enum import Enum
 from typing import Any, Mapping
 
 from shoal.ps.errors import PsError
-from shoal.ps.membership import MAX_TIMEOUT_S
 from shoal.wire.fields import FieldReaders
 from shoal.ps.sync_wait import SyncWait
 
@@ -696,9 +695,10 @@ class FailedRequest:
                    _bool(fields, where, "started", True))
 
 
-MAX_HEARTBEAT_TIMEOUT_MS = round(MAX_TIMEOUT_S * 1000)
-"""The longest a heartbeat may ask the ps to wait for the next one: a longer one is refused (a
-member that is gone would otherwise hold the ps's leases and sync steps that long)."""
+MAX_HEARTBEAT_TIMEOUT_MS = 3_600_000
+"""The longest a heartbeat may ask the ps to wait for the next one (membership.MAX_TIMEOUT_S,
+in ms): a longer one is refused (a member that is gone would otherwise hold the ps's leases and
+sync steps that long)."""
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,6 @@ def test_a_silent_agent_is_given_up_after_the_heartbeat_timeout_and_its_tasks_en
             pass
 
 
-
 def test_the_line_that_says_the_agent_was_lost_starts_a_line_of_its_own(connections):
     """A task that was lost in the middle of a line (a progress bar, a print in pieces): the
     launcher's line about it is not glued to that line."""
@@ -94,6 +93,7 @@ def test_the_line_that_says_the_agent_was_lost_starts_a_line_of_its_own(connecti
             os.kill(conn.hello.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
 
 def local_agent(workdir, python=sys.executable):
     """The agent's command line exactly as ssh would hand it to the host's shell, run here."""

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -257,13 +256,15 @@ def test_an_allocation_cancelled_from_outside_fails_the_job_saying_so_not_as_a_p
         text = output.read_text()
         [record] = status(env)
         assert record["state"] == "FAILED", text[-4000:]
-        assert launcher.returncode not in (0, 127), text[-4000:]  # the tasks failed; no program failed to start
-        assert re.search(rf"cannot be restarted on n[12]: Slurm job {job} is (CANCELLED|COMPLETING|over) \(ended by"
-                         rf" scancel, its time limit or a node failure: sacct -j {job} says which\), so nothing can"
-                         " run in it any more", record["reason"]), record["reason"]
+        assert launcher.returncode not in (0, 127), (launcher.returncode, record["reason"], text[-4000:])  # the tasks
+        # failed; no program failed to start
+        assert re.search(rf"cannot be restarted on n[12]: Slurm job {job} is (CANCELLED|COMPLETING|over) \(scancel,"
+                         rf" its time limit, a node failure or a requeue ended it: sacct -j {job} says which\), so"
+                         " nothing can run in it any more", record["reason"]), record["reason"]
         procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
     finally:
         cleanup(home, launcher)
+
 
 @pytest.mark.timeout(300)
 def test_shoal_kill_leaves_squeue_empty_and_no_task_behind(slurm_cluster, tmp_path):
@@ -598,7 +599,6 @@ def test_status_lists_every_job_when_slurm_cannot_answer_for_one_whose_launcher_
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(10)
         blind = {**env, "SLURM_CONF": unreachable_conf(slurm_cluster, tmp_path)}
-        began = time.monotonic()
         listing = run(blind, shoal("status"), timeout=120)
         assert listing.returncode == 0, listing.stdout
         assert re.search(r"^2\s+quick-\S+\s+quick\s+SUCCEEDED\s", listing.stdout, re.M), listing.stdout
@@ -611,7 +611,6 @@ def test_status_lists_every_job_when_slurm_cannot_answer_for_one_whose_launcher_
         shown = {j["name"]: j for j in json.loads(as_json.stdout)}
         assert shown["long"]["state"] == "RUNNING" and "squeue" in shown["long"]["unchecked"], shown["long"]
         assert "unchecked" not in shown["quick"]
-        assert time.monotonic() - began < 100  # each status asks Slurm about the dead job once
         procs.wait_until(lambda: not steps(slurm_cluster, job), timeout=WAIT_S, what="the watchdog's scancel")
         assert [(j["name"], j["state"], "unchecked" in j) for j in status(env)] == \
             [("quick", "SUCCEEDED", False), ("long", "KILLED", False)]

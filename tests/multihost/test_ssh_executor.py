@@ -203,7 +203,6 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
     wait_nothing_left(hosts)
 
 
-
 @pytest.mark.parametrize("flag, mechanism", [([], "CURVE"), (["--wire_security", "plain"], "PLAIN")],
                          ids=["default", "plain"])
 def test_seed_job_between_hosts_uses_curve_unless_its_flag_asks_for_plain(shoal, hosts, flag, mechanism):
@@ -217,6 +216,7 @@ def test_seed_job_between_hosts_uses_curve_unless_its_flag_asks_for_plain(shoal,
     assert warned is (mechanism == "PLAIN"), out.stdout
     assert set(accuracies(out.stdout)) == {"worker.0", "worker.1"}
     wait_nothing_left(hosts)
+
 
 def test_dry_run_prints_per_host_what_runs_there_and_starts_nothing(shoal, hosts):
     out = shoal.run("train", "examples/mnist.yaml", "--hosts", HOSTS, "--ssh-config", shoal.ssh_config,
@@ -319,7 +319,6 @@ def test_a_down_host_and_a_refused_key_are_named_before_any_task_starts(shoal, h
     wait_nothing_left(hosts[:2])
 
 
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_launcher_stopped_while_it_waits_for_a_host_says_so_and_leaves_nothing(shoal, hosts, tmp_path, sig):
     (tmp_path / "job.yaml").write_text(
@@ -339,6 +338,7 @@ def test_a_launcher_stopped_while_it_waits_for_a_host_says_so_and_leaves_nothing
     finally:
         hosts[2].link_up()
     wait_nothing_left(hosts)
+
 
 def test_a_missing_interpreter_is_named_per_host_before_any_task_starts(shoal, hosts, tmp_path):
     (tmp_path / "job.yaml").write_text(

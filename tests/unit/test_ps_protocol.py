@@ -4,8 +4,10 @@ ProtocolFieldError that names the op and the field."""
 import pytest
 
 from shoal.ps.errors import PsError
-from shoal.ps.protocol import (ASYNC, REPLY_TYPES, REQUEST_TYPES, ClosureTag, DoneReply, DoneRequest, Empty,
-                               FailedRequest, HeartbeatRequest, Hyper, InitReply, InitRequest, Mode, Op, Phase,
+from shoal.ps.membership import MAX_TIMEOUT_S
+from shoal.ps.protocol import (ASYNC, MAX_HEARTBEAT_TIMEOUT_MS, REPLY_TYPES, REQUEST_TYPES, ClosureTag, DoneReply,
+                               DoneRequest, Empty, FailedRequest, HeartbeatRequest, Hyper, InitReply, InitRequest, Mode,
+                               Op, Phase,
                                ProtocolFieldError, PullReply, PullRequest, PushOutcome, PushReply, PushRequest,
                                ReadyRequest, ShutdownRequest, SnapshotReply, SnapshotRequest, StatusReply,
                                StatusRequest, TrainingMode, parse_op, split_slots)
@@ -112,3 +114,7 @@ def test_training_mode_needs_replicas_exactly_in_sync_mode():
 def test_slot_tensors_are_split_from_values():
     values, slots = split_slots({"W": 1, "W@m": 2, "W@v": 3, "b/part_0@accum": 4})
     assert values == {"W": 1} and slots == {"W": {"m": 2, "v": 3}, "b/part_0": {"accum": 4}}
+
+
+def test_the_longest_heartbeat_timeout_on_the_wire_is_the_memberships():
+    assert MAX_HEARTBEAT_TIMEOUT_MS == MAX_TIMEOUT_S * 1000
