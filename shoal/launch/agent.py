@@ -17,11 +17,13 @@ from the network, no FIN ever came) it stops every group and exits, so a host cu
 launcher does not keep the job's tasks running.
 
 One-shot mode, for checks from any process: `python -m shoal.launch.agent --find JOB_ID
-[--task worker:1] [--kill] [--usage S] [--has PATH]` prints one JSON line listing this host's
+[--task worker:1] [--kill] [--usage S] [--has PATH] [--kill-agent PID@STARTED]` prints one JSON
+line listing this host's
 processes of job JOB_ID (those whose environment holds SHOAL_JOB_ID=JOB_ID, and
 SHOAL_TASK=worker:1 with --task; see job_processes.py), kills them with --kill (then lists what
 survived), measures them over S seconds with --usage, says whether PATH exists here with --has
-(is the launcher's model dir shared?), and exits.
+(is the launcher's model dir shared?), SIGKILLs a lost agent (one the launcher gave up on, that
+may still run, stopped) with --kill-agent, and exits.
 
 Standard library and psutil only, and nothing of Shoal's runtime, so it starts fast on a host.
 """
@@ -46,7 +48,7 @@ import psutil
 from shoal.launch import job_processes
 from shoal.launch.agent_protocol import (LAUNCHER_TYPES, AgentProtocolError, decode, encode, field, line_text)
 from shoal.launch.parent_death import die_with_parent
-from shoal.launch.processes import group_members, signal_group, stop_group
+from shoal.launch.processes import group_members, same_process, signal_group, stop_group
 from shoal.launch.errors import PlanError
 from shoal.launch.fingerprint import code_fingerprint
 from shoal.launch.ports import bind_ports
@@ -84,7 +86,8 @@ class Agent:
 
     def hello(self) -> None:
         hello: dict[str, Any] = {"type": "hello", "version": shoal_version(), "fingerprint": code_fingerprint(),
-                                 "python": sys.executable, "host": self._host, "pid": os.getpid()}
+                                 "python": sys.executable, "host": self._host, "pid": os.getpid(),
+                                 "started": psutil.Process().create_time()}
         if self._slurm_step:
             hello["slurm_step"] = self._slurm_step
         self.send(hello)
@@ -300,9 +303,30 @@ def _one_shot(args: argparse.Namespace) -> int:
         report["gpus"] = gpu_usage()
     if args.has:
         report["has"] = os.path.exists(args.has)
+    if args.kill_agent:
+        report["agent_killed"] = _kill_agent(args.kill_agent)
     report["host"] = socket.gethostname()
     sys.stdout.write(json.dumps(report) + "\n")
     return 0
+
+
+def _kill_agent(which: str) -> bool:
+    """SIGKILL the agent named "PID@CREATE_TIME" (a lost one: stopped, or cut off), its tasks
+    with it (their parent-death signal); whether it was there to kill. Only a process created
+    then whose command line runs this module: never a later process that reuses the pid."""
+    pid, _, started = which.partition("@")
+    try:
+        proc = same_process(int(pid), float(started))
+    except ValueError:
+        return False
+    try:
+        if proc is None or proc.pid == os.getpid() or "shoal.launch.agent" not in proc.cmdline():
+            return False
+        proc.kill()
+        proc.wait(5.0)
+    except (psutil.Error, psutil.TimeoutExpired):
+        return False
+    return True
 
 
 def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -314,6 +338,8 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--task", help="with --find: only the processes of this task (worker:1)")
     parser.add_argument("--kill", action="store_true", help="with --find: SIGKILL them, list survivors")
     parser.add_argument("--has", metavar="PATH", help="with --find: also say whether PATH exists on this host")
+    parser.add_argument("--kill-agent", metavar="PID@STARTED",
+                        help="with --find: also SIGKILL the (lost) agent of this pid and create time")
     parser.add_argument("--usage", type=float, default=None, metavar="S",
                         help="with --find: measure CPU and memory over S seconds")
     return parser.parse_args(argv)

@@ -60,6 +60,9 @@ class AgentHello:
     pid: int
     slurm_step: str = ""
     fingerprint: str = ""
+    started: Optional[float] = None
+    """The agent's create time (None from an agent too old to say it): with `pid`, what names
+    it on its host for a later kill (job_scan.find_args' `kill_agent`)."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class AgentConnection:
         message = self._reply("hello", timeout)
         self.hello = AgentHello(str(message.get("version")), str(message.get("python")), str(message.get("host")),
                                 int(message.get("pid") or 0), str(message.get("slurm_step") or ""),
-                                str(message.get("fingerprint") or ""))
+                                str(message.get("fingerprint") or ""), _create_time(message.get("started")))
         if self._heartbeat:
             threading.Thread(target=self._keepalive, daemon=True, name=f"agent-beat-{self.name}").start()
         return self.hello
@@ -354,3 +357,8 @@ class AgentTask:
         if not self._done.is_set():
             self.signal(signal.SIGKILL)
             self._done.wait(10)
+
+
+def _create_time(value: Any) -> Optional[float]:
+    """A create time an agent said, if it is one."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None

@@ -217,8 +217,10 @@ class SshExecutor:
             why = f"{task.label} cannot be restarted on {task.node}: {problem}"
             raise (HostUnreachableError(why) if is_unreachable(task.node, problem) else StartError(why)) from e
         conn = conns[task.node]
+        with self._lock:
+            lost = self._conns.get(task.node)
         try:
-            self._clear_lost_host(task)
+            self._clear_lost_host(task, lost)
         except BaseException:
             conn.close(0.5, 5.0)  # the next try reconnects, and clears, again
             raise
@@ -229,8 +231,8 @@ class SshExecutor:
         self._notify(f"shoal | {task.node}: reconnected to restart {task.name}")
         return conn
 
-    def _clear_lost_host(self, task: TaskPlan) -> None:
-        """Kill the job's processes that the lost agent of `task`'s host left there. An agent
+    def _clear_lost_host(self, task: TaskPlan, lost: Optional[AgentConnection]) -> None:
+        """Kill the lost agent of `task`'s host and the job's processes it left there. An agent
         that was only silent (stopped, starved) leaves its tasks running: a restarted copy beside
         them would find its port taken, or the chief its model dir locked. The new agent has
         started nothing yet, so every process of the job there is the old agent's.
@@ -239,7 +241,11 @@ class SshExecutor:
         node = task.node
         if self._job_id is None:
             return
-        check = host_check(scan([self._site(node)], self._job_id, options=self._options, kill=True)[node])
+        found = scan([self._site(node)], self._job_id, options=self._options, kill=True,
+                     kill_agent=_agent_of(lost))[node]
+        if found.agent_killed and lost is not None and lost.hello is not None:
+            self._notify(f"shoal | {node}: its lost agent (pid {lost.hello.pid}) still ran; killed")
+        check = host_check(found)
         for proc in check.found:
             fate = "survived SIGKILL" if proc in check.survivors else "killed"
             self._notify(f"shoal | {node}: {proc.task or 'a process'} pid {proc.pid} ({proc.command}) still ran"
@@ -268,7 +274,7 @@ class SshExecutor:
             job_id = self._job_id
         close_all(conns.values())
         lost = {node: conn.lost for node, conn in conns.items() if conn.lost}
-        scans = self._final_scans([n for n in conns if n not in lost], list(lost), job_id) if job_id else {}
+        scans = self._final_scans([n for n in conns if n not in lost], list(lost), job_id, conns) if job_id else {}
         unchecked = [node for node in lost if node not in scans or scans[node].error]
         for node in unchecked:
             again = scans[node].error.removeprefix(f"{node}: ") if node in scans else ""
@@ -283,19 +289,26 @@ class SshExecutor:
             self._collect([s.host for s in scans.values() if s.has is False], str(Path(self._marker).parent))
             Path(self._marker).unlink(missing_ok=True)
 
-    def _final_scans(self, connected: list[str], lost: list[str], job_id: str) -> dict[str, HostScan]:
+    def _final_scans(self, connected: list[str], lost: list[str], job_id: str,
+                     lost_agents: Mapping[str, AgentConnection]) -> dict[str, HostScan]:
         """Every host checked (and cleaned) for the job's processes, all at once. A host whose
         agent was lost is checked too, over a new connection, for at most LOST_HOST_CHECK_S: it
         may be back (a link that came up again), and its tasks may still run if it never lost
-        us. Blocks."""
+        us; its lost agent (`lost_agents`), if it still runs there (stopped), is killed. Blocks."""
         if lost:
             self._notify(f"shoal | checking {', '.join(lost)} again over a new connection (its agent was lost;"
                          f" up to {LOST_HOST_CHECK_S:g}s)")
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            checks = [pool.submit(scan, [self._site(n) for n in hosts], job_id, options=self._options, kill=True,
-                                  has=self._marker, timeout=timeout)
-                      for hosts, timeout in ((connected, None), (lost, LOST_HOST_CHECK_S)) if hosts]
-            return {host: found for check in checks for host, found in check.result().items()}
+        with ThreadPoolExecutor(max_workers=1 + len(lost)) as pool:
+            checks = [pool.submit(scan, [self._site(n) for n in connected], job_id, options=self._options,
+                                  kill=True, has=self._marker)] if connected else []
+            checks += [pool.submit(scan, [self._site(n)], job_id, options=self._options, kill=True, has=self._marker,
+                                   timeout=LOST_HOST_CHECK_S, kill_agent=_agent_of(lost_agents.get(n)))
+                       for n in lost]  # one by one: each may have a lost agent of its own to kill
+            found = {host: scan_ for check in checks for host, scan_ in check.result().items()}
+        for node in lost:
+            if node in found and found[node].agent_killed:
+                self._notify(f"shoal | {node}: its lost agent still ran; killed")
+        return found
 
     def _collect(self, nodes: list[str], model_dir: str) -> None:
         """Copy the model dirs of hosts that do not share the launcher's into it."""
@@ -386,6 +399,12 @@ class SshExecutor:
 
 def _port(address: str) -> int:
     return int(address.rpartition(":")[2])
+
+
+def _agent_of(conn: Optional[AgentConnection]) -> Optional[tuple[int, float]]:
+    """(pid, create time) of `conn`'s agent on its host, for a kill; None if it never said."""
+    hello = None if conn is None else conn.hello
+    return (hello.pid, hello.started) if hello is not None and hello.pid and hello.started else None
 
 
 def _kill_unconfirmed(conn: AgentConnection, task: str) -> None:

@@ -37,13 +37,17 @@ class HostScan:
     gpus: Optional[tuple[tuple[int, float, int], ...]] = None
     has: Optional[bool] = None
     error: str = ""
+    agent_killed: bool = False
+    """A lost agent the scan was asked to kill was there, and was killed."""
 
 
 def find_args(job_id: str, *, task: Optional[str] = None, kill: bool = False, usage: Optional[float] = None,
-              has: Optional[str] = None) -> list[str]:
-    """The agent's arguments that ask for the report on job `job_id` (see the module docstring)."""
+              has: Optional[str] = None, kill_agent: Optional[tuple[int, float]] = None) -> list[str]:
+    """The agent's arguments that ask for the report on job `job_id` (see the module docstring);
+    `kill_agent` (pid, create time): also SIGKILL that lost agent."""
     return ["--find", job_id] + (["--task", task] if task else []) + (["--kill"] if kill else []) + \
-        (["--usage", f"{usage:g}"] if usage is not None else []) + (["--has", has] if has else [])
+        (["--usage", f"{usage:g}"] if usage is not None else []) + (["--has", has] if has else []) + \
+        (["--kill-agent", f"{kill_agent[0]}@{kill_agent[1]!r}"] if kill_agent else [])
 
 
 def read_report(host: str, stdout: bytes) -> Optional[HostScan]:
@@ -94,6 +98,7 @@ def _host_scan(host: str, report: dict[str, Any]) -> HostScan:
             mem_total=int(report.get("mem_total") or 0),
             gpus=None if gpus is None else tuple((int(pid), float(pct), int(mem)) for pid, pct, mem in gpus),
             has=None if report.get("has") is None else bool(report["has"]),
+            agent_killed=report.get("agent_killed") is True,
         )
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         return HostScan(host, error=f"{host}: the agent's report is damaged ({e}); is the same Shoal installed there?")

@@ -64,11 +64,11 @@ class AgentSite:
 
 def scan(sites: Sequence[AgentSite], job_id: str, *, options: SshOptions, kill: bool = False,
          task: Optional[str] = None, usage: Optional[float] = None, has: Optional[str] = None,
-         timeout: Optional[float] = None) -> dict[str, HostScan]:
+         timeout: Optional[float] = None, kill_agent: Optional[tuple[int, float]] = None) -> dict[str, HostScan]:
     """Ask every site's host (each host once) about job `job_id`; by host. Blocks for at most
     `timeout` seconds (default: the connect timeout plus 20 s); a host that does not answer
-    gets an `error`."""
-    args = find_args(job_id, task=task, kill=kill, usage=usage, has=has)
+    gets an `error`. `kill_agent` (pid, create time; with one site): a lost agent there to kill."""
+    args = find_args(job_id, task=task, kill=kill, usage=usage, has=has, kill_agent=kill_agent)
     unique = {site.host: site for site in sites}
     timeout = timeout if timeout is not None else options.connect_timeout + 20.0 + (usage or 0.0)
     procs = {}

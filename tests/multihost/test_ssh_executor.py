@@ -490,6 +490,9 @@ def test_a_task_left_running_by_a_silent_agent_is_killed_before_its_restart(shoa
         text = shoal.output(launcher)
         assert re.search(rf"^shoal \| host2: worker:1 pid {old_task} \(.*\) still ran after its agent was lost;"
                          r" killed before the restart$", text, re.M), text
+        assert f"shoal | host2: its lost agent (pid {agent}) still ran; killed" in text, text
+        procs.wait_until(lambda: not psutil.pid_exists(agent) or psutil.Process(agent).status() == psutil.STATUS_ZOMBIE,
+                         timeout=10, what="the stopped agent gone")
         assert not psutil.pid_exists(old_task) or psutil.Process(old_task).status() == psutil.STATUS_ZOMBIE
         job = wait_running(shoal, 2)
         new_task = [t["pid"] for t in job["tasks"] if t["name"] == "worker.1"][0]
@@ -498,7 +501,10 @@ def test_a_task_left_running_by_a_silent_agent_is_killed_before_its_restart(shoa
         assert launcher.wait(60) == 0, shoal.output(launcher)
         assert shoal.job()["state"] == "SUCCEEDED"
     finally:
-        os.kill(agent, signal.SIGKILL)
+        try:
+            os.kill(agent, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     wait_nothing_left(hosts[:2])
 
 
