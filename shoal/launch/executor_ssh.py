@@ -107,6 +107,7 @@ class SshExecutor:
         self._lock = threading.Lock()
         self._closed = False
         self._alive_cache: dict[tuple[str, str], tuple[float, HostScan]] = {}
+        self._unreachable: dict[str, tuple[float, str]] = {}  # host -> when a reconnect found it away, and why
         self._marker = ""
 
     # --- running a job --------------------------------------------------------------
@@ -207,6 +208,11 @@ class SshExecutor:
         Shoal version is checked again, not the code's fingerprint: a checkout edited during a
         long job runs the edited code in every task anyway. Blocks (bounded: the connect timeout
         and _HELLO_GRACE, then one check of the host)."""
+        with self._lock:
+            failed = self._unreachable.get(task.node)
+        if failed is not None and time.monotonic() - failed[0] < self._options.connect_timeout:
+            # another task's restart just found the host away: do not wait for it once more
+            raise HostUnreachableError(f"{task.label} cannot be restarted on {task.node}: {failed[1]}")
         try:
             conns = open_agents([task.node], self._connection,
                                 timeout=self._options.connect_timeout + _HELLO_GRACE,
@@ -215,7 +221,13 @@ class SshExecutor:
         except HostsError as e:
             problem = str(e).splitlines()[-1].strip()
             why = f"{task.label} cannot be restarted on {task.node}: {problem}"
-            raise (HostUnreachableError(why) if is_unreachable(task.node, problem) else StartError(why)) from e
+            if not is_unreachable(task.node, problem):
+                raise StartError(why) from e
+            with self._lock:
+                self._unreachable[task.node] = (time.monotonic(), problem)
+            raise HostUnreachableError(why) from e
+        with self._lock:
+            self._unreachable.pop(task.node, None)
         conn = conns[task.node]
         with self._lock:
             lost = self._conns.get(task.node)
