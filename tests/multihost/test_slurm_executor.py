@@ -197,19 +197,27 @@ def test_restarted_task_keeps_its_identity_under_slurm(slurm_cluster, tmp_path):
         cleanup(home)
 
 
-@pytest.mark.timeout(300)
-def test_task_restarts_in_a_new_agent_step_when_its_nodes_srun_is_killed(slurm_cluster, tmp_path):
+def restartable_job_in_an_allocation(slurm_cluster, tmp_path: Path, name: str):
+    """A user's allocation and, started in it, a 1 ps + 2 workers job restarted on failure,
+    its output in a file (nothing reads a pipe while it runs): (SHOAL_HOME, allocation,
+    environment, launcher, output file)."""
     home = tmp_path / "home"
     job = allocation(slurm_cluster)
     env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
     spec = tmp_path / "job.yaml"
-    spec.write_text("name: lost\nrun: python examples/mnist_softmax.py --steps 30000 --log_every 10000\n"
+    spec.write_text(f"name: {name}\nrun: python examples/mnist_softmax.py --steps 30000 --log_every 10000\n"
                     "roles: {ps: {count: 1}, worker: {count: 2}}\n"
                     "restart: {policy: on-failure, max_restarts: 3, backoff: 1s}\n")
     output = tmp_path / "launcher.out"
-    with output.open("wb") as sink:  # a file, not a pipe: nothing reads it while the job runs
+    with output.open("wb") as sink:
         launcher = subprocess.Popen(shoal("train", str(spec)), cwd=REPO, env=env, stdout=sink,
                                     stderr=subprocess.STDOUT, start_new_session=True)
+    return home, job, env, launcher, output
+
+
+@pytest.mark.timeout(300)
+def test_task_restarts_in_a_new_agent_step_when_its_nodes_srun_is_killed(slurm_cluster, tmp_path):
+    home, job, env, launcher, output = restartable_job_in_an_allocation(slurm_cluster, tmp_path, "lost")
     try:
         wait_running(env, launcher, 3)
         listed = slurm_cluster.run(["squeue", "-h", "-s", "-j", job, "-o", "%i %N"], timeout=30).stdout.split("\n")
@@ -238,17 +246,7 @@ def test_task_restarts_in_a_new_agent_step_when_its_nodes_srun_is_killed(slurm_c
 @pytest.mark.timeout(300)
 def test_an_allocation_cancelled_from_outside_fails_the_job_saying_so_not_as_a_program_that_cannot_start(
         slurm_cluster, tmp_path):
-    home = tmp_path / "home"
-    job = allocation(slurm_cluster)
-    env = shoal_env(slurm_cluster, home, SLURM_JOB_ID=job)
-    spec = tmp_path / "job.yaml"
-    spec.write_text("name: gone\nrun: python examples/mnist_softmax.py --steps 30000 --log_every 10000\n"
-                    "roles: {ps: {count: 1}, worker: {count: 2}}\n"
-                    "restart: {policy: on-failure, max_restarts: 3, backoff: 1s}\n")
-    output = tmp_path / "launcher.out"
-    with output.open("wb") as sink:
-        launcher = subprocess.Popen(shoal("train", str(spec)), cwd=REPO, env=env, stdout=sink,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+    home, job, env, launcher, output = restartable_job_in_an_allocation(slurm_cluster, tmp_path, "gone")
     try:
         wait_running(env, launcher, 3)
         slurm_cluster.run(["scancel", job], timeout=30)  # an admin, or the user in another terminal

@@ -413,21 +413,23 @@ def test_a_worker_whose_host_vanishes_moves_to_another_host_and_the_job_finishes
     wait_nothing_left(hosts)
 
 
-def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, hosts, tmp_path):
-    """No other host has a free slot (one each), so the worker cannot move: it waits for its own."""
+def one_worker_per_host(shoal, tmp_path, name: str, restart: str, ssh: str):
+    """A job of two workers that run until a file appears, one on host1 and one on host2 (one
+    slot each: a lost worker cannot move), restarted on failure (`restart`: the policy's other
+    fields), with `ssh` options; (the file to write, the launcher) once both run."""
     stop = tmp_path / "stop"
     (tmp_path / "job.yaml").write_text(
-        f"name: comeback\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
-        "restart: {policy: on-failure, max_restarts: 3, backoff: 2s}\nssh: {heartbeat_timeout: 2s}\n")
+        f"name: {name}\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
+        f"restart: {{policy: on-failure, {restart}}}\nssh: {{{ssh}}}\n")
     (tmp_path / "hostfile").write_text("host1 slots=1\nhost2 slots=1\n")
     launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hostfile", str(tmp_path / "hostfile"),
                            "--ssh-config", shoal.ssh_config)
     wait_running(shoal, 2)
-    hosts[1].link_down()
-    procs.wait_until(lambda: "lost the agent on host2" in shoal.output(launcher), timeout=30,
-                     what="the launcher noticing host2 is gone")
-    assert "comeback.worker.1: host2 was lost and no other host can take it" in shoal.output(launcher)
-    hosts[1].link_up()
+    return stop, launcher
+
+
+def finish_once_worker_1_is_back(shoal, launcher, stop) -> dict:
+    """Wait for worker.1's restart on host2, then end the job; its restarts by task (it SUCCEEDED)."""
     procs.wait_until(lambda: "shoal | host2: reconnected to restart worker.1" in shoal.output(launcher),
                      timeout=60, what="worker.1 restarted on host2", detail=lambda: shoal.output(launcher)[-2000:])
     wait_running(shoal, 2)
@@ -435,22 +437,28 @@ def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, ho
     assert launcher.wait(60) == 0, shoal.output(launcher)
     job = shoal.job()
     assert job["state"] == "SUCCEEDED"
-    assert {t["name"]: t["restarts"] for t in job["tasks"]} == {"worker.0": 0, "worker.1": 1}
+    return {t["name"]: t["restarts"] for t in job["tasks"]}
+
+
+def test_a_task_whose_host_vanished_is_restarted_there_when_it_is_back(shoal, hosts, tmp_path):
+    """No other host has a free slot (one each), so the worker cannot move: it waits for its own."""
+    stop, launcher = one_worker_per_host(shoal, tmp_path, "comeback", "max_restarts: 3, backoff: 2s",
+                                         "heartbeat_timeout: 2s")
+    hosts[1].link_down()
+    procs.wait_until(lambda: "lost the agent on host2" in shoal.output(launcher), timeout=30,
+                     what="the launcher noticing host2 is gone")
+    assert "comeback.worker.1: host2 was lost and no other host can take it" in shoal.output(launcher)
+    hosts[1].link_up()
+    restarts = finish_once_worker_1_is_back(shoal, launcher, stop)
+    assert restarts == {"worker.0": 0, "worker.1": 1}
     wait_nothing_left(hosts[:1])
 
 
 def test_a_restart_whose_host_is_still_away_is_tried_again_until_it_answers(shoal, hosts, tmp_path):
     """The host stays away past the first restart: that restart counts, and the next one, after
     its backoff, finds the host back (the job does not fail with restarts left)."""
-    stop = tmp_path / "stop"
-    (tmp_path / "job.yaml").write_text(
-        f"name: patient\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
-        "restart: {policy: on-failure, max_restarts: 6, backoff: 1s}\n"
-        "ssh: {heartbeat_timeout: 2s, connect_timeout: 2s}\n")
-    (tmp_path / "hostfile").write_text("host1 slots=1\nhost2 slots=1\n")
-    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hostfile", str(tmp_path / "hostfile"),
-                           "--ssh-config", shoal.ssh_config)
-    wait_running(shoal, 2)
+    stop, launcher = one_worker_per_host(shoal, tmp_path, "patient", "max_restarts: 6, backoff: 1s",
+                                         "heartbeat_timeout: 2s, connect_timeout: 2s")
     hosts[1].link_down()
     procs.wait_until(lambda: re.search(r"patient\.worker\.1 cannot be restarted on host2: host2: unreachable .*;"
                                        r" restart 2/6 in 2s", shoal.output(launcher)),
@@ -458,14 +466,7 @@ def test_a_restart_whose_host_is_still_away_is_tried_again_until_it_answers(shoa
                      detail=lambda: shoal.output(launcher)[-2000:])
     assert launcher.poll() is None, shoal.output(launcher)
     hosts[1].link_up()
-    procs.wait_until(lambda: "shoal | host2: reconnected to restart worker.1" in shoal.output(launcher),
-                     timeout=60, what="worker.1 restarted on host2", detail=lambda: shoal.output(launcher)[-2000:])
-    wait_running(shoal, 2)
-    stop.write_text("")
-    assert launcher.wait(60) == 0, shoal.output(launcher)
-    job = shoal.job()
-    assert job["state"] == "SUCCEEDED"
-    assert {t["name"]: t["restarts"] for t in job["tasks"]}["worker.1"] >= 2
+    assert finish_once_worker_1_is_back(shoal, launcher, stop)["worker.1"] >= 2
     wait_nothing_left(hosts[:2])
 
 
@@ -473,14 +474,9 @@ def test_a_task_left_running_by_a_silent_agent_is_killed_before_its_restart(shoa
     """An agent that stops answering (SIGSTOP: alive, connected, silent) is given up, but its task
     runs on: the restart first kills that copy, so that no two copies of a task run at once (a
     ps's port, the chief's model dir)."""
-    stop = tmp_path / "stop"
-    (tmp_path / "job.yaml").write_text(
-        f"name: silent\nrun: python {UNTIL_FILE} {stop}\nroles: {{worker: {{count: 2}}}}\n"
-        "restart: {policy: on-failure, max_restarts: 2, backoff: 1s}\nssh: {heartbeat_timeout: 2s}\n")
-    (tmp_path / "hostfile").write_text("host1 slots=1\nhost2 slots=1\n")
-    launcher = shoal.start("train", str(tmp_path / "job.yaml"), "--hostfile", str(tmp_path / "hostfile"),
-                           "--ssh-config", shoal.ssh_config)
-    job = wait_running(shoal, 2)
+    stop, launcher = one_worker_per_host(shoal, tmp_path, "silent", "max_restarts: 2, backoff: 1s",
+                                         "heartbeat_timeout: 2s")
+    job = shoal.job()
     [old_task] = [t["pid"] for t in job["tasks"] if t["name"] == "worker.1"]
     [agent] = agents(hosts[1:2])["host2"]
     os.kill(agent, signal.SIGSTOP)
