@@ -291,8 +291,9 @@ class SlurmExecutor:
     def _replace_agent(self, node: str, task: TaskPlan) -> AgentConnection:
         """A new agent step on `node`, whose agent was lost, to restart `task` there (see the
         module docstring): the lost agent's step is scancelled and waited for, then the new one
-        started and registered with the watchdog. StartError if the old step does not end
-        within _STEP_END_S or the new agent does not start. Blocks."""
+        started and registered with the watchdog. AllocationEndedError if the Slurm job is over;
+        HostUnreachableError (the supervisor tries again later) if the old step does not end
+        within _STEP_END_S, squeue cannot tell, or the new agent does not start. Blocks."""
         assert self._job is not None
         over = _job_over(self._commands, self._job.job_id)
         if over:

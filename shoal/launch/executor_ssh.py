@@ -237,9 +237,9 @@ class SshExecutor:
             conn.close(0.5, 5.0)  # the next try reconnects, and clears, again
             raise
         with self._lock:
-            old, self._conns[task.node] = self._conns.get(task.node), conn
-        if old is not None:
-            threading.Thread(target=old.close, args=(0.5, 2.0), daemon=True).start()
+            self._conns[task.node] = conn
+        if lost is not None:
+            threading.Thread(target=lost.close, args=(0.5, 2.0), daemon=True).start()
         self._notify(f"shoal | {task.node}: reconnected to restart {task.name}")
         return conn
 
