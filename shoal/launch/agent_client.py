@@ -253,7 +253,7 @@ class AgentConnection:
             if kind == "heartbeat":
                 continue
             if kind == "output" and task is not None:
-                task._output(line_bytes(str(message.get("data", ""))))  # never blocks (bounded, drops)
+                task._chunks.put(line_bytes(str(message.get("data", ""))))  # never blocks (bounded, drops)
             elif kind == "exit" and task is not None and task._started:
                 task._exited(int(message.get("code", LOST)))
             else:
@@ -313,17 +313,10 @@ class AgentTask:
         self._done = threading.Event()
         self._code: Optional[int] = None
         self._started = False  # set by the reader thread when the agent said "started"
-        self._mid_line = False  # its output so far ends inside a line (no newline yet)
         self._lock = threading.Lock()
         self.ref: Optional[TaskRef] = None
         self.lost_host: Optional[str] = None
         """The host whose loss (no heartbeat) ended this task (executor.HostLossAware)."""
-
-    def _output(self, chunk: bytes) -> None:
-        """A chunk of the task's output from the agent (the reader thread). Never blocks."""
-        if chunk:
-            self._mid_line = not chunk.endswith(b"\n")
-            self._chunks.put(chunk)
 
     def _exited(self, code: int, last_words: str = "", lost_host: Optional[str] = None) -> None:
         with self._lock:
@@ -331,8 +324,8 @@ class AgentTask:
                 return
             self._code = code
             self.lost_host = lost_host
-            if last_words and self._started:  # on a line of its own, after a line the task left open
-                self._chunks.put((b"\n" if self._mid_line else b"") + last_words.encode())
+            if last_words and self._started:
+                self._chunks.put_line(last_words.encode())
             self._chunks.end()
             self._done.set()
 

@@ -35,6 +35,7 @@ class OutputBuffer:
         self._gap = 0  # bytes dropped just before the oldest chunk held, not yet reported
         self._ended = False
         self._mid_line = False  # the last chunk `get` returned did not end its line
+        self._put_mid_line = False  # the last chunk `put` did not end its line
         self._ready = threading.Condition()
         self.dropped = 0
         """Bytes of output dropped so far, in all."""
@@ -45,6 +46,8 @@ class OutputBuffer:
         with self._ready:
             if self._ended:
                 return
+            if chunk:
+                self._put_mid_line = not chunk.endswith(b"\n")
             self._chunks.append(chunk)
             self._held += len(chunk) + CHUNK_OVERHEAD_BYTES
             while self._held > self.limit_bytes and len(self._chunks) > 1:
@@ -53,6 +56,13 @@ class OutputBuffer:
                 self._gap += len(old)
                 self.dropped += len(old)
             self._ready.notify()
+
+    def put_line(self, line: bytes) -> None:
+        """Append `line` (a note of the launcher's, ending in a newline) on a line of its own:
+        after a newline if the output put so far ends inside a line. Never blocks."""
+        with self._ready:
+            start = b"\n" if self._put_mid_line else b""
+        self.put(start + line)
 
     def end(self) -> None:
         """No more output: `get` returns None once what is held was read. Idempotent."""

@@ -64,3 +64,13 @@ def test_a_note_after_a_chunk_that_ended_mid_line_starts_a_line_of_its_own():
     for chunk in (b"de\n", b"fg\n", b"hi\n"):
         buffer.put(chunk)
     assert buffer.get() == b"\n" + dropped_note("worker.1", 3, buffer.limit_bytes)
+
+
+def test_a_note_put_after_a_line_left_open_starts_a_line_of_its_own():
+    buffer = OutputBuffer("worker.1")
+    buffer.put(b"step 7")
+    buffer.put_line(b"shoal: lost the agent\n")
+    buffer.put(b"done\n")
+    buffer.put_line(b"shoal: again\n")
+    buffer.end()
+    assert b"".join(iter(buffer.get, None)) == b"step 7\nshoal: lost the agent\ndone\nshoal: again\n"
