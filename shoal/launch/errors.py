@@ -50,6 +50,12 @@ class HostUnreachableError(StartError):
     while the task has restarts left."""
 
 
+class StartDeferred(HostUnreachableError):
+    """A task cannot start yet because its lost host is being made usable again in the
+    background (host_repairs.py): the supervisor asks again shortly, without counting a
+    restart, and serves the job meanwhile."""
+
+
 class AllocationEndedError(StartError):
     """A task could not be started again because what the job runs in is over (its Slurm job
     was cancelled, ran past its time limit, lost a node): the task fails for good, as it ended,

@@ -50,6 +50,7 @@ from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
 from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, StartError, TaskStateUnknown
 from shoal.launch.executor import HostCheck, TaskRef, Usage
+from shoal.launch.host_repairs import HostRepairs
 from shoal.launch.hosts import Host, place_tasks
 from shoal.launch.job_scan import find_args, read_report, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan
@@ -106,6 +107,7 @@ class SlurmExecutor:
         self._port_of: dict[str, int] = {}
         self._notes = ""
         self._closed = False
+        self._repairs = HostRepairs(notify)
 
     # --- running a job --------------------------------------------------------------
 
@@ -169,7 +171,11 @@ class SlurmExecutor:
         if node is None or agent is None or self._job is None:
             raise StartError(f"{task.label} was not placed on a node of the Slurm job; allocate the job first")
         if not agent.alive:
-            agent = self._replace_agent(node, task)
+            self._repairs.ensure(node, task.label, lambda: self._replace_agent(node, task),
+                                 f"starting a new agent step to restart {task.name} (its agent was lost)",
+                                 usable=lambda: self._agent_alive(node))
+            with self._lock:
+                agent = self._agents[node]
         env = {**self._base_env, **task.env_dict}
         extra = {"job": self._job.job_id, "step": self._steps.get(node, ""),
                  "submitted": "1" if self._job.submitted else "0", "shoal_job": job.job_id}
@@ -193,6 +199,7 @@ class SlurmExecutor:
             reaper, self._reaper = self._reaper, None
         with ThreadPoolExecutor(max_workers=max(1, len(agents))) as pool:
             list(pool.map(lambda a: a.close(timeout=_AGENT_CLOSE_S), agents))
+        self._repairs.close()  # after the agents: a new agent's srun ends with its repair's thread
         steps = [*self._steps.values(), *self._replaced]
         try:
             self._commands.cancel(steps)  # an agent that did not exit goes with its step
@@ -288,16 +295,24 @@ class SlurmExecutor:
         return AgentConnection(agent_step_argv(job, self._nodes[node], self._python, self._gpus[node]), node, KIND,
                                env=step_environment(self._base_env, inside=not job.submitted))
 
-    def _replace_agent(self, node: str, task: TaskPlan) -> AgentConnection:
+    def _agent_alive(self, node: str) -> bool:
+        with self._lock:
+            agent = self._agents.get(node)
+        return agent is not None and agent.alive
+
+    def _replace_agent(self, node: str, task: TaskPlan) -> None:
         """A new agent step on `node`, whose agent was lost, to restart `task` there (see the
         module docstring): the lost agent's step is scancelled and waited for, then the new one
-        started and registered with the watchdog. AllocationEndedError if the Slurm job is over;
+        started and registered with the watchdog; run by HostRepairs on a thread that lives as
+        long as the new step's srun. AllocationEndedError if the Slurm job is over;
         HostUnreachableError (the supervisor tries again later) if the old step does not end
-        within _STEP_END_S, squeue cannot tell, or the new agent does not start. Blocks."""
+        within _STEP_END_S, squeue cannot tell, or the new agent does not start; StartError if
+        the job is being stopped. Each says what is wrong with the node, not which task waits.
+        Blocks."""
         assert self._job is not None
         over = _job_over(self._commands, self._job.job_id)
         if over:
-            raise AllocationEndedError(f"{task.label} cannot be restarted on {node}: {over}")
+            raise AllocationEndedError(over)
         with self._lock:
             old, old_step = self._agents.get(node), self._steps.get(node, "")
         if old is not None:
@@ -308,18 +323,17 @@ class SlurmExecutor:
             try:
                 ended = _end_step(self._commands, self._job.job_id, old_step, _STEP_END_S)
             except SlurmError as e:
-                raise HostUnreachableError(f"{task.label} cannot be restarted on {node} yet: Slurm could not say"
-                                           f" whether the step of its lost agent, {old_step}, has ended: {e}") from e
+                raise HostUnreachableError(f"not yet: Slurm could not say whether the step of its lost agent,"
+                                           f" {old_step}, has ended: {e}") from e
             if not ended:
                 raise HostUnreachableError(
-                    f"{task.label} cannot be restarted on {node} yet: the step of its lost agent, {old_step}, still"
-                    f" runs {_STEP_END_S:g}s after scancel, and its tasks may hold their ports; see why with"
-                    f" scontrol show step {old_step} (is slurmd on {node} up?)")
+                    f"not yet: the step of its lost agent, {old_step}, still runs {_STEP_END_S:g}s after scancel,"
+                    f" and its tasks may hold their ports; see why with scontrol show step {old_step} (is slurmd"
+                    f" on {node} up?)")
         agent = self._connection(self._job, node)
         with self._lock:
             if self._closed:
-                raise StartError(f"{task.label} was not restarted on {node}: the job is being stopped")
-            self._agents[node] = agent
+                raise StartError("the job is being stopped")
         try:
             agent.launch()
             hello = agent.ready(self._timeout)
@@ -327,16 +341,25 @@ class SlurmExecutor:
             agent.close(grace=0.5, timeout=5.0)  # a later restart tries a new one again
             over = _job_over(self._commands, self._job.job_id)
             if over:
-                raise AllocationEndedError(f"{task.label} cannot be restarted on {node}: {over}") from e
-            raise HostUnreachableError(f"{task.label} cannot be restarted on {node} yet: a new agent step did not"
-                                       f" start: {e}") from e
+                raise AllocationEndedError(over) from e
+            raise HostUnreachableError(f"not yet: a new agent step did not start: {e}") from e
+        with self._lock:
+            closed = self._closed
+            if not closed:  # installed once it answered: a start never finds it half up
+                self._agents[node] = agent
+                if hello.slurm_step:
+                    self._steps[node] = hello.slurm_step
+        if closed:  # close() ran meanwhile, without this agent
+            agent.close(grace=0.5, timeout=5.0)
+            try:
+                self._commands.cancel([hello.slurm_step] if hello.slurm_step else [])
+            except SlurmError:
+                pass  # the agent exited with its stdin, and its srun with it: the step ends anyway
+            raise StartError("the job is being stopped")
         if hello.slurm_step:
-            with self._lock:
-                self._steps[node] = hello.slurm_step
             self._watchdog().add(hello.slurm_step)
         self._notify(f"shoal | {node}: its agent (step {old_step or '?'}) was lost; started step"
                      f" {hello.slurm_step or '?'} to restart {task.name}")
-        return agent
 
     def _probe(self, job: str, shoal_job: str, node: str, refs: Mapping[str, TaskRef],
                interval: float) -> dict[str, Usage]:

@@ -13,8 +13,10 @@ Running a job:
   it) travel over the ssh channel's stdin, never on a command line. The task's output and exit
   come back through the agent (AgentTask is the TaskHandle). A host whose agent is silent for
   the heartbeat timeout is given up: its tasks end LOST (255) and the job's policy applies; a
-  task restarted there reconnects first, and kills what the lost agent left of the job there
-  (HostUnreachableError while the host stays unreachable: the supervisor tries again later).
+  task restarted there reconnects first, and kills what the lost agent left of the job there.
+  The reconnect runs in the background (host_repairs.py: StartDeferred meanwhile, so the
+  supervisor serves the job while ssh waits for the host); HostUnreachableError while the host
+  stays unreachable: the supervisor tries again later.
 * `place_task` (`shoal scale`: a worker or ps added to the running job) picks the connected
   host of the job with the fewest tasks and, for a worker, a free slot (hosts.host_for_added) —
   counting the tasks that hold their place now, as the supervisor says, so the slots of
@@ -52,6 +54,7 @@ from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
 from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
 from shoal.launch.errors import HostsError, HostUnreachableError, PlanError, StartError
 from shoal.launch.executor import HostCheck, TaskRef, Usage
+from shoal.launch.host_repairs import HostRepairs
 from shoal.launch.hosts import Host, host_for_added, place_tasks
 from shoal.launch.job_scan import HostScan, host_check, is_member, task_usage
 from shoal.launch.plan import JobPlan, TaskPlan, job_workdir
@@ -109,6 +112,7 @@ class SshExecutor:
         self._alive_cache: dict[tuple[str, str], tuple[float, HostScan]] = {}
         self._unreachable: dict[str, tuple[float, str]] = {}  # host -> when a reconnect found it away, and why
         self._marker = ""
+        self._repairs = HostRepairs(notify)
 
     # --- running a job --------------------------------------------------------------
 
@@ -190,7 +194,11 @@ class SshExecutor:
         if first:
             self._mark_model_dir(job)
         if conn is None or not conn.alive:
-            conn = self._reconnect(task)
+            self._repairs.ensure(task.node, task.label, lambda: self._reconnect(task),
+                                 f"connecting again to restart {task.name} (its agent was lost)",
+                                 usable=lambda: self._connected(task.node))
+            with self._lock:
+                conn = self._conns[task.node]
         site = self._site(task.node)
         extra = (("job", job.job_id), ("task", str(task.task)), *site.to_extra())
         try:
@@ -200,11 +208,18 @@ class SshExecutor:
             _kill_unconfirmed(conn, task.name)
             raise StartError(f"{task.label} could not be started on {task.node}: {e}") from e
 
-    def _reconnect(self, task: TaskPlan) -> AgentConnection:
-        """A new agent on the host of `task`, whose old one was lost, once what the old one left
-        of the job there is killed (see `_clear_lost_host`). HostUnreachableError, for the
+    def _connected(self, node: str) -> bool:
+        with self._lock:
+            conn = self._conns.get(node)
+        return conn is not None and conn.alive
+
+    def _reconnect(self, task: TaskPlan) -> None:
+        """A new agent on the host of `task`, whose old one was lost, installed once what the
+        old one left of the job there is killed (see `_clear_lost_host`); run by HostRepairs on
+        a thread that lives as long as the new agent's ssh. HostUnreachableError, for the
         supervisor to try again later, while the host does not answer or cannot be cleared;
-        StartError if it answers but cannot run the job (its workdir or interpreter gone). The
+        StartError if it answers but cannot run the job (its workdir or interpreter gone) or the
+        job is being stopped; each says what is wrong with the host, not which task waits. The
         Shoal version is checked again, not the code's fingerprint: a checkout edited during a
         long job runs the edited code in every task anyway. Blocks (bounded: the connect timeout
         and _HELLO_GRACE, then one check of the host)."""
@@ -212,7 +227,7 @@ class SshExecutor:
             failed = self._unreachable.get(task.node)
         if failed is not None and time.monotonic() - failed[0] < self._options.connect_timeout:
             # another task's restart just found the host away: do not wait for it once more
-            raise HostUnreachableError(f"{task.label} cannot be restarted on {task.node}: {failed[1]}")
+            raise HostUnreachableError(failed[1])
         try:
             conns = open_agents([task.node], self._connection,
                                 timeout=self._options.connect_timeout + _HELLO_GRACE,
@@ -220,12 +235,11 @@ class SshExecutor:
                                 fingerprint=None, config=self._options.config)
         except HostsError as e:
             problem = str(e).splitlines()[-1].strip()
-            why = f"{task.label} cannot be restarted on {task.node}: {problem}"
             if not is_unreachable(task.node, problem):
-                raise StartError(why) from e
+                raise StartError(problem) from e
             with self._lock:
                 self._unreachable[task.node] = (time.monotonic(), problem)
-            raise HostUnreachableError(why) from e
+            raise HostUnreachableError(problem) from e
         with self._lock:
             self._unreachable.pop(task.node, None)
         conn = conns[task.node]
@@ -237,11 +251,15 @@ class SshExecutor:
             conn.close(0.5, 5.0)  # the next try reconnects, and clears, again
             raise
         with self._lock:
-            self._conns[task.node] = conn
+            closed = self._closed
+            if not closed:
+                self._conns[task.node] = conn
+        if closed:
+            conn.close(0.5, 5.0)
+            raise StartError("the job is being stopped")
         if lost is not None:
             threading.Thread(target=lost.close, args=(0.5, 2.0), daemon=True).start()
         self._notify(f"shoal | {task.node}: reconnected to restart {task.name}")
-        return conn
 
     def _clear_lost_host(self, task: TaskPlan, lost: Optional[AgentConnection]) -> None:
         """Kill the lost agent of `task`'s host and the job's processes it left there. An agent
@@ -263,9 +281,9 @@ class SshExecutor:
             self._notify(f"shoal | {node}: {proc.task or 'a process'} pid {proc.pid} ({proc.command}) still ran"
                          f" after its agent was lost; {fate} before the restart")
         if check.error or check.survivors:
-            why = (f"could not check it for what its lost agent left running ({check.error})" if check.error
-                   else "a process its lost agent left there survived SIGKILL (above)")
-            raise HostUnreachableError(f"{task.label} cannot be restarted on {node} yet: {why}")
+            raise HostUnreachableError(
+                f"not yet: what its lost agent left running there could not be checked ({check.error})"
+                if check.error else "not yet: a process its lost agent left there survived SIGKILL (above)")
 
     def _mark_model_dir(self, job: JobPlan) -> None:
         """Leave a file in the launcher's model dir; a host that does not see it at the end
@@ -285,6 +303,7 @@ class SshExecutor:
             conns, self._conns = dict(self._conns), {}
             job_id = self._job_id
         close_all(conns.values())
+        self._repairs.close()  # after close_all: the new agents' ssh end with their repair's thread
         lost = {node: conn.lost for node, conn in conns.items() if conn.lost}
         scans = self._final_scans([n for n in conns if n not in lost], list(lost), job_id, conns) if job_id else {}
         unchecked = [node for node in lost if node not in scans or scans[node].error]

@@ -4,6 +4,7 @@ Task:  PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | KILLED
        RUNNING -> RESTARTING -> STARTING   (restart policy, same identity)
        STARTING -> FAILED (could not exec);  PENDING | RESTARTING -> KILLED (job stopped)
        STARTING -> RESTARTING   (its lost host still does not answer: tried again later)
+       STARTING -> SCALED_DOWN   (scaled down while its lost host was being reconnected)
        RESTARTING -> FAILED   (not started again: the job's training ended meanwhile)
        PENDING | RUNNING | RESTARTING -> SCALED_DOWN   (`shoal scale` stopped it; an expected end)
        RUNNING -> MOVED   (its host was lost; a replacement runs on another host: relocation.py)
@@ -57,7 +58,8 @@ class JobState(str, Enum):
 
 TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.PENDING: frozenset({TaskState.STARTING, TaskState.KILLED, TaskState.SCALED_DOWN}),
-    TaskState.STARTING: frozenset({TaskState.RUNNING, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING}),
+    TaskState.STARTING: frozenset({TaskState.RUNNING, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING,
+                                   TaskState.SCALED_DOWN}),
     TaskState.RUNNING: frozenset(
         {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.RESTARTING,
          TaskState.SCALED_DOWN, TaskState.MOVED}

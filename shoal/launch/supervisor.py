@@ -10,8 +10,9 @@ or for an added ps the list it was added with, see below) after a doubling backo
 to max_restarts times, except a task that exits 2 (a usage error, as argparse and Python
 give for bad arguments or a missing script) within its first second: running it again would
 fail the same way. A restart whose lost host still does not answer (HostUnreachableError)
-counts as one and is tried again after the next backoff, while restarts are left; then the
-task fails for good with the code its lost attempt ended with, as at once when what the job
+counts as one and is tried again after the next backoff, while restarts are left (while the
+executor is still reconnecting it, StartDeferred, the task stays STARTING and the job goes on);
+then the task fails for good with the code its lost attempt ended with, as at once when what the job
 runs in is over (AllocationEndedError: its Slurm job was cancelled). Deadline: past it every task
 stops and the job FAILS (DEADLINE).
 Watchdog (shoal/launch/watchdog.py, when given): when the job's step stops advancing, its
@@ -61,7 +62,8 @@ from typing import Callable, Optional, Protocol
 
 from shoal.cluster import TaskId
 from shoal.launch.allocation import TaskAllocation
-from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, ScaleError, StartError
+from shoal.launch.errors import (AllocationEndedError, HostUnreachableError, PlanError, ScaleError, StartDeferred,
+                                 StartError)
 from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlacer, TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
@@ -81,6 +83,8 @@ _MAX_BACKOFF = 30.0
 _KILL_WAIT = 5.0
 _POLL = 0.1
 _READER_JOIN = 2.0
+_DEFERRED_POLL = 0.2
+"""How often a start whose host is being reconnected (StartDeferred) asks again."""
 USAGE_EXIT = 2
 """The exit code of a usage error (argparse, `python missing.py`)."""
 MOVE_TRIES = 3
@@ -159,6 +163,7 @@ class _Slot:
     stall_restarts: int = 0
     scaled_down: bool = False  # `shoal scale` stops it: its end is expected
     last_code: Optional[int] = None  # how its last attempt ended, while it waits for its restart
+    start_again_at: Optional[float] = None  # STARTING, its host being reconnected: when to ask again
 
 
 def describe_exit(code: int) -> str:
@@ -270,6 +275,13 @@ class Supervisor:
                     slot.kill_at = None
                 else:
                     timeout = min(timeout, slot.kill_at - now)
+            if slot.state is TaskState.STARTING and slot.start_again_at is not None:
+                if slot.start_again_at <= now:
+                    self._start_again(slot)
+                    if self._result is not None:
+                        return
+                else:
+                    timeout = min(timeout, slot.start_again_at - now)
             if slot.state is TaskState.RESTARTING:
                 if slot.restart_at <= now and self._training_over(slot):  # the last ps ended meanwhile
                     code = slot.last_code
@@ -290,8 +302,27 @@ class Supervisor:
 
     def _start(self, slot: _Slot) -> None:
         self._starting(slot)
+        self._try_start(slot)
+
+    def _start_again(self, slot: _Slot) -> None:
+        """`slot`'s start was deferred (its host being reconnected): ask the executor again,
+        unless training ended meanwhile."""
+        slot.start_again_at = None
+        if self._training_over(slot):
+            code = slot.last_code
+            self._give_up(slot, code, f"{describe_exit(code or 0)}; not restarted: {TRAINING_OVER}")
+            return
+        self._try_start(slot)
+
+    def _try_start(self, slot: _Slot) -> None:
+        """Have the executor start `slot` (STARTING). A start it defers (StartDeferred: the
+        host is being reconnected in the background) leaves the slot STARTING, asked again after
+        _DEFERRED_POLL seconds, while the loop serves the rest of the job; it counts no restart."""
         try:
             handle = self._executor.start(self._plan, slot.plan)
+        except StartDeferred:
+            slot.start_again_at = self._clock() + _DEFERRED_POLL
+            return
         except HostUnreachableError as e:
             self._host_still_lost(slot, str(e))
             return
@@ -475,7 +506,8 @@ class Supervisor:
                 if slot.state is TaskState.RUNNING and slot.handle is not None:
                     slot.stopping, slot.kill_at = True, kill_at
                     slot.handle.signal(signal.SIGTERM)
-                elif slot.state in (TaskState.RESTARTING, TaskState.PENDING):
+                elif slot.state in (TaskState.RESTARTING, TaskState.PENDING) or slot.start_again_at is not None:
+                    slot.start_again_at = None
                     self._move(slot, TaskState.SCALED_DOWN, "scaled down before it ran (again)")
             self._mux.note(f"shoal | scaling {role} to {request.count} (was {was}): stopping"
                            f" {', '.join(stopping)}")
@@ -668,7 +700,8 @@ class Supervisor:
         for slot in self._slots.values():
             if slot.state is TaskState.PENDING:
                 self._move(slot, TaskState.KILLED, "job stopped before it ran")
-            elif slot.state is TaskState.RESTARTING:
+            elif slot.state is TaskState.RESTARTING or slot.start_again_at is not None:
+                slot.start_again_at = None
                 self._move(slot, TaskState.KILLED, "job stopped before its restart")
             elif slot.state is TaskState.RUNNING and slot.handle is not None:
                 if not slot.stopping:  # one being stopped already (scaled down) got its SIGTERM

@@ -470,6 +470,27 @@ def test_a_restart_whose_host_is_still_away_is_tried_again_until_it_answers(shoa
     wait_nothing_left(hosts[:2])
 
 
+def test_the_job_goes_on_while_a_restart_waits_for_its_host(shoal, hosts, tmp_path):
+    """A restart on a lost host reconnects in the background: while ssh waits out its connect
+    timeout (30 s here), the launcher still serves the job, so Ctrl-C stops it at once."""
+    stop, launcher = one_worker_per_host(shoal, tmp_path, "waiting", "max_restarts: 3, backoff: 1s",
+                                         "heartbeat_timeout: 2s, connect_timeout: 30s")
+    hosts[1].link_down()
+    procs.wait_until(lambda: "shoal | host2: connecting again to restart worker.1" in shoal.output(launcher),
+                     timeout=60, what="worker.1's restart reconnecting to host2",
+                     detail=lambda: shoal.output(launcher)[-2000:])
+    time.sleep(1)  # the reconnect is under way: ssh waits for host2 to answer
+    launcher.send_signal(signal.SIGINT)
+    procs.wait_until(lambda: re.search(r"^shoal \| waiting: .*; stopping worker\.0$", shoal.output(launcher), re.M),
+                     timeout=5, what="the job stopping at once, not after the reconnect's 30 s",
+                     detail=lambda: shoal.output(launcher)[-2000:])
+    assert launcher.wait(60) == 130, shoal.output(launcher)
+    tasks = {t["name"]: t["state"] for t in shoal.job()["tasks"]}
+    assert tasks == {"worker.0": "KILLED", "worker.1": "KILLED"}, tasks
+    hosts[1].link_up()
+    wait_nothing_left(hosts[:2])
+
+
 def test_a_task_left_running_by_a_silent_agent_is_killed_before_its_restart(shoal, hosts, tmp_path):
     """An agent that stops answering (SIGSTOP: alive, connected, silent) is given up, but its task
     runs on: the restart first kills that copy, so that no two copies of a task run at once (a

@@ -8,10 +8,11 @@ import pytest
 
 from shoal.cluster import TaskId, parse_tf_config
 from shoal.launch.allocation import TaskAllocation
-from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, StartError
+from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, StartDeferred, StartError
 from shoal.launch.executor import HostLossAware
 from shoal.launch.logmux import LogMux
 from shoal.launch.relocation import movable
+from shoal.launch.scaling import ScaleRequest
 from shoal.launch.states import JobState, TaskState
 from shoal.launch.supervisor import MOVE_TRIES, EndReason, Supervisor
 from tests.unit.test_launch_supervisor import FakeClock, FakeHandle, plan_of
@@ -281,3 +282,78 @@ def test_a_restart_in_an_allocation_that_ended_fails_the_task_for_good_at_once(t
     assert result.reason is EndReason.TASK_FAILED  # not START_FAILED: no program failed to start
     assert result.detail == "t.ps.0 failed (t.ps.0 cannot be restarted on n1: Slurm job 7 is CANCELLED (...))"
     assert [n for n, _ in executor.starts].count("ps.0") == 1
+
+
+class DeferringExecutor(HostExecutor):
+    """Restarts of `lost` are deferred (StartDeferred, as while the SSH executor reconnects to a
+    lost host in the background) `deferrals` times, then start; `during` runs at the first."""
+
+    def __init__(self, *args, lost="", deferrals=3, during=lambda: None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lost, self.deferrals, self.during = lost, deferrals, during
+        self.deferred = 0
+
+    def start(self, job, task):
+        already_ran = any(n == task.name for n, _ in self.starts)
+        if already_ran and task.name == self.lost and self.deferred < self.deferrals:
+            self.deferred += 1
+            if self.deferred == 1:
+                self.during()
+            raise StartDeferred(f"{task.label} waits for host2 to be reconnected")
+        return super().start(job, task)
+
+
+def deferring(tmp_path, lost, deferrals, roles=None):
+    clock = FakeClock(0.05)
+    plan = plan_of(tmp_path, roles or {"ps": {}, "worker": {"count": 2}}, **ON_FAILURE)
+    executor = DeferringExecutor(clock, {}, no_room=True, lost=lost, deferrals=deferrals)
+    recorder = AddRecorder(clock)
+    supervisor = Supervisor(plan, executor=executor, mux=LogMux(io.BytesIO()), observer=recorder, clock=clock)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle(lost).lose_host("host2")
+    return supervisor, executor, recorder
+
+
+def test_a_start_deferred_while_its_host_is_reconnected_counts_no_restart_and_the_job_goes_on(tmp_path):
+    supervisor, executor, recorder = deferring(tmp_path, "ps.0", deferrals=5)
+    # While ps.0 waits for host2, worker.0 ends: the loop sees it at once (worker.0 SUCCEEDED
+    # before ps.0 runs again), where a start that blocked would have held the loop up.
+    executor.during = lambda: executor.handle("worker.0").exit(0)
+    recorder.hooks[("ps.0", TaskState.RUNNING)] = lambda: end_all(executor) if executor.deferred == 5 else None
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED, result.detail
+    ps = [(old, new, d) for _, n, old, new, d in recorder.tasks if n == "ps.0"]
+    assert [new for _, new, _ in ps] == [TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING,
+                                         TaskState.STARTING, TaskState.RUNNING, TaskState.SUCCEEDED], ps
+    assert ps[2][2] == "exit 255; restart 1/2 in 1s"  # the loss counts; the 5 deferrals do not
+    order = [(n, new) for _, n, _, new, _ in recorder.tasks]
+    assert order.index(("worker.0", TaskState.SUCCEEDED)) < order.index(("ps.0", TaskState.RUNNING), 2)
+
+
+def test_a_job_stopped_while_a_start_is_deferred_ends_that_task_killed_before_its_restart(tmp_path):
+    supervisor, executor, recorder = deferring(tmp_path, "worker.0", deferrals=10 ** 9)
+    executor.during = lambda: supervisor.request_stop("stopped by SIGINT")
+    result = supervisor.run()
+    assert result.reason is EndReason.STOPPED, result.detail
+    assert recorder.final()["worker.0"] is TaskState.KILLED
+    assert [d for _, n, _, new, d in recorder.tasks if n == "worker.0" and new is TaskState.KILLED] == \
+        ["job stopped before its restart"]
+    assert executor.deferred == 1  # stopped at the next turn of the loop, not after the host answered
+
+
+def test_a_task_scaled_down_while_its_start_is_deferred_ends_scaled_down(tmp_path):
+    clock = FakeClock(0.05)
+    plan = plan_of(tmp_path, {"ps": {}, "worker": {"count": "1..2"}}, **ON_FAILURE)
+    executor = DeferringExecutor(clock, {}, lost="worker.1", deferrals=10 ** 9)
+    recorder = AddRecorder(clock)
+    supervisor = Supervisor(plan, executor=executor, mux=LogMux(io.BytesIO()), observer=recorder, clock=clock)
+    outcomes: list = []
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: supervisor.request_scale(ScaleRequest("worker", 2),
+                                                                                      outcomes.append)
+    recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").exit(1)  # restarted there
+    executor.during = lambda: supervisor.request_scale(ScaleRequest("worker", 1), outcomes.append)
+    recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = lambda: end_all(executor)
+    result = supervisor.run()
+    assert result.state is JobState.SUCCEEDED, result.detail
+    assert [d for _, n, old, new, d in recorder.tasks if n == "worker.1" and new is TaskState.SCALED_DOWN] == \
+        ["scaled down before it ran (again)"]
+    assert [o.error for o in outcomes] == ["", ""], outcomes
