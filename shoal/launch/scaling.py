@@ -121,10 +121,11 @@ def check_request(request: ScaleRequest, scale_range: Optional[tuple[int, int]],
 def ps_down_refusal(count: int, live_count: int) -> str:
     """Why `ps=count` is refused for a job that has `live_count` ps, and what to do instead."""
     return (f"ps={count} (was {live_count}): a ps scales up only; only workers scale down. shoal"
-            " scale never stops a single ps task: a ps holds shards of the variables, and when one"
-            " stops, the chief waits --ps_recovery_timeout for it and then moves its shards to the"
-            " other ps (re-homing, docs/checkpoints.md) — recovery from a lost task, not something"
-            " scale does (nor shoal kill, which stops the whole job). To train on fewer ps, start"
+            " scale never stops a single ps task: a ps holds shards of the variables, so one that"
+            " stops is restarted by the job's restart policy, or ends the job; only a ps that stays"
+            " out of reach past --ps_recovery_timeout has its shards moved to the other ps (re-homing,"
+            " docs/checkpoints.md) — recovery from a lost task, not something scale does (nor shoal"
+            " kill, which stops the whole job). To train on fewer ps, start"
             " the job again with a lower roles.ps.count (or shoal run --ps N): a chief with a"
             " checkpoint resumes where it stopped, and a checkpoint restores into any number of ps")
 

@@ -445,10 +445,22 @@ def load_spec(path: Union[str, Path], overrides: tuple[str, ...] = (),
         problem = getattr(e, "problem", None) or str(e)
         raise SpecError(
             f"invalid YAML: {problem}; a value starting with {{{{ must be quoted, e.g."
-            ' count: "{{ workers }}"' if "{{" in text else f"invalid YAML: {problem}",
+            ' count: "{{ workers }}"' if _unquoted_template_at(text, e) else f"invalid YAML: {problem}",
             source=source, line=mark.line + 1 if mark else None,
         ) from e
     return spec_from_dict(data, source=source, lines=lines, overrides=overrides)
+
+
+_UNQUOTED_TEMPLATE_RE = re.compile(r"(?:^|:|^\s*-)\s*\{\{")
+
+
+def _unquoted_template_at(text: str, error: yaml.YAMLError) -> bool:
+    """Whether a line `error` points at holds a value that starts with an unquoted `{{`
+    (which YAML reads as a mapping), the usual cause of a templated spec that does not parse."""
+    lines = text.splitlines()
+    marks = (getattr(error, "problem_mark", None), getattr(error, "context_mark", None))
+    return any(m is not None and m.line < len(lines) and _UNQUOTED_TEMPLATE_RE.search(lines[m.line])
+               for m in marks)
 
 
 def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = None,

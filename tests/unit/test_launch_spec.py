@@ -65,6 +65,13 @@ def test_bad_yaml_names_the_line(tmp_path):
     assert e.line == 8 and "invalid YAML" in str(e)
 
 
+def test_an_unquoted_template_value_gets_the_quoting_hint_and_other_bad_yaml_does_not(tmp_path):
+    e = error(tmp_path, GOOD.replace('count: "{{ workers }}"', "count: {{ workers }}"))
+    assert "invalid YAML" in str(e) and 'must be quoted, e.g. count: "{{ workers }}"' in str(e), str(e)
+    e = error(tmp_path, "```\n" + GOOD)  # a fence pasted along: the spec still has "{{ workers }}", quoted
+    assert str(e) == "job.yaml:1: invalid YAML: found character '`' that cannot start any token", str(e)
+
+
 def test_unknown_role_names_line_and_suggests(tmp_path):
     e = error(tmp_path, GOOD.replace("  ps:", "  pss:"))
     assert str(e).startswith("job.yaml:7: roles.pss: 'pss' is not a role (did you mean 'ps'?)")
