@@ -144,14 +144,9 @@ def kill_job(store: JobStore, job: JobRecord, executor: Executor,
         while live_tasks(store, job, executor) and time.monotonic() < deadline:
             time.sleep(_POLL)
     except TaskStateUnknown:
-        if not store.find(job.id).state.is_terminal:
-            _mark_killed(store, store.find(job.id), "killed by shoal kill")
+        _record_killed(store, job.id)
         raise
-    job = store.find(job.id)
-    if not job.state.is_terminal:
-        _mark_killed(store, job, "killed by shoal kill")
-        job = store.find(job.id)
-    return job
+    return _record_killed(store, job.id)
 
 
 def _wait_stopped(store: JobStore, job_id: str, launcher: psutil.Process,
@@ -169,6 +164,15 @@ def _wait_stopped(store: JobStore, job_id: str, launcher: psutil.Process,
             return True
         time.sleep(_POLL)
     return False
+
+
+def _record_killed(store: JobStore, job_id: str) -> JobRecord:
+    """The job as recorded, marked KILLED by shoal kill first if it is not over."""
+    job = store.find(job_id)
+    if job.state.is_terminal:
+        return job
+    _mark_killed(store, job, "killed by shoal kill")
+    return store.find(job_id)
 
 
 def _mark_killed(store: JobStore, job: JobRecord, reason: str) -> None:
