@@ -189,7 +189,9 @@ class Executor(Protocol):
         ...
 
     def start(self, job: "JobPlan", task: "TaskPlan") -> TaskHandle:
-        """Start one attempt of `task`; StartError if its program cannot be run."""
+        """Start one attempt of `task`; StartError if its program cannot be run. An executor
+        whose host for `task` is being reconnected in the background raises StartDeferred (a
+        StartError): the caller asks again shortly, and the attempt has not failed."""
         ...
 
     def close(self) -> None:

@@ -31,8 +31,10 @@ executor does over ssh (job_scan.py reads the report); `sweep` (`shoal check`) r
 probe with `--kill` when asked (slurm_sweep.py).
 
 `allocate` and `start` must be called from one thread that outlives the job (the srun
-commands get the parent-death signal from it); `close` from any, once that thread is done
-starting tasks. The constructor does no I/O.
+commands get the parent-death signal from the thread that started them: a new agent step's
+srun is started by its repair's thread, which lives until `close`, host_repairs.py); `close`
+from any, once that thread is done starting tasks (a repair still under way is ended, or ends
+itself, seeing the executor closed). The constructor does no I/O.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class SlurmExecutor:
         self._notes = ""
         self._closed = False
         self._repairs = HostRepairs(notify)
+        self._starting: dict[str, AgentConnection] = {}  # node -> a new agent step, until it answers
 
     # --- running a job --------------------------------------------------------------
 
@@ -170,12 +173,11 @@ class SlurmExecutor:
             agent = self._agents.get(node or "")
         if node is None or agent is None or self._job is None:
             raise StartError(f"{task.label} was not placed on a node of the Slurm job; allocate the job first")
-        if not agent.alive:
-            self._repairs.ensure(node, task.label, lambda: self._replace_agent(node, task),
-                                 f"starting a new agent step to restart {task.name} (its agent was lost)",
-                                 usable=lambda: self._agent_alive(node))
-            with self._lock:
-                agent = self._agents[node]
+        self._repairs.ensure(node, task.label, lambda: self._replace_agent(node, task),
+                             f"starting a new agent step to restart {task.name} (its agent was lost)",
+                             usable=lambda: self._agent_alive(node))
+        with self._lock:
+            agent = self._agents[node]
         env = {**self._base_env, **task.env_dict}
         extra = {"job": self._job.job_id, "step": self._steps.get(node, ""),
                  "submitted": "1" if self._job.submitted else "0", "shoal_job": job.job_id}
@@ -195,7 +197,7 @@ class SlurmExecutor:
             if self._closed:
                 return
             self._closed = True
-            agents, self._agents = list(self._agents.values()), {}
+            agents, self._agents = [*self._agents.values(), *self._starting.values()], {}
             reaper, self._reaper = self._reaper, None
         with ThreadPoolExecutor(max_workers=max(1, len(agents))) as pool:
             list(pool.map(lambda a: a.close(timeout=_AGENT_CLOSE_S), agents))
@@ -310,6 +312,9 @@ class SlurmExecutor:
         the job is being stopped. Each says what is wrong with the node, not which task waits.
         Blocks."""
         assert self._job is not None
+        with self._lock:
+            if self._closed:
+                raise StartError("the job is being stopped")
         over = _job_over(self._commands, self._job.job_id)
         if over:
             raise AllocationEndedError(over)
@@ -334,6 +339,7 @@ class SlurmExecutor:
         with self._lock:
             if self._closed:
                 raise StartError("the job is being stopped")
+            self._starting[node] = agent  # close() ends it too, should it come while the agent starts
         try:
             agent.launch()
             hello = agent.ready(self._timeout)
@@ -343,12 +349,16 @@ class SlurmExecutor:
             if over:
                 raise AllocationEndedError(over) from e
             raise HostUnreachableError(f"not yet: a new agent step did not start: {e}") from e
+        finally:
+            with self._lock:
+                self._starting.pop(node, None)
         with self._lock:
             closed = self._closed
             if not closed:  # installed once it answered: a start never finds it half up
                 self._agents[node] = agent
                 if hello.slurm_step:
                     self._steps[node] = hello.slurm_step
+            reaper = self._reaper
         if closed:  # close() ran meanwhile, without this agent
             agent.close(grace=0.5, timeout=5.0)
             try:
@@ -357,7 +367,7 @@ class SlurmExecutor:
                 pass  # the agent exited with its stdin, and its srun with it: the step ends anyway
             raise StartError("the job is being stopped")
         if hello.slurm_step:
-            self._watchdog().add(hello.slurm_step)
+            (reaper or self._watchdog()).add(hello.slurm_step)  # a reaper closed meanwhile ignores it
         self._notify(f"shoal | {node}: its agent (step {old_step or '?'}) was lost; started step"
                      f" {hello.slurm_step or '?'} to restart {task.name}")
 

@@ -110,7 +110,6 @@ class SshExecutor:
         self._lock = threading.Lock()
         self._closed = False
         self._alive_cache: dict[tuple[str, str], tuple[float, HostScan]] = {}
-        self._unreachable: dict[str, tuple[float, str]] = {}  # host -> when a reconnect found it away, and why
         self._marker = ""
         self._repairs = HostRepairs(notify)
 
@@ -190,15 +189,13 @@ class SshExecutor:
             if self._closed:
                 raise RuntimeError("SshExecutor.start after close")
             first, self._job_id = self._job_id is None, job.job_id
-            conn = self._conns.get(task.node)
         if first:
             self._mark_model_dir(job)
-        if conn is None or not conn.alive:
-            self._repairs.ensure(task.node, task.label, lambda: self._reconnect(task),
-                                 f"connecting again to restart {task.name} (its agent was lost)",
-                                 usable=lambda: self._connected(task.node))
-            with self._lock:
-                conn = self._conns[task.node]
+        self._repairs.ensure(task.node, task.label, lambda: self._reconnect(task),
+                             f"connecting again to restart {task.name} (its agent was lost)",
+                             usable=lambda: self._connected(task.node))
+        with self._lock:
+            conn = self._conns[task.node]
         site = self._site(task.node)
         extra = (("job", job.job_id), ("task", str(task.task)), *site.to_extra())
         try:
@@ -223,11 +220,6 @@ class SshExecutor:
         Shoal version is checked again, not the code's fingerprint: a checkout edited during a
         long job runs the edited code in every task anyway. Blocks (bounded: the connect timeout
         and _HELLO_GRACE, then one check of the host)."""
-        with self._lock:
-            failed = self._unreachable.get(task.node)
-        if failed is not None and time.monotonic() - failed[0] < self._options.connect_timeout:
-            # another task's restart just found the host away: do not wait for it once more
-            raise HostUnreachableError(failed[1])
         try:
             conns = open_agents([task.node], self._connection,
                                 timeout=self._options.connect_timeout + _HELLO_GRACE,
@@ -237,11 +229,7 @@ class SshExecutor:
             problem = str(e).splitlines()[-1].strip()
             if not is_unreachable(task.node, problem):
                 raise StartError(problem) from e
-            with self._lock:
-                self._unreachable[task.node] = (time.monotonic(), problem)
             raise HostUnreachableError(problem) from e
-        with self._lock:
-            self._unreachable.pop(task.node, None)
         conn = conns[task.node]
         with self._lock:
             lost = self._conns.get(task.node)

@@ -8,7 +8,8 @@ first call starts the repair on a thread of its own and raises StartDeferred (th
 asks again shortly, without counting a restart); later calls raise StartDeferred while it runs,
 then return once it has installed its new connection in the executor, or raise, once, the error
 it ended with (a HostUnreachableError counts a restart and is tried again after the backoff, as
-before). One repair per host runs at a time: two at once would each clear the host of what
+before). A new connection lost again before a task could use it is such an error too, so that a
+host that keeps dropping uses up restarts instead of being repaired without end. One repair per host runs at a time: two at once would each clear the host of what
 the other had just started.
 
 The thread that ran a successful repair lives until `close`: the processes it started (ssh,
@@ -20,12 +21,15 @@ Thread-safe; nothing here blocks but `repair` itself, on its own thread.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Optional
 
-from shoal.launch.errors import StartDeferred, StartError
+from shoal.launch.errors import HostUnreachableError, StartDeferred, StartError
+
+log = logging.getLogger(__name__)
 
 STALE_S = 5.0
 """A repair's error not asked for within this long is dropped (the host may be back): the next
@@ -40,6 +44,7 @@ class HostRepairs:
         self._lock = threading.Lock()
         self._running: set[str] = set()
         self._failed: dict[str, tuple[float, BaseException]] = {}
+        self._repaired: set[str] = set()  # hosts whose last repair succeeded, not yet used
         self._closed = threading.Event()
 
     def ensure(self, node: str, label: str, repair: Callable[[], None], why: str,
@@ -47,12 +52,18 @@ class HostRepairs:
         """Return once `usable()` says `node` can start tasks again (asked under this object's
         lock, so a repair that just ended well is seen). Else raise, once, the error the last
         repair of `node` ended with, its text after "`label` cannot be restarted on `node`: "
-        (a StartError of the same class; anything else as a StartError), or StartDeferred while
-        a repair runs, after starting `repair` if none does (saying `why` through notify).
-        Never blocks."""
+        (a StartError of the same class; anything else as a StartError naming its type), or
+        HostUnreachableError if the connection the last repair made was lost again before a
+        task used it; else StartDeferred while a repair runs, after starting `repair` if none
+        does (saying `why` through notify). Never blocks."""
         with self._lock:
             if usable():
+                self._repaired.discard(node)
                 return
+            if node in self._repaired:
+                self._repaired.discard(node)
+                raise HostUnreachableError(f"{label} cannot be restarted on {node}: the agent it was reconnected to"
+                                           " was lost as well, before the task could start there")
             failed = self._failed.pop(node, None)
             if failed is None or time.monotonic() - failed[0] >= STALE_S:
                 if node in self._running:
@@ -63,10 +74,16 @@ class HostRepairs:
                 failed = None
         if failed is not None:
             error = failed[1]
-            text = f"{label} cannot be restarted on {node}: {error}"
-            raise (type(error)(text) if isinstance(error, StartError) else StartError(text)) from error
-        self._notify(f"shoal | {node}: {why}; the job goes on meanwhile")
-        threading.Thread(target=self._run, args=(node, repair), name=f"repair-{node}", daemon=True).start()
+            if isinstance(error, StartError):
+                raise type(error)(f"{label} cannot be restarted on {node}: {error}") from error
+            raise StartError(f"{label} cannot be restarted on {node}: {type(error).__name__}: {error}") from error
+        try:
+            self._notify(f"shoal | {node}: {why}; the job goes on meanwhile")
+            threading.Thread(target=self._run, args=(node, repair), name=f"repair-{node}", daemon=True).start()
+        except BaseException:
+            with self._lock:
+                self._running.discard(node)
+            raise
         raise StartDeferred(f"{label} waits for {node} to be reconnected")
 
     def close(self) -> None:
@@ -80,9 +97,13 @@ class HostRepairs:
             repair()
         except BaseException as e:  # noqa: BLE001 - handed to the next start, which raises it
             error = e
+            if not isinstance(e, StartError):  # a bug, not a host that is away: keep its traceback
+                log.exception("repairing %s failed", node)
         with self._lock:
             self._running.discard(node)
             if error is not None:
                 self._failed[node] = (time.monotonic(), error)
+            else:
+                self._repaired.add(node)
         if error is None:
             self._closed.wait()  # what the repair started dies with this thread

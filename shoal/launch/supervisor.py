@@ -340,11 +340,11 @@ class Supervisor:
         self._move(slot, TaskState.STARTING, "")
         slot.attempt += 1
         slot.stopping = False
-        slot.started_at = self._clock()
 
     def _running(self, slot: _Slot, handle: TaskHandle) -> None:
         """`slot` (STARTING) runs as `handle`: record it and watch it."""
         slot.handle = handle
+        slot.started_at = self._clock()  # after a deferred start too: the usage-error window counts from here
         self._move(slot, TaskState.RUNNING, handle.ref.describe(), ref=handle.ref)
         if slot.attempt > 1 and self._watchdog is not None:  # a restarted task: a fresh window to catch up
             self._watchdog.reset(forget_step=slot.plan.name.split(".")[0] == "ps")

@@ -67,7 +67,6 @@ def test_a_repair_runs_once_in_the_background_and_the_host_is_usable_after_it():
 @pytest.mark.parametrize("error, raised", [
     (HostUnreachableError("host2: unreachable (Connection timed out)"), HostUnreachableError),
     (StartError("host2: no such workdir /w"), StartError),
-    (RuntimeError("a bug"), StartError),
 ])
 def test_a_failed_repairs_error_reaches_the_next_start_once_naming_the_task(error, raised):
     repairs, host = HostRepairs(lambda text: None), Host(error)
@@ -105,3 +104,50 @@ def test_after_close_no_repair_starts():
         ensure(repairs, host)
     assert not isinstance(caught.value, StartDeferred)
     assert host.runs == 0
+
+
+def test_a_reconnection_lost_again_before_any_task_used_it_fails_the_start_instead_of_repairing_again():
+    repairs, host = HostRepairs(lambda text: None), Host()
+    with pytest.raises(StartDeferred):
+        ensure(repairs, host)
+    host.release.set()
+    wait_for(lambda: host.usable)
+    host.usable = False  # the new agent is lost before the supervisor asked again
+    with pytest.raises(HostUnreachableError) as caught:
+        ensure(repairs, host)
+    assert not isinstance(caught.value, StartDeferred)  # counts as a restart: a flapping host uses them up
+    assert str(caught.value) == ("t.worker.1 cannot be restarted on host2: the agent it was reconnected to was"
+                                 " lost as well, before the task could start there")
+    assert host.runs == 1
+    with pytest.raises(StartDeferred):  # the next restart repairs again
+        ensure(repairs, host)
+    assert host.runs == 2
+    repairs.close()
+
+
+def test_a_reconnection_a_task_used_is_not_held_against_a_later_loss():
+    repairs, host = HostRepairs(lambda text: None), Host()
+    with pytest.raises(StartDeferred):
+        ensure(repairs, host)
+    host.release.set()
+    wait_for(lambda: host.usable)
+    ensure(repairs, host)  # the task starts on it
+    host.usable = False  # lost much later, while the task ran
+    host.release.clear()
+    with pytest.raises(StartDeferred):  # a new repair, not "lost before the task could start"
+        ensure(repairs, host)
+    assert host.runs == 2
+    host.release.set()
+    repairs.close()
+
+
+def test_a_bug_in_a_repair_reaches_the_start_with_its_type_and_is_logged(caplog):
+    repairs, host = HostRepairs(lambda text: None), Host(KeyError("host2"))
+    with pytest.raises(StartDeferred):
+        ensure(repairs, host)
+    host.release.set()
+    wait_for(lambda: not host.threads[0].is_alive())
+    with pytest.raises(StartError, match=r"^t.worker.1 cannot be restarted on host2: KeyError: 'host2'$"):
+        ensure(repairs, host)
+    assert any(r.exc_info and "repairing host2 failed" in r.getMessage() for r in caplog.records)
+    repairs.close()

@@ -357,3 +357,13 @@ def test_a_task_scaled_down_while_its_start_is_deferred_ends_scaled_down(tmp_pat
     assert [d for _, n, old, new, d in recorder.tasks if n == "worker.1" and new is TaskState.SCALED_DOWN] == \
         ["scaled down before it ran (again)"]
     assert [o.error for o in outcomes] == ["", ""], outcomes
+
+
+def test_a_deferred_start_is_not_asked_again_once_training_is_over(tmp_path):
+    supervisor, executor, recorder = deferring(tmp_path, "worker.1", deferrals=10 ** 9)
+    executor.during = lambda: executor.handle("ps.0").exit(0)  # every ps finished: training is over
+    supervisor.run()
+    [detail] = [d for _, n, _, new, d in recorder.tasks if n == "worker.1" and new is TaskState.FAILED]
+    assert detail == "exit 255; not restarted: training was over (every ps had finished), so it would find no ps" \
+                     " to train with", detail
+    assert executor.deferred == 1  # not asked again once the ps had finished
