@@ -3,14 +3,15 @@ under Slurm — done in the background, so that a task waiting to be restarted t
 hold up the job: while ssh waits out its connect timeout or a lost step is waited for, the
 supervisor goes on serving the other tasks, Ctrl-C, `shoal kill` and the deadline.
 
-An executor's `start` asks `ensure(node, ...)` before it starts a task on a host it lost: the
-first call starts the repair on a thread of its own and raises StartDeferred (the supervisor
-asks again shortly, without counting a restart); later calls raise StartDeferred while it runs,
-then return once it has installed its new connection in the executor, or raise, once, the error
-it ended with (a HostUnreachableError counts a restart and is tried again after the backoff, as
-before). A new connection lost again before a task could use it is such an error too, so that a
-host that keeps dropping uses up restarts instead of being repaired without end. One repair per host runs at a time: two at once would each clear the host of what
-the other had just started.
+An executor's `start` asks `ensure(node, ...)` before it starts any task: on a host whose
+connection is lost, the first call starts the repair on a thread of its own and raises
+StartDeferred (the supervisor asks again shortly, without counting a restart); later calls
+raise StartDeferred while it runs, then return once it has installed its new connection in the
+executor, or raise, once, the error it ended with (a HostUnreachableError counts a restart and
+is tried again after the backoff, as before). A new connection lost again before a task could
+use it is such an error too, so that a host that keeps dropping uses up restarts instead of
+being repaired without end. One repair per host runs at a time: two at once would each clear
+the host of what the other had just started.
 
 The thread that ran a successful repair lives until `close`: the processes it started (ssh,
 srun) get the kernel's parent-death signal when the thread that forked them ends

@@ -347,8 +347,8 @@ def test_a_task_scaled_down_while_its_start_is_deferred_ends_scaled_down(tmp_pat
     recorder = AddRecorder(clock)
     supervisor = Supervisor(plan, executor=executor, mux=LogMux(io.BytesIO()), observer=recorder, clock=clock)
     outcomes: list = []
-    recorder.hooks[("worker.0", TaskState.RUNNING)] = lambda: supervisor.request_scale(ScaleRequest("worker", 2),
-                                                                                      outcomes.append)
+    recorder.hooks[("worker.0", TaskState.RUNNING)] = \
+        lambda: supervisor.request_scale(ScaleRequest("worker", 2), outcomes.append)
     recorder.hooks[("worker.1", TaskState.RUNNING)] = lambda: executor.handle("worker.1").exit(1)  # restarted there
     executor.during = lambda: supervisor.request_scale(ScaleRequest("worker", 1), outcomes.append)
     recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = lambda: end_all(executor)
