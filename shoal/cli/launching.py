@@ -16,7 +16,7 @@ from shoal.cli.executors import add_host_flags, executor_for
 from shoal.cli.exit_codes import ExitCode, job_exit_code
 from shoal.launch.detach import BACKGROUND_FLAG
 from shoal.launch.executor import Executor, LaunchNotes, Queued
-from shoal.launch.errors import SpecError
+from shoal.launch.errors import SpecError, WorkspaceError
 from shoal.launch.executor_local import KIND as LOCAL
 from shoal.launch.plan import format_plan, is_job_id, job_dir_for, make_plan, new_job_id
 from shoal.launch.preflight import check_plan
@@ -76,7 +76,10 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
                              live_status=env.is_tty)
             code = job_exit_code(result)
-            store.set_exit_code(plan.job_id, code)
+            try:
+                store.set_exit_code(plan.job_id, code)
+            except WorkspaceError as e:  # the job ran and ended: its exit code stands (said above, too)
+                env.say(f"shoal {args.command}: the job's exit code was not recorded: {e}", err=True)
         return code
     finally:
         executor.close()

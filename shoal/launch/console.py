@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Optional
 
 from shoal.launch.executor import TaskRef
@@ -17,6 +18,7 @@ from shoal.launch.membership_line import MembershipLine
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.progress_line import ProgressLine
 from shoal.launch.records import JobStore
+from shoal.launch.records_writer import RecordsWriter
 from shoal.launch.states import JobState, TaskState, running_of
 
 _PLAIN_PROGRESS_EVERY = 10.0
@@ -89,11 +91,13 @@ class RecordsObserver:
     """Writes state changes, every started process and the progress (the highest step
     seen; at most once a second, and once more when the job ends) to the JobStore, and each
     task's straggler figures from its progress lines (at most once a second per task, and
-    once more when the job ends)."""
+    once more when the job ends). A write the records cannot take (a full disk) is said
+    through `notify` and does not end the job (records_writer.py)."""
 
-    def __init__(self, plan: JobPlan, store: JobStore) -> None:
+    def __init__(self, plan: JobPlan, store: JobStore, notify: Callable[[str], None]) -> None:
         self._job_id = plan.job_id
         self._store = store
+        self._writer = RecordsWriter(notify)
         self._last = 0.0
         self._pending: Optional[tuple[int, float]] = None
         self._best = -1
@@ -108,21 +112,25 @@ class RecordsObserver:
                 pending, self._task_pending = self._task_pending, {}
             for name, (line, at) in pending.items():
                 self._write_task(name, line, at)
-        self._store.set_job_state(self._job_id, state, reason, ended=state.is_terminal)
+        self._writer.call(self._store.set_job_state, self._job_id, state, reason, ended=state.is_terminal)
 
     def task_added(self, task: TaskPlan) -> None:
-        self._store.add_task(self._job_id, task)
+        self._writer.call(self._store.add_task, self._job_id, task)
 
     def membership(self, line: MembershipLine) -> None:
         """ps:0 logged `line`: record the job's membership."""
-        self._store.set_membership(self._job_id, line.version, line.tasks_text, line.change,
-                                   time.time())
+        self._writer.call(self._store.set_membership, self._job_id, line.version, line.tasks_text, line.change,
+                          time.time())
+
+    def summaries(self, name: str, directory: str) -> None:
+        """Task `name` writes its TensorBoard summaries to `directory` (on its host)."""
+        self._writer.call(self._store.set_summaries, self._job_id, name, directory)
 
     def task_changed(self, task: TaskPlan, old: TaskState, new: TaskState, detail: str,
                      ref: Optional[TaskRef], restarts: int) -> None:
         if ref is not None:
-            self._store.add_process(self._job_id, task.name, ref)
-        self._store.set_task(self._job_id, task.name, new, detail, restarts, ref)
+            self._writer.call(self._store.add_process, self._job_id, task.name, ref)
+        self._writer.call(self._store.set_task, self._job_id, task.name, new, detail, restarts, ref)
 
     def progress(self, name: str, step: int, loss: float) -> None:
         now = time.monotonic()
@@ -148,14 +156,14 @@ class RecordsObserver:
         self._write_task(name, line, time.time())
 
     def _write_task(self, name: str, line: ProgressLine, at: float) -> None:
-        self._store.set_task_progress(self._job_id, name, line.step_ms, line.p95_ms,
-                                      line.applied, line.pushed, at)
+        self._writer.call(self._store.set_task_progress, self._job_id, name, line.step_ms, line.p95_ms,
+                          line.applied, line.pushed, at)
 
     def _flush_progress(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, None
         if pending is not None:
-            self._store.set_progress(self._job_id, *pending)
+            self._writer.call(self._store.set_progress, self._job_id, *pending)
 
 
 class Observers:
@@ -179,4 +187,3 @@ class Observers:
     def progress(self, *args: object) -> None:
         for o in self._observers:
             o.progress(*args)  # type: ignore[attr-defined]
-

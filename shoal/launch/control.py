@@ -20,7 +20,7 @@ from typing import Optional
 
 import psutil
 
-from shoal.launch.errors import TaskStateUnknown
+from shoal.launch.errors import TaskStateUnknown, WorkspaceError
 from shoal.launch.executor import Executor, HostCheck
 from shoal.launch.kill_request import mark_kill_requested, withdraw_kill_request
 from shoal.launch.processes import same_process
@@ -85,6 +85,9 @@ def reconcile_jobs(store: JobStore, jobs: Sequence[JobRecord],
             except TaskStateUnknown as e:
                 failed[job.executor] = (job.id, e)
                 out.append(Reconciled(job, f"its launcher is gone, but {e}"))
+            except WorkspaceError as e:  # checked (and cleaned), but the records cannot take it: a full disk
+                out.append(Reconciled(job, f"its launcher is gone and its tasks were checked, but the records"
+                                           f" could not be updated: {e}"))
     return out
 
 

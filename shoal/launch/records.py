@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from shoal.launch.errors import JobNotFound, WorkspaceError
+from shoal.launch.errors import JobNotFound, LaunchError, WorkspaceError
 from shoal.launch.executor import TaskRef
 from shoal.launch.files import private_dirs, private_file, tighten_file
+from shoal.launch.records_errors import records_failure
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.records_schema import JOB_NUMBER, ensure_schema
 from shoal.launch.states import JobState, TaskState
@@ -144,14 +145,14 @@ class JobStore:
             db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False,
                                  isolation_level=None)
         except sqlite3.Error as e:
-            raise WorkspaceError(f"cannot open the job records {self.path}: {e}; {fix}") from e
+            raise records_failure(self.path, e) from e
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per write
             ensure_schema(db, self.path)
         except sqlite3.Error as e:
             db.close()
-            raise WorkspaceError(f"cannot use the job records {self.path}: {e}; {fix}") from e
+            raise records_failure(self.path, e) from e
         except BaseException:
             db.close()
             raise
@@ -351,44 +352,66 @@ class JobStore:
         with self._tx() as db:
             rows = db.execute("SELECT name, ref FROM processes WHERE job_id = ?"
                               " ORDER BY rowid", (job_id,)).fetchall()
-        return [ProcessRecord(name, TaskRef.from_json(ref)) for name, ref in rows]
+        try:
+            return [ProcessRecord(name, TaskRef.from_json(ref)) for name, ref in rows]
+        except LaunchError as e:
+            raise LaunchError(f"job {job_id}: {e}") from e
 
     def _job(self, db: sqlite3.Connection, row: sqlite3.Row) -> JobRecord:
         data = dict(row)
-        data["state"] = JobState(data["state"])
         tasks = db.execute(
             "SELECT name, label, address, state, pid, restarts, detail, log_path, summaries,"
             " step_ms, p95_ms, applied, pushed, progress_at FROM tasks"
             " WHERE job_id = ? ORDER BY position", (data["id"],),
         ).fetchall()
-        return JobRecord(**data, tasks=tuple(
-            TaskRecord(t[0], t[1], t[2], TaskState(t[3]), *t[4:]) for t in tasks))
+        try:
+            data["state"] = JobState(data["state"])
+            return JobRecord(**data, tasks=tuple(
+                TaskRecord(t[0], t[1], t[2], TaskState(t[3]), *t[4:]) for t in tasks))
+        except (ValueError, TypeError) as e:  # a row changed by hand, or by a newer shoal
+            job = data.get("id")
+            raise WorkspaceError(
+                f"the record of job {job} in {self.path} is damaged ({e}); the other jobs' records are not:"
+                f" remove this one with sqlite3 {self.path} \"DELETE FROM processes WHERE job_id = '{job}';"
+                f" DELETE FROM tasks WHERE job_id = '{job}'; DELETE FROM jobs WHERE id = '{job}'\"") from e
 
     def _tx(self) -> "_Tx":
         if self._db is None:
             raise RuntimeError("JobStore.open() first")
-        return _Tx(self._db, self._lock)
+        return _Tx(self._db, self._lock, self.path)
 
 
 class _Tx:
-    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
-        self._db, self._lock = db, lock
+    """One transaction, under the store's lock; an SQLite error in it (a full disk, a damaged
+    file) leaves as the WorkspaceError records_failure makes."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock, path: Path) -> None:
+        self._db, self._lock, self._path = db, lock, path
 
     def __enter__(self) -> sqlite3.Connection:
         self._lock.acquire()
         try:
             self._db.row_factory = sqlite3.Row
             self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            self._lock.release()
+            raise records_failure(self._path, e) from e
         except BaseException:  # (a KeyboardInterrupt while BEGIN waits on another writer, too)
             self._lock.release()
             raise
         return self._db
 
-    def __exit__(self, exc_type: object, *rest: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, _tb: object) -> None:
         try:
             self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        except sqlite3.Error as e:
+            if exc_type is None:  # the COMMIT failed (a full disk): the change is not recorded
+                raise records_failure(self._path, e) from e
+            # a ROLLBACK that failed after an error: the first error says more
         finally:
             self._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise records_failure(self._path, exc) from exc
 
 
 _NEWEST_FIRST = "ORDER BY created DESC, id DESC"

@@ -51,7 +51,6 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     number = store.create_job(plan, os.getpid(), process_started(os.getpid()) or 0.0,
                               executor=executor.kind)
     console_holder: list = []  # the console needs the mux, the mux's callback the console
-    records = RecordsObserver(plan, store)
 
     watchdog = Watchdog.for_spec(plan.watchdog, [(t.name, t.argv) for t in plan.tasks],
                                  f"{plan.primary.job}.{plan.primary.index}", time.monotonic)
@@ -64,7 +63,7 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
         records.task_progress(name, line)
 
     def on_summaries(name: str, directory: str) -> None:
-        store.set_summaries(plan.job_id, name, directory)
+        records.summaries(name, directory)
 
     def on_membership(name: str, line: MembershipLine) -> None:
         if name == MEMBERSHIP_REPORTER:
@@ -73,6 +72,7 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     mux = LogMux(out, on_progress=on_progress, on_summaries=on_summaries,
                  on_waiting=watchdog.waiting if watchdog is not None else None,
                  on_membership=on_membership, live_status=live_status)
+    records = RecordsObserver(plan, store, notify=mux.note)  # the callbacks above find it when called
     console = ConsoleObserver(plan, mux, live=live_status)
     console_holder.append(console)
     count = f"{len(plan.tasks)} task" + ("" if len(plan.tasks) == 1 else "s")
