@@ -11,7 +11,12 @@ stderr (the launcher reads a task's stdout and stderr as one stream; the program
 stays its own): the launcher records it, and `shoal tensorboard` serves what the tasks reported
 (shoal/launch/logmux.py reads the line; launch and train share only this text).
 
-Not thread-safe. `scalar` does not block on disk (tensorboardX writes from its own thread).
+Summaries never block or stop training: the event file is written from a thread of its own
+(shoal/train/event_file.py), so `scalar` and `step_done` never wait for the disk, and a write
+that fails (a full disk, say) ends the summaries with one warning naming the directory and the
+error while training goes on.
+
+Not thread-safe (the training thread calls it).
 """
 
 from __future__ import annotations
@@ -21,24 +26,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-
-def _import_summary_writer():
-    """tensorboardX.SummaryWriter, without letting it import PyTorch.
-
-    tensorboardX imports torch when it is installed, only to accept torch tensors, which costs
-    1.4 s per task; we pass it floats. If torch is already loaded (a PyTorch program) it is used
-    as is.
-    """
-    if "torch" in sys.modules:
-        from tensorboardX import SummaryWriter
-        return SummaryWriter
-    sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
-    try:
-        from tensorboardX import SummaryWriter
-    finally:
-        if sys.modules.get("torch", 0) is None:
-            del sys.modules["torch"]
-    return SummaryWriter
+from shoal.train.event_file import EventFile
 
 
 class TaskSummaries:
@@ -50,28 +38,29 @@ class TaskSummaries:
         self._out = out
         self.every_steps = max(1, every_steps)
         self.is_chief = is_chief
-        self._writer = None
+        self._file: EventFile | None = None
         self._window_start: float | None = None
         self._window_steps = 0
         self._window_global = 0
 
     def open(self) -> "TaskSummaries":
-        """Create the event file and print the `summaries=DIR` line. Blocks briefly
-        (creates the directory)."""
-        if self._writer is None:
-            self.logdir.mkdir(parents=True, exist_ok=True)
-            self._writer = _import_summary_writer()(logdir=str(self.logdir), flush_secs=10)
-            print(f"summaries={self.logdir.resolve()}", file=self._out or sys.stderr, flush=True)
+        """Create the event file and print the `summaries=DIR` line. Blocks briefly (creates the
+        directory and the file). A directory that cannot be written is one warning, not an error:
+        the task trains without summaries."""
+        if self._file is None:
+            self._file = EventFile(self.logdir)
+            if self._file.open():
+                print(f"summaries={self.logdir.resolve()}", file=self._out or sys.stderr, flush=True)
         return self
 
     def scalar(self, tag: str, value: float, step: int) -> None:
-        """Record one value of `tag` at global step `step`."""
-        if self._writer is not None:
-            self._writer.add_scalar(tag, float(value), global_step=int(step))
+        """Record one value of `tag` at global step `step`. Never blocks."""
+        if self._file is not None:
+            self._file.add_scalar(tag, value, step)
 
     def step_done(self, global_step: int, learning_rate: float | None) -> None:
         """Count one finished local step; every `every_steps` write the mean step time (and, on
-        the chief, the global step rate and the learning rate)."""
+        the chief, the global step rate and the learning rate). Never blocks."""
         now = time.monotonic()
         if self._window_start is None:
             self._window_start, self._window_global = now, global_step
@@ -88,11 +77,13 @@ class TaskSummaries:
         self._window_start, self._window_steps, self._window_global = now, 0, global_step
 
     def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        """Ask for what was recorded to be flushed to disk soon. Does not block."""
+        if self._file is not None:
+            self._file.flush()
 
     def close(self) -> None:
-        """Flush and close the event file. Idempotent."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Flush and close the event file. Blocks up to a few seconds (EventFile.close).
+        Idempotent; never raises."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,7 +1,9 @@
-"""One job per model dir, and a periodic checkpoint that fails to write does not stop training (W2)."""
+"""One job per model dir, and a periodic checkpoint or a summary that fails to write does not stop
+training (W2)."""
 
 import logging
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -9,11 +11,12 @@ import pytest
 import shoal
 from shoal.train.checkpoint import CheckpointError
 from shoal.train.model_dir_lock import ModelDirLockedError
+from tests.small_disk import small_disk  # noqa: F401  (a fixture)
 
 
-def chief_session(local, model_dir, every_steps=None):
+def chief_session(local, model_dir, every_steps=None, summary_every_steps=100):
     return shoal.TrainingSession(local.config, {"w": np.zeros(4, np.float32)}, shoal.SGD(0.1), secret=local.secret,
-                                 model_dir=model_dir, request_timeout_s=10,
+                                 model_dir=model_dir, request_timeout_s=10, summary_every_steps=summary_every_steps,
                                  checkpoints=shoal.CheckpointOptions(every_steps=every_steps, every_s=None))
 
 
@@ -46,3 +49,24 @@ def test_failed_periodic_checkpoint_warns_and_training_goes_on(tmp_path, caplog)
         with pytest.raises(CheckpointError):
             chief.save_checkpoint()  # an explicit (or the final) save still fails loudly
         chief.close()
+
+
+def test_summaries_on_a_full_disk_warn_once_and_training_goes_on(small_disk, caplog):
+    model_dir = small_disk.path / "model"
+    with shoal.create_local_server() as local:
+        chief = chief_session(local, model_dir, summary_every_steps=1).start()
+        small_disk.fill()
+        results = []
+        train = threading.Thread(target=lambda: results.extend(chief.push({"w": np.ones(4, np.float32)})
+                                                               for _ in range(600)), daemon=True)
+        with caplog.at_level(logging.WARNING, logger="shoal.train.event_file"):
+            train.start()
+            train.join(60)  # a push blocked on the summaries would hang here for good
+            assert not train.is_alive(), f"training stopped at step {len(results)} of 600"
+            small_disk.free()
+            chief.close()
+        assert results[-1].global_step == 600
+        stopped = [r.getMessage() for r in caplog.records if "stopped" in r.getMessage()]
+        assert stopped == [f"summaries to {model_dir} stopped: No space left on device; training goes on without "
+                           "them until this task starts again (free the disk or fix the directory for the next "
+                           "start)"]

@@ -1,0 +1,206 @@
+"""One TensorBoard event file, written from a thread of its own: a slow or failing disk costs
+summaries, never training.
+
+`EventFile.add_scalar` never blocks. It puts the value on a bounded queue, or drops it when
+the queue is full (the disk fell behind) or the file has failed. The writer thread turns the
+values into events in tensorboardX's record format (what TensorBoard reads) and flushes them
+every `flush_secs`. The first write that fails (a full disk, a filesystem gone read-only) ends
+the file: one WARNING names the directory and the error, later values are dropped, and the
+caller goes on as before.
+
+tensorboardX's SummaryWriter is not used for this: its writer thread dies on any OSError,
+its bounded queue then fills, and the next `add_scalar` blocks its caller (the training
+thread) forever.
+
+States (`EventFileState`), and their transitions:
+
+    NEW --open--> OPEN --close--> CLOSED
+    NEW --open fails--> FAILED --close--> CLOSED
+    OPEN --a write fails--> FAILED
+
+Thread-safe as used: one thread (the task's training thread) calls `open`, `add_scalar`,
+`flush` and `close`; the writer thread is the file's own.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from contextlib import suppress
+from enum import Enum
+from itertools import count
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FLUSH_SECS = 10.0
+"""How long written events may wait in the file's buffer before they are flushed to disk."""
+MAX_PENDING = 1000
+"""Values waiting for the writer thread; more are dropped (the disk fell behind)."""
+CLOSE_TIMEOUT_S = 5.0
+"""How long `close` waits for the last events to reach the disk."""
+
+_FLUSH = object()  # queue items besides (wall_time, tag, value, step) tuples
+_STOP = object()
+_file_numbers = count()  # two files opened in the same second by one process get different names
+
+
+class EventFileState(Enum):
+    """Where an EventFile is in its life (the module docstring shows the transitions)."""
+
+    NEW = "new"
+    OPEN = "open"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+def _import_tensorboardx():
+    """tensorboardX's RecordWriter, Event and scalar summary, without letting it import PyTorch.
+
+    tensorboardX imports torch when it is installed, only to accept torch tensors, which costs
+    1.4 s per task; we pass it floats. If torch is already loaded (a PyTorch program) it is used
+    as is.
+    """
+    if "torch" in sys.modules:
+        return _tensorboardx_parts()
+    sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
+    try:
+        return _tensorboardx_parts()
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
+def _tensorboardx_parts():
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.record_writer import RecordWriter
+    from tensorboardX.summary import scalar
+    return RecordWriter, Event, scalar
+
+
+class EventFile:
+    """A TensorBoard event file in `logdir`, written by a thread of its own (module docstring)."""
+
+    def __init__(self, logdir: str | os.PathLike, *, flush_secs: float = FLUSH_SECS, max_pending: int = MAX_PENDING):
+        self.logdir = Path(logdir)
+        self.path: Path | None = None
+        self._flush_secs = flush_secs
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
+        self._state = EventFileState.NEW
+        self._lock = threading.Lock()  # guards the state's transitions, made by both threads
+        self._thread: threading.Thread | None = None
+        self._dropped = 0
+
+    @property
+    def state(self) -> EventFileState:
+        return self._state
+
+    def open(self) -> bool:
+        """Create the directory and the event file, and start the writer thread. Blocks briefly
+        (mkdir, open). Returns whether the file is open; when the filesystem refuses, logs the
+        one warning and returns False (every later call is then a no-op). Never raises OSError."""
+        if self._state is not EventFileState.NEW:
+            return self._state is EventFileState.OPEN
+        record_writer, event, scalar = _import_tensorboardx()
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
+        try:
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            records = record_writer(str(self.logdir / name))
+        except OSError as e:
+            self._fail(e)
+            return False
+        self.path = self.logdir / name
+        self._state = EventFileState.OPEN
+        self._thread = threading.Thread(target=self._write, args=(records, event, scalar), daemon=True,
+                                        name=f"summaries {self.logdir}")
+        self._thread.start()
+        return True
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        """Queue one value of `tag` at global step `step` for the writer thread. Never blocks:
+        dropped when the file is not open or the disk fell behind (one warning, the first time)."""
+        if self._state is not EventFileState.OPEN:
+            return
+        try:
+            self._queue.put_nowait((time.time(), tag, float(value), int(step)))
+        except queue.Full:
+            self._dropped += 1
+            if self._dropped == 1:
+                log.warning("summaries to %s fall behind: %d values wait for the disk; new ones are dropped until "
+                            "it catches up; training goes on", self.logdir, self._queue.maxsize)
+
+    def flush(self) -> None:
+        """Ask the writer thread to flush what it wrote to disk now. Does not block or wait for it."""
+        if self._state is EventFileState.OPEN:
+            with suppress(queue.Full):
+                self._queue.put_nowait(_FLUSH)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Write what is queued, flush and close the file. Blocks up to `timeout_s` (a disk that
+        does not answer loses the last values, with a warning). Idempotent; never raises."""
+        if self._state is EventFileState.CLOSED:
+            return
+        thread = self._thread
+        if thread is not None:
+            deadline = time.monotonic() + timeout_s
+            if self._state is EventFileState.OPEN:
+                with suppress(queue.Full):
+                    self._queue.put(_STOP, timeout=timeout_s)
+            thread.join(max(0.0, deadline - time.monotonic()))  # a failed writer is on its way out
+        with self._lock:
+            stuck = self._state is EventFileState.OPEN and thread is not None and thread.is_alive()
+            self._state = EventFileState.CLOSED
+        if stuck:
+            log.warning("summaries to %s: the last values did not reach the disk within %.0fs; closed without them",
+                        self.logdir, timeout_s)
+
+    def _write(self, records, event, scalar) -> None:
+        """The writer thread: write each queued value, flush every `flush_secs`, stop at _STOP or
+        at the first failure."""
+        due = time.monotonic() + self._flush_secs  # when what was written since the last flush must be on disk
+        try:
+            records.write(event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+            while True:
+                try:
+                    item = self._queue.get(timeout=None if due is None else max(0.0, due - time.monotonic()))
+                except queue.Empty:
+                    item = _FLUSH
+                if item is _FLUSH or item is _STOP:
+                    if due is not None:
+                        records.flush()
+                        due = None
+                    if item is _STOP:
+                        records.close()
+                        return
+                    continue
+                wall_time, tag, value, step = item
+                records.write(event(wall_time=wall_time, step=step, summary=scalar(tag, value)).SerializeToString())
+                if due is None:
+                    due = time.monotonic() + self._flush_secs
+                elif time.monotonic() >= due:
+                    records.flush()
+                    due = None
+        except Exception as e:  # noqa: BLE001  # whatever it is, it must cost the summaries only
+            self._fail(e)
+            with suppress(OSError):
+                records.close()  # the fd is closed even when its last flush fails
+
+    def _fail(self, e: Exception) -> None:
+        """Log the one warning and stop taking values (either thread)."""
+        with self._lock:
+            if self._state not in (EventFileState.NEW, EventFileState.OPEN):
+                return
+            self._state = EventFileState.FAILED
+        if isinstance(e, OSError):
+            reason = e.strerror or errno.errorcode.get(e.errno or 0) or str(e)
+            log.warning("summaries to %s stopped: %s; training goes on without them until this task starts again "
+                        "(free the disk or fix the directory for the next start)", self.logdir, reason)
+        else:
+            log.warning("summaries to %s stopped: %s: %s (a bug; please report it); training goes on without them",
+                        self.logdir, type(e).__name__, e, exc_info=e)
