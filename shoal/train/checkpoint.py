@@ -13,13 +13,14 @@ Variables are stored whole, so a checkpoint restores into any number of ps tasks
 directory is written under a temporary name unique to the save, every file and the directory
 are fsync'ed, and then it is renamed into place: a reader sees a whole checkpoint or none.
 
-A checkpoint is damaged when its manifest does not have the manifest's shape or its files do
-not match it (a disk error, a copy cut short). A damaged checkpoint found by the loader or by
-pruning is moved aside to `damaged-ckpt-<step>` (kept for inspection, never read or pruned
-again) with a warning, so that it never shadows a good one; pruning keeps the checkpoint just
-written and the newest ones that verify. This process remembers which checkpoints it wrote
-or verified (and the size, times and inode of their files then), so a save re-hashes none of
-them; a checkpoint another process wrote is hashed once.
+A checkpoint is damaged when its manifest does not have the manifest's shape, names a step
+other than its directory's or holds a lease book ps 0 would refuse (checkpoint_manifest.py), or
+its files do not match it (a disk error, a copy cut short, a hand edit). A damaged checkpoint
+found by the loader or by pruning is moved aside to `damaged-ckpt-<step>` (kept for inspection,
+never read or pruned again) with a warning, so that it never shadows a good one; pruning keeps
+the checkpoint just written and the newest ones that verify. This process remembers which
+checkpoints it wrote or verified (and the size, times and inode of their files then), so a save
+re-hashes none of them; a checkpoint another process wrote is hashed once.
 
 Every save holds `checkpoints/.writers.lock` shared while its temporary directory exists;
 temporary directories are removed only under the lock held exclusively, i.e. when no save is

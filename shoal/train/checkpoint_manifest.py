@@ -1,6 +1,10 @@
-"""The shape of a checkpoint's manifest.json, checked strictly with pydantic: any mismatch means
-the checkpoint is damaged. Its own module so that only a task that reads or writes checkpoints
-(the chief) imports pydantic; a worker's start stays fast. Pure validation; thread-safe.
+"""The shape of a checkpoint's manifest.json, checked strictly with pydantic, and the values a
+right shape can still get wrong: the step must be the one the checkpoint's directory is named
+for, and the lease book must be one ps 0 accepts (by ps 0's own rules, `LeaseBook.restore`).
+Any mismatch means the checkpoint is damaged: the loader skips it and moves it aside, where a
+bad lease book would otherwise be refused by ps 0 at every start. Its own module so that only a
+task that reads or writes checkpoints (the chief) imports pydantic; a worker's start stays
+fast. Pure validation (besides reading the file); thread-safe.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shoal.ps.leases import LeaseBook, LeaseError
 from shoal.train.checkpoint import _MANIFEST_FILE, _OPTIMIZER_FILE, _VARIABLES_FILE, FORMAT, VERSION, CheckpointError
 
 
@@ -54,11 +59,13 @@ class Manifest(BaseModel):
     variables: dict[str, _Variable]
     slots: dict[str, list[str]]
     files: _Files
-    leases: dict[str, Any] | None = None  # the lease book (shoal/ps/leases.py checks it when restored)
+    leases: dict[str, Any] | None = None  # the lease book: _check_values checks it by ps 0's rules
 
 
 def read_manifest(path: Path) -> tuple[dict[str, Any], "Manifest"]:
-    """The manifest of the checkpoint at `path`, raw and validated; CheckpointError naming what is wrong."""
+    """The manifest of the checkpoint at `path`, raw and validated (its shape, its step against
+    the directory's name, its lease book); CheckpointError naming what is wrong. Blocks (reads
+    the file)."""
     file = path / _MANIFEST_FILE
     try:
         raw = json.loads(file.read_text())
@@ -70,9 +77,24 @@ def read_manifest(path: Path) -> tuple[dict[str, Any], "Manifest"]:
         raise CheckpointError(f"format version {raw.get('version')!r} is not {VERSION}; "
                               "was it written by a newer Shoal?")
     try:
-        return raw, Manifest.model_validate(raw, strict=True)
+        manifest = Manifest.model_validate(raw, strict=True)
     except ValidationError as e:
         raise CheckpointError(f"{file} does not have the shape of a {FORMAT} manifest: {describe(e)}") from e
+    _check_values(path, manifest)
+    return raw, manifest
+
+
+def _check_values(path: Path, manifest: Manifest) -> None:
+    """What the shape does not tell: the step and the lease book. Raises CheckpointError."""
+    named = f"ckpt-{manifest.step:010d}"
+    if path.name != named:
+        raise CheckpointError(f"{_MANIFEST_FILE} says step {manifest.step}, but the checkpoint's directory is "
+                              f"{path.name}, not {named}")
+    if manifest.leases is not None:
+        try:
+            LeaseBook.restore("checkpoint", manifest.leases)  # what ps 0 does with it at init
+        except LeaseError as e:
+            raise CheckpointError(f"ps 0 would refuse its lease book ({_MANIFEST_FILE} 'leases'): {e}") from e
 
 
 def describe(e: ValidationError) -> str:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import shoal.train.checkpoint as checkpoint
-from shoal.train.checkpoint import CheckpointError, list_checkpoints, load_latest_checkpoint, read_checkpoint
-from tests.unit.test_checkpoint_files import _save
+from shoal.train.checkpoint import (CheckpointError, list_checkpoints, load_latest_checkpoint, read_checkpoint,
+                                    save_checkpoint)
+from tests.unit.test_checkpoint_files import ADAM, _model, _save
 
 LOGGER = "shoal.train.checkpoint"
 
@@ -173,3 +174,56 @@ def test_manifest_of_the_wrong_shape_is_refused_naming_the_field(tmp_path):
     _rewrite_manifest(path, lambda m: m.update(files=[]))
     with pytest.raises(CheckpointError, match="files"):
         read_checkpoint(path)
+
+
+# the lease book of a job that consumed 50000 of epoch 0's 60000 positions (MNIST's, as docs/dynamic-sharding.md)
+LEASES = {"version": 1, "num_examples": 60000, "seed": 0, "next_epoch": 1, "completed": 0, "requeued": 0, "lost": 0,
+          "epochs": [{"epoch": 0, "consumed": [[0, 50000]], "requeued": 0, "lost": 0}]}
+
+
+def _save_with_leases(tmp_path, step):
+    variables, slots = _model(step)
+    return save_checkpoint(tmp_path, step, variables, slots, optimizer=ADAM, mode="async", leases=LEASES)
+
+
+REFUSED = r"ps 0 would refuse its lease book \(manifest.json 'leases'\): lease state: "
+WRONG_VALUES = {  # what is changed, and what the CheckpointError says
+    "a consumed range past the data set": (lambda m: m["leases"]["epochs"][0].update(consumed=[[0, 90000]]),
+                                           REFUSED + r"epoch 0 has a bad consumed range \[0, 90000\]"),
+    "consumed ranges out of order": (lambda m: m["leases"]["epochs"][0].update(consumed=[[30, 40], [10, 20]]),
+                                     REFUSED + r"epoch 0 has a bad consumed range \[10, 20\]"),
+    "an epoch not yet opened": (lambda m: m["leases"]["epochs"][0].update(epoch=3),
+                                REFUSED + "'epoch' must be an int from 0 to 0, got 3"),
+    "a lease book of a newer version": (lambda m: m["leases"].update(version=2),
+                                        REFUSED + "version must be 1, got 2"),
+    "a step other than the directory's": (lambda m: m.update(step=90),
+                                          "manifest.json says step 90, but the checkpoint's directory is "
+                                          "ckpt-0000000020, not ckpt-0000000090"),
+}
+
+
+@pytest.mark.parametrize("change, says", WRONG_VALUES.values(), ids=WRONG_VALUES.keys())
+def test_manifest_of_the_right_shape_with_wrong_values_is_refused_naming_them(tmp_path, change, says):
+    path = _save_with_leases(tmp_path, 20)
+    _rewrite_manifest(path, change)
+    with pytest.raises(CheckpointError, match=says):
+        read_checkpoint(path)
+
+
+@pytest.mark.parametrize("change", [change for change, _ in WRONG_VALUES.values()], ids=WRONG_VALUES.keys())
+def test_manifest_with_wrong_values_is_skipped_moved_aside_and_the_previous_one_used(tmp_path, caplog, change):
+    _save_with_leases(tmp_path, 10)
+    _rewrite_manifest(_save_with_leases(tmp_path, 20), change)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        restored = load_latest_checkpoint(tmp_path)
+    assert restored.step == 10 and restored.leases == LEASES
+    assert _damaged(tmp_path) == ["damaged-ckpt-0000000020"]
+    assert "skipping damaged checkpoint" in caplog.text and "ckpt-0000000020" in caplog.text
+    assert load_latest_checkpoint(tmp_path).step == 10  # and at the next start too (it was moved aside)
+
+
+def test_pruning_moves_a_checkpoint_with_a_bad_lease_book_aside(tmp_path):
+    _save_with_leases(tmp_path, 10)
+    _rewrite_manifest(_save_with_leases(tmp_path, 20), lambda m: m["leases"].update(num_examples=0))
+    _save(tmp_path, 30)  # pruning verifies 20 again: its manifest changed since it was written
+    assert _damaged(tmp_path) == ["damaged-ckpt-0000000020"]
