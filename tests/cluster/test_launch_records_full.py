@@ -2,10 +2,7 @@
 cannot be written and the job runs to its end (it used to die on the first failed write, and
 its watchdog then stopped the healthy tasks). A real tmpfs, so root only."""
 
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,48 +10,21 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
 from harness import PY, cleanup, start_shoal, status, wait_for  # noqa: E402
 
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs to fill up: needs root (CI runs as root)"),
-]
+from tests.small_disk import small_disk  # noqa: F401,E402  (a fixture)
+
+pytestmark = pytest.mark.timeout(120)
 
 UNTIL_FILE = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)\nprint('done')\n"
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "none", str(disk)], check=True, timeout=30)
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)
-
-
-def fill(disk: Path) -> Path:
-    """Fill `disk` to its last byte; the filler file."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
-        try:
-            while True:  # the last bytes, a few at a time
-                f.write(b"\0" * 512)
-        except OSError:
-            pass
-    return filler
-
-
 def test_a_job_whose_records_disk_fills_up_runs_to_its_end_and_says_so_once(tmp_path, small_disk):
-    home, go = small_disk / "home", tmp_path / "go"
+    home, go = small_disk.path / "home", tmp_path / "go"
     launcher = start_shoal(home, "run", "--name", "full", "--workers", "2", "--output-dir", str(tmp_path / "model"),
                            "--", PY, "-c", UNTIL_FILE, str(go))
     try:
         wait_for(lambda: (jobs := status(home)) and all(t["state"] == "RUNNING" for t in jobs[0]["tasks"]),
                  timeout=30, what="both workers running")
-        fill(small_disk)
+        small_disk.fill()
         go.write_text("")  # the workers end (exit 0) now: their ends cannot be recorded
         out, _ = launcher.communicate(timeout=60)
         text = out.decode(errors="replace")
