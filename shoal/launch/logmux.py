@@ -3,13 +3,15 @@ the task ("mnist.worker.1 | ..."), and to the task's own log file; spots progres
 the lines where a worker says which tasks it waits for, a ps's membership lines
 (membership_line.py), and the line where a task says which directory it writes TensorBoard summaries to.
 
-Pipes are read in binary. The log file gets the bytes exactly as they come, as they come
-(a last line without "\\n" is completed at EOF). The console gets whole prefixed lines,
-cut by `LineCutter`: at "\\n", so a line written in pieces is printed whole; at the last
-"\\r" of a line still waiting for its "\\n", so a progress bar's updates show as they
-happen; and every `MAX_LINE` bytes, so a line without end costs bounded memory and
-constant time per byte. One reader thread per task attempt; console writes are
-serialized by a lock, so `attach`, `note` and `set_status` are thread-safe.
+Pipes are read in binary. The log file (a `TaskLog`) gets the bytes exactly as they come, as
+they come (a last line without "\\n" is completed at EOF); a log file that cannot be written
+(a full disk) is given up with one note on the console, while the console and the callbacks
+go on. The console gets whole prefixed lines, cut by `LineCutter`: at "\\n", so a line
+written in pieces is printed whole; at the last "\\r" of a line still waiting for its "\\n",
+so a progress bar's updates show as they happen; and every `MAX_LINE` bytes, so a line
+without end costs bounded memory and constant time per byte. One reader thread per task
+attempt; console writes are serialized by a lock, so `attach`, `note` and `set_status` are
+thread-safe.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from __future__ import annotations
 import os
 import re
 import threading
-from pathlib import Path
 from typing import IO, Callable, Optional
 
 from shoal.launch.membership_line import MembershipLine, parse_membership
 from shoal.launch.progress_line import PROGRESS_RE, ProgressLine, parse_progress, parse_waiting
+from shoal.launch.task_log import TaskLog
 
 __all__ = ["PROGRESS_RE", "LineCutter", "LogMux", "MAX_LINE", "SUMMARIES_RE"]
 
@@ -122,11 +124,15 @@ class LogMux:
         self._status = b""
         self._lock = threading.Lock()
 
-    def attach(self, label: str, name: str, pipe: IO[bytes], log_path: str) -> threading.Thread:
+    def attach(self, label: str, name: str, pipe: IO[bytes], log_path: str, *,
+               header: bytes = b"") -> threading.Thread:
         """Start copying `pipe` until EOF; returns the (daemon) reader thread. The log
-        file is opened for append, so a restarted task's log follows on."""
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab")
+        file is opened for append, so a restarted task's log follows on; `header` (whole
+        lines of the launcher's) is written to it first. Blocks only to open the file and
+        write `header`; a file that cannot be written is noted, never raised (task_log.py)."""
+        log = TaskLog(log_path, label, self.note)
+        log.open()
+        log.write(header)
         thread = threading.Thread(
             target=self._pump, args=(label.encode() + b" | ", name, pipe, log),
             name=f"logmux-{name}", daemon=True,
@@ -161,10 +167,9 @@ class LogMux:
                 self._status = b""
                 self._write(_CLEAR)
 
-    def _pump(self, prefix: bytes, name: str, pipe: IO[bytes], log: IO[bytes]) -> None:
+    def _pump(self, prefix: bytes, name: str, pipe: IO[bytes], log: TaskLog) -> None:
         fd = pipe.fileno()
         lines = LineCutter()
-        ended = True  # the output so far ends with "\n" (or is empty)
         try:
             while True:
                 try:
@@ -175,15 +180,11 @@ class LogMux:
                     chunk = b""
                 if not chunk:
                     break
-                log.write(chunk)
-                log.flush()
-                ended = chunk.endswith(b"\n")
+                log.write(chunk)  # never raises: a broken log file must not stop the console
                 self._show(prefix, name, lines.feed(chunk))
-            if not ended:
-                log.write(b"\n")
             self._show(prefix, name, lines.close())
         finally:
-            log.close()
+            log.close()  # completes a last line without "\n"
             pipe.close()
 
     def _show(self, prefix: bytes, name: str, lines: list[bytes]) -> None:

@@ -1,7 +1,10 @@
-"""LogMux: whole prefixed lines from pieces, a last line without newline, progress."""
+"""LogMux: whole prefixed lines from pieces, a last line without newline, progress, a log file
+that cannot be written."""
 
 import io
 import os
+
+import pytest
 
 from shoal.launch.logmux import PROGRESS_RE, LogMux
 
@@ -158,3 +161,28 @@ def test_summaries_line_reports_the_tasks_directory(tmp_path):
     pump(mux, [b"step=1 loss=1\nsummaries=/x/my dir/worker_1\r\n",
                b"we write summaries=/not/this\nsummaries=relative/no\n"], tmp_path, "worker.1")
     assert seen == [("worker.1", "/x/my dir/worker_1")]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"),
+                    reason="needs /dev/full (Linux), where every write fails with ENOSPC")
+def test_lines_and_progress_still_flow_with_one_note_when_the_log_cannot_be_written():
+    out = io.BytesIO()
+    seen = []
+    mux = LogMux(out, on_progress=lambda name, p: seen.append(p.step))
+    read_fd, write_fd = os.pipe()
+    thread = mux.attach("j.worker.0", "worker.0", os.fdopen(read_fd, "rb"), "/dev/full",
+                        header=b"shoal | attempt 2 starts (restarted)\n")
+    for step in range(1, 6):
+        os.write(write_fd, b"step=%d loss=0.5\n" % step)
+        wait_for(lambda: seen and seen[-1] == step, f"progress line {step}", timeout=10)
+    os.write(write_fd, b"tail")
+    os.close(write_fd)
+    thread.join(30)
+    assert not thread.is_alive()
+    lines = out.getvalue().decode().splitlines()
+    notes = [line for line in lines if line.startswith("shoal | ")]
+    assert notes == ["shoal | j.worker.0: cannot write its log /dev/full: No space left on device;"
+                     " its lines still show here, and are no longer kept in the file"
+                     " (free space on that disk for later logs)"]
+    assert [line for line in lines if not line.startswith("shoal | ")] == \
+        [f"j.worker.0 | step={step} loss=0.5" for step in range(1, 6)] + ["j.worker.0 | tail"]
