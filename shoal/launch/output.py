@@ -25,16 +25,17 @@ def attach_output(mux: LogMux, label: str, name: str, chunks: Iterator[bytes],
     ends once the last line is shown and logged. An `attempt` after the first (a restart)
     begins with a line of the launcher's in the log file, so a reader can tell the attempts
     apart (the console has the state changes). Thread-safe; blocks only to create the log
-    file (and its folder) and write that line."""
+    file (and its folder) and write that line. WorkspaceError if the file or its folder
+    cannot be created; a log that cannot be written later (a full disk) is only noted."""
     fix = "set SHOAL_HOME to a writable directory (default ~/.shoal)"
     private_dirs(Path(log_path).parent, "the job's log folder", fix)
     private_file(Path(log_path), "the task's log file", fix)
+    header = b""
     if attempt > 1:
-        with open(log_path, "ab") as log:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            log.write(f"shoal | {stamp} {label}: attempt {attempt} starts (restarted)\n".encode())
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        header = f"shoal | {stamp} {label}: attempt {attempt} starts (restarted)\n".encode()
     read_fd, write_fd = os.pipe()
-    reader = mux.attach(label, name, os.fdopen(read_fd, "rb", buffering=0), log_path)
+    reader = mux.attach(label, name, os.fdopen(read_fd, "rb", buffering=0), log_path, header=header)
     threading.Thread(target=_feed, args=(chunks, write_fd), name=f"feed-{name}",
                      daemon=True).start()
     return reader
