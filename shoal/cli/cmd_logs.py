@@ -18,6 +18,8 @@ from shoal.launch.job_refs import TASK_REF_RE, find_task
 from shoal.launch.records import JobRecord, JobStore
 
 _POLL = 0.2
+_MAX_READ = 1 << 20
+"""Bytes of a log read (and printed) at a time: a large log costs bounded memory."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -102,20 +104,42 @@ def _wait_for_tasks(store: JobStore, job: JobRecord, executor: Executor, env: En
 
 
 def _copy(path: Path, offset: int, prefix: bytes, env: Environment, final: bool = False) -> int:
-    """Print the whole lines of `path` after `offset`; returns the new offset."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return offset
-    end = len(data) if final else data.rfind(b"\n") + 1
-    if end <= 0:
-        return offset
-    lines = data[:end].split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
+    """Print the whole lines of `path` after `offset`, each with `prefix`; with `final`, a last
+    line without newline too (completed with one). Returns the new offset. Reads and prints in
+    steps of at most `_MAX_READ` bytes, so a log of any size costs bounded memory; a line longer
+    than that is printed in pieces (whole, within one call, unless the file ends inside it).
+    Blocks on the file and stdout."""
+    at_line_start = True  # what this call printed so far ends with "\n" (or is nothing)
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(_MAX_READ)
+        except FileNotFoundError:
+            break
+        full = len(data) == _MAX_READ
+        end = data.rfind(b"\n") + 1
+        if final or (end == 0 and full):  # the last line; or a line longer than a read, in pieces
+            end = len(data)
+        if end > 0:
+            _print(data[:end], prefix, at_line_start, env)
+            at_line_start = data[end - 1:end] == b"\n"
+            offset += end
+        if not full:
+            break
+    if not at_line_start:  # a line the file (still) ends inside: completed, it is all there is for now
+        _print(b"\n", b"", False, env)
+    return offset
+
+
+def _print(piece: bytes, prefix: bytes, at_line_start: bool, env: Environment) -> None:
+    """Print `piece` of a log with `prefix` at the start of each of its lines (not at its start
+    when it goes on a line printed before, `at_line_start` false)."""
+    out = piece.replace(b"\n", b"\n" + prefix) if prefix else piece
+    if prefix and piece.endswith(b"\n"):
+        out = out[:-len(prefix)]  # no line starts after the last newline yet
+    if at_line_start:
+        out = prefix + out
     env.stdout.flush()
-    env.stdout_bytes.write(b"".join(prefix + line + b"\n" for line in lines))
+    env.stdout_bytes.write(out)
     env.stdout_bytes.flush()
-    return offset + end
