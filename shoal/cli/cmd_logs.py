@@ -15,6 +15,7 @@ from shoal.launch.control import reconcile
 from shoal.launch.executor import Executor
 from shoal.launch.errors import JobNotFound
 from shoal.launch.job_refs import TASK_REF_RE, find_task
+from shoal.launch.log_reads import read_new, truncated_note
 from shoal.launch.records import JobRecord, JobStore
 
 _POLL = 0.2
@@ -107,16 +108,22 @@ def _copy(path: Path, offset: int, prefix: bytes, env: Environment, final: bool 
     """Print the whole lines of `path` after `offset`, each with `prefix`; with `final`, a last
     line without newline too (completed with one). Returns the new offset. Reads and prints in
     steps of at most `_MAX_READ` bytes, so a log of any size costs bounded memory; a line longer
-    than that is printed in pieces (whole, within one call, unless the file ends inside it).
-    Blocks on the file and stdout."""
+    than that is printed in pieces (whole, within one call, unless the file ends inside it). A
+    file now shorter than `offset` was truncated: it is printed again from its start, after a
+    note on stderr. Blocks on the file and stdout."""
     at_line_start = True  # what this call printed so far ends with "\n" (or is nothing)
     while True:
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(_MAX_READ)
+            new = read_new(path, offset, _MAX_READ)
         except FileNotFoundError:
             break
+        if new.truncated:
+            if not at_line_start:
+                _print(b"\n", b"", False, env)
+                at_line_start = True
+            env.stdout_bytes.flush()
+            env.say(truncated_note(path), err=True)
+        data, offset = new.data, new.offset
         full = len(data) == _MAX_READ
         end = data.rfind(b"\n") + 1
         if final or (end == 0 and full):  # the last line; or a line longer than a read, in pieces

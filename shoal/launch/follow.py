@@ -7,7 +7,9 @@ detached launcher writes everything it prints there: task lines prefixed `name.r
 state changes, progress and the final summary); else each task's log, its whole lines prefixed
 with the task's label as the launcher prints them (as `shoal logs -f` does). A job is over once
 its record is in a final state and its launcher has exited (so its last lines are written), or
-at most `_LAUNCHER_EXIT_WAIT` seconds after the final state.
+at most `_LAUNCHER_EXIT_WAIT` seconds after the final state. A file truncated meanwhile (`: >
+worker.0.log`, logrotate's copytruncate) is read again from its start, after a line that says
+so (log_reads.py).
 
 File reads and records queries only (bounded); not thread-safe (one per follower).
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from shoal.launch.control import launcher_alive, reconcile
 from shoal.launch.executor import Executor
 from shoal.launch.launcher_output import launcher_log_path
+from shoal.launch.log_reads import read_new, truncated_note
 from shoal.launch.records import JobRecord, JobStore
 
 _POLL = 0.2
@@ -53,8 +56,10 @@ class JobOutput:
         out = []
         self.behind = False
         for i, (path, prefix) in enumerate(self._sources):
-            data, self._offsets[i], more = _new_lines(path, self._offsets[i], final)
+            data, self._offsets[i], more, truncated = _new_lines(path, self._offsets[i], final)
             self.behind = self.behind or more
+            if truncated:
+                out.append(f"shoal | {truncated_note(path)}\n".encode())
             if data:
                 out.extend(prefix + line + b"\n" for line in data.split(b"\n"))
         return b"".join(out)
@@ -109,21 +114,21 @@ class JobFollower:
             self._write(data)
 
 
-def _new_lines(path: Path, offset: int, final: bool) -> tuple[bytes, int, bool]:
+def _new_lines(path: Path, offset: int, final: bool) -> tuple[bytes, int, bool, bool]:
     """The whole lines of `path` after `offset` (without the last newline), the new offset,
-    and whether more may be waiting; with `final`, a last line without newline too. Reads at
-    most `_MAX_READ` bytes (a line longer than that is cut)."""
+    whether more may be waiting, and whether the file was truncated (then the lines are from
+    its start); with `final`, a last line without newline too. Reads at most `_MAX_READ` bytes
+    (a line longer than that is cut)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(_MAX_READ)
+        new = read_new(path, offset, _MAX_READ)
     except OSError:
-        return b"", offset, False
+        return b"", offset, False, False
+    data, offset = new.data, new.offset
     end = data.rfind(b"\n") + 1
     if final or (end == 0 and len(data) == _MAX_READ):
         end = len(data)
     more = len(data) == _MAX_READ
     if end <= 0:
-        return b"", offset, False
+        return b"", offset, False, new.truncated
     chunk = data[:end]
-    return (chunk[:-1] if chunk.endswith(b"\n") else chunk), offset + end, more
+    return (chunk[:-1] if chunk.endswith(b"\n") else chunk), offset + end, more, new.truncated

@@ -85,3 +85,33 @@ def test_logs_follow_into_a_pipe_closed_early_exits_quietly_with_141(tmp_path):
         assert launcher.wait(30) == 0  # the job is not disturbed
     finally:
         cleanup(home, launcher)
+
+
+def test_logs_follow_goes_on_from_the_start_of_a_log_truncated_meanwhile(tmp_path):
+    home = tmp_path / "home"
+    launcher = start_shoal(home, "run", "--name", "t", "--workers", "1", "--",
+                           PY, program("work.py"), "--steps", "20", "--sleep", "8")  # a line every 0.4 s
+    reader = None
+    try:
+        wait_for(lambda: status(home), 20, "the job to be recorded")
+        log = Path(status(home)[0]["job_dir"]) / "logs" / "worker.0.log"
+        reader = subprocess.Popen([PY, "-m", "shoal.cli.main", "logs", "t", "-f"], cwd=str(REPO),
+                                  env=dict(os.environ, SHOAL_HOME=str(home)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True)
+        line = b""
+        while not line.startswith(b"t.worker.0 | step=120 "):  # bounded by the test's timeout
+            line = reader.stdout.readline()
+            assert line, "shoal logs -f ended before step 120"
+        os.truncate(log, 0)  # as `: > worker.0.log` or logrotate's copytruncate do
+        out, err = reader.communicate(timeout=40)
+        lines = out.decode().splitlines()
+        assert lines[-1:] == ["t.worker.0 | worker:0 done, exit 0"]  # the lines after it were printed
+        assert err.decode() == f"({log} was truncated; following it from its start)\n"
+        assert any(line.startswith("t.worker.0 | step=200 ") for line in lines)
+        assert all(line.startswith("t.worker.0 | step=") for line in lines[:-1]), lines
+        assert launcher.wait(20) == 0
+    finally:
+        if reader is not None and reader.poll() is None:
+            os.killpg(reader.pid, 9)
+            reader.wait(10)
+        cleanup(home, launcher)

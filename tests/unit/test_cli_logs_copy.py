@@ -1,5 +1,6 @@
 """`shoal logs` printing a task's log (cmd_logs._copy): exactly, in reads of bounded size
-(a log many times a read costs about one read of memory)."""
+(a log many times a read costs about one read of memory), and from the start again after the
+file was truncated."""
 
 import hashlib
 import io
@@ -72,3 +73,15 @@ def test_log_many_times_a_read_is_printed_in_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert offset == log.stat().st_size and sink.hash.digest() == want.digest()
     assert peak < 6 * cmd_logs._MAX_READ, f"{peak} bytes at the peak to print a {offset}-byte log"
+
+
+def test_truncated_log_is_printed_again_from_its_start_after_a_note(tmp_path):
+    log = tmp_path / "worker.0.log"
+    log.write_bytes(b"one\ntwo\n")
+    out = io.BytesIO()
+    env = env_with(tmp_path, out)
+    offset = cmd_logs._copy(log, 0, b"", env)
+    log.write_bytes(b"new\n")  # truncated (as `: > log` does), then written again
+    assert cmd_logs._copy(log, offset, b"", env) == 4
+    assert out.getvalue() == b"one\ntwo\nnew\n"
+    assert env.stderr.getvalue() == f"({log} was truncated; following it from its start)\n"

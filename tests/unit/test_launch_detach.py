@@ -42,6 +42,18 @@ def test_job_output_prefixes_whole_task_lines_and_keeps_a_partial_one_for_later(
     assert output.read(final=True) == b""
 
 
+def test_job_output_reads_a_truncated_log_again_from_its_start_after_a_note(tmp_path):
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "worker.0.log"
+    log.write_bytes(b"one\ntwo\n")
+    output = JobOutput(job(tmp_path))
+    assert output.read() == b"j.worker.0 | one\nj.worker.0 | two\n"
+    log.write_bytes(b"three\n")  # truncated (logrotate's copytruncate), then written again
+    assert output.read() == (f"shoal | ({log} was truncated; following it from its start)\n".encode()
+                             + b"j.worker.0 | three\n")
+    assert output.read() == b""
+
+
 def test_job_output_reads_the_launchers_console_when_the_job_has_one(tmp_path):
     (tmp_path / "launcher.log").write_bytes(b"shoal | job j-1: RUNNING\nj.worker.0 | one\n")
     (tmp_path / "logs").mkdir()
