@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from shoal.launch.errors import WorkspaceError
 from shoal.launch.files import private_dirs, private_file
 from shoal.launch.logmux import LogMux
 
@@ -25,11 +26,14 @@ def attach_output(mux: LogMux, label: str, name: str, chunks: Iterator[bytes],
     ends once the last line is shown and logged. An `attempt` after the first (a restart)
     begins with a line of the launcher's in the log file, so a reader can tell the attempts
     apart (the console has the state changes). Thread-safe; blocks only to create the log
-    file (and its folder) and write that line. WorkspaceError if the file or its folder
-    cannot be created; a log that cannot be written later (a full disk) is only noted."""
+    file (and its folder) and write that line. A log that cannot be created or written (a
+    full disk) is only noted (task_log.py): the task's lines still show on the console."""
     fix = "set SHOAL_HOME to a writable directory (default ~/.shoal)"
-    private_dirs(Path(log_path).parent, "the job's log folder", fix)
-    private_file(Path(log_path), "the task's log file", fix)
+    try:
+        private_dirs(Path(log_path).parent, "the job's log folder", fix)
+        private_file(Path(log_path), "the task's log file", fix)
+    except WorkspaceError:
+        pass  # the log's own open fails the same way, and says so once
     header = b""
     if attempt > 1:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")

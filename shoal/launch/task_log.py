@@ -48,12 +48,12 @@ class TaskLog:
         self.state = TaskLogState.NEW
 
     def open(self) -> None:
-        """Open the file for appending (created 0600 with its folder if missing), so a
-        restarted task's log follows on. Blocks; never raises OSError (see the module)."""
+        """Open the file for appending (created 0600 if missing; its folder is the caller's,
+        made private: output.attach_output), so a restarted task's log follows on. Blocks;
+        never raises OSError (see the module)."""
         if self.state is not TaskLogState.NEW:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         except OSError as e:
             self._broken(e)

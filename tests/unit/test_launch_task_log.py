@@ -39,13 +39,13 @@ def test_write_failure_is_noted_once_and_later_writes_are_dropped_when_the_disk_
                      " (free space on that disk for later logs)"]
 
 
-def test_open_failure_is_noted_once_and_writes_are_dropped_when_the_folder_cannot_be_made(tmp_path):
+def test_open_failure_is_noted_once_and_writes_are_dropped_when_the_folder_is_not_one(tmp_path):
     (tmp_path / "file").write_bytes(b"")
     notes = []
     log = TaskLog(tmp_path / "file" / "worker.0.log", "j.worker.0", warn=notes.append)
     log.open()
     log.write(b"line\n")
     log.close()
-    assert notes == [f"shoal | j.worker.0: cannot write its log {tmp_path}/file/worker.0.log: File exists"
-                     f" ({tmp_path}/file); its lines still show here, and are no longer kept in the"
-                     f" file (make it writable for later logs)"]
+    assert notes == [f"shoal | j.worker.0: cannot write its log {tmp_path}/file/worker.0.log: Not a directory;"
+                     f" its lines still show here, and are no longer kept in the file (make it writable for"
+                     f" later logs)"]
