@@ -135,6 +135,7 @@ def save_root_cause(cause: RootCause, job_dir: str | Path) -> Path:
     try:
         path.write_text(json.dumps(cause.as_json(), indent=1))
     except OSError as e:
+        path.unlink(missing_ok=True)  # no half-written file for shoal status to misread
         raise WorkspaceError(f"cannot write the job's root cause {path}: {e.strerror or e}; {fix}") from e
     return path
 
