@@ -46,6 +46,16 @@ def wait_for(predicate) -> None:
     raise AssertionError("not within 5 s")
 
 
+def repaired(error=None) -> tuple[HostRepairs, Host]:
+    """A host whose first repair, started and waited for, ended well or, given, with `error`."""
+    repairs, host = HostRepairs(lambda text: None), Host(error)
+    with pytest.raises(StartDeferred):
+        ensure(repairs, host)
+    host.release.set()
+    wait_for(lambda: host.usable if error is None else not host.threads[0].is_alive())
+    return repairs, host
+
+
 def test_a_repair_runs_once_in_the_background_and_the_host_is_usable_after_it():
     notes: list[str] = []
     repairs, host = HostRepairs(notes.append), Host()
@@ -69,11 +79,7 @@ def test_a_repair_runs_once_in_the_background_and_the_host_is_usable_after_it():
     (StartError("host2: no such workdir /w"), StartError),
 ])
 def test_a_failed_repairs_error_reaches_the_next_start_once_naming_the_task(error, raised):
-    repairs, host = HostRepairs(lambda text: None), Host(error)
-    with pytest.raises(StartDeferred):
-        ensure(repairs, host)
-    host.release.set()
-    wait_for(lambda: not host.threads[0].is_alive())
+    repairs, host = repaired(error)
     with pytest.raises(raised) as caught:
         ensure(repairs, host)
     assert type(caught.value) is raised
@@ -85,11 +91,7 @@ def test_a_failed_repairs_error_reaches_the_next_start_once_naming_the_task(erro
 
 
 def test_an_error_nobody_asked_for_in_time_is_dropped_and_the_host_tried_again(monkeypatch):
-    repairs, host = HostRepairs(lambda text: None), Host(HostUnreachableError("host2: unreachable"))
-    with pytest.raises(StartDeferred):
-        ensure(repairs, host)
-    host.release.set()
-    wait_for(lambda: not host.threads[0].is_alive())
+    repairs, host = repaired(HostUnreachableError("host2: unreachable"))
     monkeypatch.setattr(host_repairs, "STALE_S", 0.0)
     with pytest.raises(StartDeferred):
         ensure(repairs, host)
@@ -107,11 +109,7 @@ def test_after_close_no_repair_starts():
 
 
 def test_a_reconnection_lost_again_before_any_task_used_it_fails_the_start_instead_of_repairing_again():
-    repairs, host = HostRepairs(lambda text: None), Host()
-    with pytest.raises(StartDeferred):
-        ensure(repairs, host)
-    host.release.set()
-    wait_for(lambda: host.usable)
+    repairs, host = repaired()
     host.usable = False  # the new agent is lost before the supervisor asked again
     with pytest.raises(HostUnreachableError) as caught:
         ensure(repairs, host)
@@ -126,11 +124,7 @@ def test_a_reconnection_lost_again_before_any_task_used_it_fails_the_start_inste
 
 
 def test_a_reconnection_a_task_used_is_not_held_against_a_later_loss():
-    repairs, host = HostRepairs(lambda text: None), Host()
-    with pytest.raises(StartDeferred):
-        ensure(repairs, host)
-    host.release.set()
-    wait_for(lambda: host.usable)
+    repairs, host = repaired()
     ensure(repairs, host)  # the task starts on it
     host.usable = False  # lost much later, while the task ran
     host.release.clear()
@@ -142,11 +136,7 @@ def test_a_reconnection_a_task_used_is_not_held_against_a_later_loss():
 
 
 def test_a_bug_in_a_repair_reaches_the_start_with_its_type_and_is_logged(caplog):
-    repairs, host = HostRepairs(lambda text: None), Host(KeyError("host2"))
-    with pytest.raises(StartDeferred):
-        ensure(repairs, host)
-    host.release.set()
-    wait_for(lambda: not host.threads[0].is_alive())
+    repairs, host = repaired(KeyError("host2"))
     with pytest.raises(StartError, match=r"^t.worker.1 cannot be restarted on host2: KeyError: 'host2'$"):
         ensure(repairs, host)
     assert any(r.exc_info and "repairing host2 failed" in r.getMessage() for r in caplog.records)
