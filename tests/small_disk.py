@@ -22,16 +22,20 @@ class SmallDisk:
         self.path = path
         self._filler = path / "filler"
 
-    def fill(self) -> None:
-        """Write zeros until the disk is full. Blocks (a megabyte at most)."""
+    def fill(self, leave: int = 0) -> None:
+        """Write zeros until the disk is full, then give `leave` bytes of it back (whole 4 KiB
+        pages). Blocks (a megabyte at most)."""
         chunk = bytes(4096)
         fd = os.open(self._filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            while True:
-                os.write(fd, chunk)
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
+            try:
+                while True:
+                    os.write(fd, chunk)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+            if leave:
+                os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
         finally:
             os.close(fd)
 

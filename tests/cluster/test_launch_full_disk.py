@@ -2,10 +2,8 @@
 console still shows every line and the watchdog still sees progress (the job is not failed as
 stuck), and a task restarted on the full disk starts (its log's first line is only noted).
 
-The jobs folder is a small tmpfs, which needs root to mount; it is unmounted at the end."""
+The jobs folder is a small tmpfs (tests/small_disk.py: root only), unmounted at the end."""
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,10 +12,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
 from harness import PY, cleanup, program, run_shoal  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs that fills up")]
+from tests.small_disk import small_disk  # noqa: F401,E402  (a fixture)
 
-DISK = 64 << 10
+pytestmark = pytest.mark.timeout(120)
 
 
 def note(label: str, log: Path) -> str:
@@ -26,22 +23,15 @@ def note(label: str, log: Path) -> str:
 
 
 @pytest.fixture
-def full_home(tmp_path):
-    """(SHOAL_HOME, a function that fills its jobs folder up to `free` bytes left)."""
-    disk, home = tmp_path / "disk", tmp_path / "home"
-    disk.mkdir()
+def full_home(tmp_path, small_disk):
+    """(SHOAL_HOME whose jobs folder is the small disk, a function that fills it up to `leave` bytes left)."""
+    home = tmp_path / "home"
     home.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(disk)], check=True)
-    (home / "jobs").symlink_to(disk)
-
-    def fill(free: int) -> None:
-        (disk / "filler").write_bytes(b"\0" * (DISK - free))
-
+    (home / "jobs").symlink_to(small_disk.path)
     try:
-        yield home, fill
+        yield home, small_disk.fill
     finally:
         cleanup(home)
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_console_and_watchdog_go_on_when_the_log_disk_fills(full_home):
