@@ -147,9 +147,7 @@ class JobStore:
         except sqlite3.Error as e:
             raise records_failure(self.path, e) from e
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per write
-            ensure_schema(db, self.path)
+            _prepare(db, self.path)
         except sqlite3.Error as e:
             db.close()
             raise records_failure(self.path, e) from e
@@ -379,6 +377,31 @@ class JobStore:
         if self._db is None:
             raise RuntimeError("JobStore.open() first")
         return _Tx(self._db, self._lock, self.path)
+
+
+_BUSY_RETRY_S = 10.0
+"""How long `open` tries again while another process sets the file up: switching to WAL takes
+a lock SQLite's busy timeout does not wait for, so two shoal commands that open a new file at
+once could see "database is locked"."""
+
+
+def _prepare(db: sqlite3.Connection, path: Path) -> None:
+    """WAL mode and the current schema (records_schema.py). Blocks; tries again while another
+    process holds the file's lock (at most _BUSY_RETRY_S), then raises sqlite3.Error."""
+    deadline = time.monotonic() + _BUSY_RETRY_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per write
+            ensure_schema(db, path)
+            return
+        except sqlite3.OperationalError as e:
+            busy = (getattr(e, "sqlite_errorname", "") or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+            if not busy or time.monotonic() >= deadline:
+                raise
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            time.sleep(0.05)
 
 
 class _Tx:
