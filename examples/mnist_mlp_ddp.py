@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"training on {device}", flush=True)
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     model = nn.parallel.DistributedDataParallel(model)
     loss_fn = nn.CrossEntropyLoss()

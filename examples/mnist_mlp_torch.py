@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"training on {device}", flush=True)
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
     loss_fn = nn.CrossEntropyLoss()
     data = load_mnist(default_cache_dir(os.environ))

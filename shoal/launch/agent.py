@@ -121,8 +121,9 @@ class Agent:
             ports.append(port)
         reply: dict[str, Any] = {"type": "ports", "ports": ports}
         if gpus:
-            from shoal.launch.nvml import gpu_count  # nvidia-ml-py only when GPUs are wanted
-            reply["gpus"] = gpu_count()
+            from shoal.launch.visible_gpus import visible_gpus  # nvidia-ml-py only when GPUs are wanted
+            visible = visible_gpus(self._base_env)
+            reply["gpus"], reply["gpus_from"] = list(visible.ids), visible.limited_by
         self.send(reply)
 
     def _start(self, message: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ from shoal.launch.executor import TaskRef
 from shoal.launch.output_buffer import DEFAULT_LIMIT_BYTES, OutputBuffer
 from shoal.launch.parent_death import die_with_parent
 from shoal.launch.processes import signal_group
+from shoal.launch.visible_gpus import VisibleGpus
 
 LOST = 255
 """The exit code of a task whose agent connection was lost (ssh's own code for that)."""
@@ -67,10 +68,10 @@ class AgentHello:
 
 @dataclass(frozen=True)
 class Bound:
-    """Ports an agent holds for the job, and its host's GPU count when it was asked for."""
+    """Ports an agent holds for the job, and the GPUs its tasks may use when it was asked."""
 
     ports: tuple[int, ...]
-    gpus: Optional[int] = None
+    gpus: Optional[VisibleGpus] = None
 
 
 class AgentConnection:
@@ -135,11 +136,12 @@ class AgentConnection:
         return self.ready(timeout)
 
     def bind(self, count: int, interface: str, timeout: float, gpus: bool = False) -> Bound:
-        """Have the agent bind and hold `count` ports on `interface` (and count its GPUs)."""
+        """Have the agent bind and hold `count` ports on `interface` (and, with `gpus`, name the
+        GPUs its tasks may use)."""
         with self._request_lock:
             self._send({"type": "bind", "count": count, "interface": interface, "gpus": gpus})
             reply = self._reply("ports", timeout)
-        return Bound(tuple(int(p) for p in reply["ports"]), int(reply["gpus"]) if "gpus" in reply else None)
+        return Bound(tuple(int(p) for p in reply["ports"]), _visible_gpus(reply) if "gpus" in reply else None)
 
     def start(self, task: str, argv: Sequence[str], env: Mapping[str, str], cwd: str, port: Optional[int],
               timeout: float, *, inherit_env: bool = False,
@@ -355,3 +357,12 @@ class AgentTask:
 def _create_time(value: Any) -> Optional[float]:
     """A create time an agent said, if it is one."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _visible_gpus(reply: Mapping[str, Any]) -> VisibleGpus:
+    """The GPUs a "ports" reply names; AgentError if they are not a list of names."""
+    ids, limited_by = reply.get("gpus"), reply.get("gpus_from") or ""
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or not isinstance(limited_by, str):
+        raise AgentError(f"the agent's GPUs are not a list of names: {str(ids)[:200]}; "
+                         "is the same Shoal installed there?")
+    return VisibleGpus(tuple(ids), limited_by)

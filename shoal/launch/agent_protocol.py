@@ -5,8 +5,9 @@ never appears on a command line.
 
 Launcher -> agent:
     {"type": "bind", "count": N, "interface": "0.0.0.0", "gpus": BOOL}
-                                                            bind N ports and hold them (and count
-                                                            this host's GPUs when "gpus" is true)
+                                                            bind N ports and hold them (and name
+                                                            the GPUs its tasks may use when
+                                                            "gpus" is true: visible_gpus.py)
     {"type": "start", "task": NAME, "argv": [...], "env": {...}, "cwd": DIR, "port": P | null,
      "inherit": BOOL}                                       release port P, start the task; with
                                                             "inherit" its environment is the
@@ -23,7 +24,9 @@ Agent -> launcher:
     {"type": "hello", "version": V, "fingerprint": F, "python": PATH, "host": ADDRESS, "pid": PID}
      first line; F is the hash of its Shoal code (fingerprint.py); with "slurm_step": "JOB.STEP"
      when the agent runs as a Slurm step
-    {"type": "ports", "ports": [...], "gpus": N}             "gpus" only when asked for
+    {"type": "ports", "ports": [...], "gpus": [ID, ...], "gpus_from": TEXT}
+     "gpus" (CUDA_VISIBLE_DEVICES names) and "gpus_from" ("CUDA_VISIBLE_DEVICES=..." when the
+     agent's environment chose them, else "") only when asked for
     {"type": "started", "task": NAME, "pid": PID, "started": CREATE_TIME}
     {"type": "output", "task": NAME, "data": TEXT}           the task's next output bytes (<= 64 KiB)
     {"type": "exit", "task": NAME, "code": CODE}             after its group is gone

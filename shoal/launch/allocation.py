@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from shoal.cluster import TaskId
 from shoal.launch.errors import PlanError
 from shoal.launch.spec import JobSpec
+from shoal.launch.visible_gpus import VisibleGpus
 
 ROLE_ORDER = ("ps", "chief", "worker", "evaluator")
 """The order tasks are planned and started in."""
@@ -22,14 +23,14 @@ ROLE_ORDER = ("ps", "chief", "worker", "evaluator")
 class TaskAllocation:
     """Where one task runs. `host` is the address it listens on (as TF_CONFIG lists it);
     `node` the machine as the executor names it (an ssh destination, a Slurm node; "" for
-    this machine). `gpus` are the device indexes it gets on its host; `gpu_host` says
-    whether that host has GPUs at all (then a task without any is kept off them with
-    CUDA_VISIBLE_DEVICES="")."""
+    this machine). `gpus` are the GPUs it gets on its host, as CUDA_VISIBLE_DEVICES names them
+    (visible_gpus.py); `gpu_host` says whether that host has GPUs at all (then a task without
+    any is kept off them with CUDA_VISIBLE_DEVICES="")."""
 
     task: TaskId
     host: str
     port: int
-    gpus: tuple[int, ...] = ()
+    gpus: tuple[str, ...] = ()
     gpu_host: bool = False
     node: str = ""
 
@@ -59,25 +60,31 @@ def task_ids(spec: JobSpec) -> list[TaskId]:
     return [TaskId(job, i) for job in ROLE_ORDER for i in range(spec.count(job))]
 
 
-def assign_gpus(spec: JobSpec, ids: list[TaskId], gpu_count: int) -> dict[TaskId, tuple[int, ...]]:
-    """Distinct GPUs of one host for the tasks that ask for them, in task order; PlanError
-    if the host has none or too few."""
+def assign_gpus(spec: JobSpec, ids: list[TaskId], gpus: VisibleGpus) -> dict[TaskId, tuple[str, ...]]:
+    """Distinct GPUs of one host (of `gpus`, in order) for the tasks that ask for them, in task
+    order; PlanError if the host has none or too few."""
     wanted = sum(spec.role(t.job).gpus for t in ids)
-    if wanted and gpu_count == 0:
+    if wanted and not gpus.ids:
         roles = sorted({t.job for t in ids if spec.role(t.job).gpus})
+        if gpus.limited_by:
+            raise PlanError(
+                f"roles {', '.join(roles)} ask for {wanted} GPU(s) in all, but {gpus.limited_by} leaves"
+                " no GPU to the job; name the GPUs it may use there (or unset it), or set gpus: 0"
+            )
         raise PlanError(
             f"roles {', '.join(roles)} ask for {wanted} GPU(s) in all, but no NVIDIA GPU was"
             " found on this host (nvidia-ml-py missing or reports none); set gpus: 0, or"
             " pip install nvidia-ml-py on a machine with GPUs"
         )
-    if wanted > gpu_count:
+    if wanted > len(gpus):
+        limit = f" ({gpus.limited_by})" if gpus.limited_by else ""
         raise PlanError(
-            f"the job asks for {wanted} GPUs in all but this host has {gpu_count};"
+            f"the job asks for {wanted} GPUs in all but this host has {len(gpus)}{limit};"
             " lower roles.<role>.gpus or the counts"
         )
     out, next_gpu = {}, 0
     for task in ids:
         n = spec.role(task.job).gpus
-        out[task] = tuple(range(next_gpu, next_gpu + n))
+        out[task] = gpus.ids[next_gpu:next_gpu + n]
         next_gpu += n
     return out

@@ -4,7 +4,7 @@ It owns the process mechanics: each task leads its own process group and gets th
 kernel's parent-death signal (local_process.py); a watchdog process per job (reaper.py,
 driven by local_reaper.py) kills every group if the launcher dies, grandchildren included
 — the parent-death signal alone reaches only the direct child. `allocate` picks free
-ports and counts this host's GPUs (nvidia-ml-py). The control calls (`alive`, `kill`,
+ports and the GPUs tasks may use (visible_gpus.py). The control calls (`alive`, `kill`,
 `sample`) work from any process, given the records' TaskRefs, through psutil.
 """
 
@@ -27,11 +27,12 @@ from shoal.launch.errors import PlanError
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
 from shoal.launch.local_process import LocalProcess
 from shoal.launch.local_reaper import Reaper
-from shoal.launch.nvml import gpu_count, gpu_usage
+from shoal.launch.nvml import gpu_usage
 from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.ports import free_ports
 from shoal.launch.processes import process_started, same_process
 from shoal.launch.spec import JobSpec
+from shoal.launch.visible_gpus import VisibleGpus, visible_gpus
 
 KIND = "local"
 _CHUNK = 1 << 16
@@ -99,7 +100,8 @@ class LocalHandle:
 class LocalExecutor:
     """Tasks as local processes (see the module docstring). `python` runs commands that
     start with `python`; `base_env` is the environment tasks inherit (the launcher's);
-    `gpu_count` None means "ask nvidia-ml-py when a role wants GPUs".
+    `gpu_count` None means "when a role wants GPUs, the launcher's CUDA_VISIBLE_DEVICES, else
+    nvidia-ml-py's count" (visible_gpus.py).
 
     `start` must be called from one thread that outlives the job; `close` from any, once
     that thread is done starting tasks. The constructor does no I/O.
@@ -127,15 +129,22 @@ class LocalExecutor:
     def allocate(self, spec: JobSpec) -> Allocation:
         ids = task_ids(spec)
         ports = free_ports(len(ids) + 1, self._host)
-        count = self._gpu_count
-        if count is None:
-            count = gpu_count() if any(spec.role(t.job).gpus for t in ids) else 0
-        gpus = assign_gpus(spec, ids, count)
+        visible = self._visible_gpus(spec, ids)
+        gpus = assign_gpus(spec, ids, visible)
         return Allocation(
-            tasks=tuple(TaskAllocation(task, self._host, port, gpus[task], gpu_host=count > 0)
+            tasks=tuple(TaskAllocation(task, self._host, port, gpus[task], gpu_host=len(visible) > 0)
                         for task, port in zip(ids, ports[:-1], strict=True)),
             master_host=self._host, master_port=ports[-1], python=self._python,
         )
+
+    def _visible_gpus(self, spec: JobSpec, ids: list[TaskId]) -> VisibleGpus:
+        """The GPUs tasks may get: `gpu_count`'s when given, else (when a role wants some) the
+        launcher's CUDA_VISIBLE_DEVICES or nvidia-ml-py's count."""
+        if self._gpu_count is not None:
+            return VisibleGpus(tuple(str(i) for i in range(self._gpu_count)))
+        if not any(spec.role(t.job).gpus for t in ids):
+            return VisibleGpus()
+        return visible_gpus(self._base_env)
 
     def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan],
                    avoid: Collection[str] = ()) -> TaskAllocation:

@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from shoal.cluster import TaskId
-from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
+from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask, Bound
 from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
 from shoal.launch.errors import AllocationEndedError, HostUnreachableError, PlanError, StartError, TaskStateUnknown
 from shoal.launch.executor import HostCheck, TaskRef, Usage
@@ -146,17 +146,19 @@ class SlurmExecutor:
                 self._notify(f"shoal | {line}")
         counts = {n.name: len(on_node[n.name]) + (n.name == node_of[master]) for n in used}
         if self._dry_run:
-            ports = {name: [0] * count for name, count in counts.items()}
+            bound = {name: Bound((0,) * count) for name, count in counts.items()}
         else:
-            ports = self._start_agents(job, used, counts,
+            bound = self._start_agents(job, used, counts,
                                        {n.name: sum(len(gpus[t]) for t in on_node[n.name]) for n in used})
+        ports = {name: list(b.ports) for name, b in bound.items()}
         tasks = []
         for task in ids:
             node = nodes[node_of[task]]
             port = ports[node.name].pop(0)
             self._node_of[f"{task.job}.{task.index}"] = node.name
             self._port_of[f"{task.job}.{task.index}"] = port
-            tasks.append(TaskAllocation(task, node.address, port, gpus[task], gpu_host=node.gpus > 0))
+            tasks.append(TaskAllocation(task, node.address, port, _step_gpus(gpus[task], node.name, bound[node.name]),
+                                        gpu_host=node.gpus > 0))
         master_node = nodes[node_of[master]]
         return Allocation(tasks=tuple(tasks), master_host=master_node.address,
                           master_port=ports[master_node.name].pop(0), python=self._python)
@@ -273,8 +275,9 @@ class SlurmExecutor:
             return self._reaper
 
     def _start_agents(self, job: SlurmJob, nodes: list[SlurmNode], counts: Mapping[str, int],
-                      gpus: Mapping[str, int]) -> dict[str, list[int]]:
-        """One agent step per node, all started before any is waited for; then their ports."""
+                      gpus: Mapping[str, int]) -> dict[str, Bound]:
+        """One agent step per node, all started before any is waited for; then their ports (and
+        the GPUs of the steps that hold some)."""
         for node in nodes:
             self._nodes[node.name], self._gpus[node.name] = node, gpus[node.name]
             agent = self._connection(job, node.name)
@@ -289,7 +292,8 @@ class SlurmExecutor:
             if hello.slurm_step:
                 self._steps[node.name] = hello.slurm_step
                 reaper.add(hello.slurm_step)
-        return {node.name: list(self._agents[node.name].bind(counts[node.name], ANY_INTERFACE, self._timeout).ports)
+        return {node.name: self._agents[node.name].bind(counts[node.name], ANY_INTERFACE, self._timeout,
+                                                        gpus=gpus[node.name] > 0)
                 for node in nodes}
 
     def _connection(self, job: SlurmJob, node: str) -> AgentConnection:
@@ -446,6 +450,19 @@ def _crowded_nodes(spec: JobSpec, job: SlurmJob, on_node: Mapping[str, list[Task
 
 def _gpus(count: int) -> str:
     return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def _step_gpus(indexes: tuple[int, ...], node: str, bound: Bound) -> tuple[str, ...]:
+    """The GPUs of a task, `indexes` into those its node's agent step holds, as the step's
+    CUDA_VISIBLE_DEVICES names them (Slurm's own numbers, where it confines no devices); the
+    indexes themselves in a dry run. PlanError if the step sees fewer than that."""
+    if not indexes or bound.gpus is None:
+        return tuple(str(i) for i in indexes)
+    if max(indexes) >= len(bound.gpus):
+        limit = f" ({bound.gpus.limited_by})" if bound.gpus.limited_by else ""
+        raise PlanError(f"{node}: its agent step sees {len(bound.gpus)} GPUs{limit} but its tasks ask for "
+                        f"{max(indexes) + 1}; check the cluster's GPU gres configuration (gres.conf)")
+    return tuple(bound.gpus.ids[i] for i in indexes)
 
 
 def _assign_gpus(spec: JobSpec, ids: list[TaskId], node_of: Mapping[TaskId, str],

@@ -64,6 +64,7 @@ from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
 from shoal.launch.ssh_control import AgentSite, scan
 from shoal.launch.ssh_preflight import close_all, is_unreachable, open_agents
 from shoal.launch.ssh_sync import collect_model_dirs, sync_workdir
+from shoal.launch.visible_gpus import VisibleGpus
 
 KIND = "ssh"
 _HELLO_GRACE = 20.0
@@ -156,7 +157,7 @@ class SshExecutor:
             except AgentError as e:
                 raise HostsError(f"{node} cannot hold ports for the job (nothing was started): {e}") from e
             try:
-                gpus = assign_gpus(spec, mine, bound.gpus or 0)
+                gpus = assign_gpus(spec, mine, bound.gpus or VisibleGpus())
             except PlanError as e:
                 raise PlanError(f"{node}: {e}") from e
             for task, port in zip(mine, bound.ports, strict=False):

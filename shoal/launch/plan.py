@@ -43,7 +43,7 @@ class TaskPlan:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     log_path: str
-    gpus: tuple[int, ...] = ()
+    gpus: tuple[str, ...] = ()
     node: str = ""
     """The machine it runs on as the executor names it ("" for this machine)."""
 

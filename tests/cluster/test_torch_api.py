@@ -92,7 +92,8 @@ def test_mnist_example_reaches_95_percent_with_two_sync_workers(make_cluster, tm
 @needs_mnist
 def test_mnist_example_trains_alone_under_plain_python(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "OUTPUT_DIR") and not k.startswith("SHOAL_")}
-    env.update(PYTHONPATH=str(REPO), SHOAL_HOME=str(tmp_path / "home"))
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+               SHOAL_HOME=str(tmp_path / "home"))
     done = subprocess.run([sys.executable, "examples/mnist_mlp_torch.py", "--steps", "300", "--model_dir",
                            str(tmp_path / "model")], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -4,6 +4,8 @@ the model's state_dict (safetensors) to --out. `train_oracle` is the same traini
 torch.optim in one process, for the tests to compare against.
 
     python tests/cluster/programs/torch_bn.py --optimizer sgd --steps 8 --out state.safetensors [--sync ...]
+
+`--device cuda` trains the model on the GPU (tests/gpu): the same values, within float rounding.
 """
 
 from __future__ import annotations
@@ -68,10 +70,11 @@ def main(argv=None) -> int:
     parser.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     parser.add_argument("--out", required=True)
     parser.add_argument("--no_finish", action="store_true", help="end without opt.finish() (the at-exit path)")
+    parser.add_argument("--device", default="cpu", help="where the model trains (cpu, cuda)")
     shoal.torch.add_flags(parser, os.environ)
     args = parser.parse_args(argv)
     job = shoal.torch.init(args, os.environ)
-    model = build()
+    model = build().to(args.device)
     opt = shoal.torch.DistributedOptimizer(make_optimizer(args.optimizer, model), model, job, request_timeout_s=30)
     scheduler = schedule(opt, opt.global_step)
     step = opt.global_step
@@ -79,13 +82,13 @@ def main(argv=None) -> int:
     while step < args.steps:
         x, y = batch(step)
         opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
+        nn.functional.cross_entropy(model(x.to(args.device)), y.to(args.device)).backward()
         opt.step()
         scheduler.step()
         step = opt.global_step
     if not args.no_finish:
         opt.finish()
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, args.out)
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, args.out)
     print(f"{job.task} done at step {step}", flush=True)
     return 0
 

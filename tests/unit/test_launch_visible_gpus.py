@@ -1,0 +1,78 @@
+"""The GPUs a launcher or agent hands out: the ones its CUDA_VISIBLE_DEVICES names when set
+(a shared machine, a Slurm step), else every GPU nvidia-ml-py counts; tasks get those names."""
+
+from pathlib import Path
+
+import pytest
+
+from shoal.launch.agent_client import AgentError, Bound, _visible_gpus
+from shoal.launch.errors import PlanError
+from shoal.launch.executor_local import LocalExecutor
+from shoal.launch.executor_slurm import _step_gpus
+from shoal.launch.nvml import gpu_count
+from shoal.launch.plan import format_plan, make_plan
+from shoal.launch.spec import spec_from_dict
+from shoal.launch.visible_gpus import VisibleGpus, parse_visible_devices, visible_gpus
+
+
+@pytest.mark.parametrize("value, ids", [
+    ("2,3", ("2", "3")),
+    (" 1 , 0 ", ("1", "0")),
+    ("GPU-8b752099-c817,MIG-1f2e", ("GPU-8b752099-c817", "MIG-1f2e")),
+    ("0,-1,2", ("0",)),       # CUDA stops at the first invalid entry
+    ("1,,2", ("1",)),
+    ("-1", ()),
+    ("", ()),
+])
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, ids):
+    assert parse_visible_devices(value) == ids
+
+
+def test_the_environment_chooses_the_gpus_when_it_names_them_else_nvml_counts_them():
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == VisibleGpus(("2", "3"), "CUDA_VISIBLE_DEVICES=2,3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == VisibleGpus((), "CUDA_VISIBLE_DEVICES=")
+    assert visible_gpus({}) == VisibleGpus(tuple(str(i) for i in range(gpu_count())))
+
+
+def plan_under(launcher_env, roles):
+    spec = spec_from_dict({"name": "g", "run": "python t.py", "roles": roles})
+    allocation = LocalExecutor(python="/py", base_env=launcher_env).allocate(spec)
+    return make_plan(spec, allocation, job_id="g-1", shoal_home=Path("/h"), workdir=Path("/w"), secret="s" * 64)
+
+
+def test_tasks_get_the_gpus_the_launchers_cuda_visible_devices_names_and_the_ps_none():
+    plan = plan_under({"CUDA_VISIBLE_DEVICES": "5,GPU-7a"}, {"worker": {"count": 2, "gpus": 1}, "ps": {}})
+    envs = {t.name: t.env_dict for t in plan.tasks}
+    assert envs["worker.0"]["CUDA_VISIBLE_DEVICES"] == "5"
+    assert envs["worker.1"]["CUDA_VISIBLE_DEVICES"] == "GPU-7a"
+    assert envs["ps.0"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert "worker.1  " in format_plan(plan) and "gpus GPU-7a" in format_plan(plan)  # --dry-run shows them
+
+
+def test_a_job_asking_for_more_gpus_than_cuda_visible_devices_leaves_is_refused_naming_it():
+    with pytest.raises(PlanError, match=r"asks for 2 GPUs in all but this host has 1 \(CUDA_VISIBLE_DEVICES=3\)"):
+        plan_under({"CUDA_VISIBLE_DEVICES": "3"}, {"worker": {"count": 2, "gpus": 1}})
+    with pytest.raises(PlanError, match=r"CUDA_VISIBLE_DEVICES=-1 leaves no GPU to the job; name the GPUs"):
+        plan_under({"CUDA_VISIBLE_DEVICES": "-1"}, {"worker": {"gpus": 1}})
+
+
+def test_a_job_asking_for_no_gpus_leaves_cuda_visible_devices_as_the_launcher_has_it():
+    plan = plan_under({"CUDA_VISIBLE_DEVICES": "3"}, {"worker": {}, "ps": {}})
+    assert all("CUDA_VISIBLE_DEVICES" not in t.env_dict for t in plan.tasks)
+
+
+def test_a_slurm_tasks_gpus_are_the_names_its_agent_step_sees():
+    step = Bound((1, 2), VisibleGpus(("4", "6"), "CUDA_VISIBLE_DEVICES=4,6"))  # Slurm confines no devices
+    assert _step_gpus((0,), "n1", step) == ("4",) and _step_gpus((1,), "n1", step) == ("6",)
+    assert _step_gpus((), "n1", step) == ()
+    assert _step_gpus((0, 1), "n1", Bound((0, 0))) == ("0", "1")  # a dry run: no agent asked
+    with pytest.raises(PlanError, match=r"n1: its agent step sees 2 GPUs \(CUDA_VISIBLE_DEVICES=4,6\) but its "
+                                        r"tasks ask for 3"):
+        _step_gpus((2,), "n1", step)
+
+
+def test_an_agents_gpus_must_be_a_list_of_names():
+    assert _visible_gpus({"gpus": ["0", "GPU-a"], "gpus_from": ""}) == VisibleGpus(("0", "GPU-a"))
+    for bad in ({"gpus": 2}, {"gpus": "0,1"}, {"gpus": [0]}, {"gpus": ["0"], "gpus_from": 3}):
+        with pytest.raises(AgentError, match="the agent's GPUs are not a list of names"):
+            _visible_gpus(bad)
