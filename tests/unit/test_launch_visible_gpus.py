@@ -9,7 +9,6 @@ from shoal.launch.agent_client import AgentError, Bound, _visible_gpus
 from shoal.launch.errors import PlanError
 from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.executor_slurm import _step_gpus
-from shoal.launch.nvml import gpu_count
 from shoal.launch.plan import format_plan, make_plan
 from shoal.launch.spec import spec_from_dict
 from shoal.launch.visible_gpus import VisibleGpus, parse_visible_devices, visible_gpus
@@ -23,15 +22,56 @@ from shoal.launch.visible_gpus import VisibleGpus, parse_visible_devices, visibl
     ("1,,2", ("1",)),
     ("-1", ()),
     ("", ()),
+    # as libcuda reads them (checked on an H200): strtoul indexes, junk ends the list, a repeat hides all
+    ("+1,2gpu", ("1", "2")),
+    ("none", ()),
+    ("NoDevFiles", ()),           # what Slurm sets when a step has no GPU device files
+    ("0,none,1", ("0",)),
+    ("gpu-8b75", ()),             # UUIDs are case-sensitive
+    ("0,0", ()),                  # cuInit: CUDA_ERROR_INVALID_DEVICE
+    ("1, 1", ()),
+    ("GPU-8b75,GPU-8b75", ()),
 ])
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, ids):
     assert parse_visible_devices(value) == ids
 
 
+@pytest.mark.parametrize("value, ids", [
+    ("0,1", ("0",)),              # a 1-GPU host: CUDA shows one device, not two
+    ("1,0", ()),
+    ("0,7,1", ("0",)),
+    ("GPU-8b75,3", ("GPU-8b75",)),
+])
+def test_an_index_past_the_hosts_gpus_ends_the_list_as_in_cuda(value, ids):
+    assert parse_visible_devices(value, count=1) == ids
+
+
+@pytest.fixture(autouse=True)
+def host_gpus(monkeypatch):
+    """The host's GPU count as NVML tells it (0: NVML cannot tell); 0 unless a test sets it."""
+    count = [0]
+    monkeypatch.setattr("shoal.launch.visible_gpus.gpu_count", lambda: count[0])
+    return count
+
+
+def test_a_job_is_not_given_a_gpu_index_the_host_lacks(host_gpus):
+    host_gpus[0] = 2
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "1,2,3"}).ids == ("1",)
+    with pytest.raises(PlanError, match=r"asks for 2 GPUs in all but this host has 1 \(CUDA_VISIBLE_DEVICES=1,2,3\)"):
+        plan_under({"CUDA_VISIBLE_DEVICES": "1,2,3"}, {"worker": {"count": 2, "gpus": 1}})
+    with pytest.raises(PlanError, match=r"CUDA_VISIBLE_DEVICES=0,0 leaves no GPU to the job"):
+        plan_under({"CUDA_VISIBLE_DEVICES": "0,0"}, {"worker": {"count": 2, "gpus": 1}})
+
+
 def test_the_environment_chooses_the_gpus_when_it_names_them_else_nvml_counts_them():
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == VisibleGpus(("2", "3"), "CUDA_VISIBLE_DEVICES=2,3")
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == VisibleGpus((), "CUDA_VISIBLE_DEVICES=")
-    assert visible_gpus({}) == VisibleGpus(tuple(str(i) for i in range(gpu_count())))
+    assert visible_gpus({}) == VisibleGpus()
+
+
+def test_without_the_variable_every_gpu_nvml_counts_is_usable(host_gpus):
+    host_gpus[0] = 3
+    assert visible_gpus({}) == VisibleGpus(("0", "1", "2"))
 
 
 def plan_under(launcher_env, roles):
