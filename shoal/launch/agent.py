@@ -112,10 +112,10 @@ class Agent:
         return True
 
     def _bind(self, count: int, interface: str, gpus: bool) -> None:
-        if not 0 < count <= 1024:
-            raise AgentProtocolError(f"bind message: count must be 1..1024, got {count}")
+        if not (0 < count <= 1024 or (count == 0 and gpus)):
+            raise AgentProtocolError(f"bind message: count must be 1..1024 (or 0 with gpus), got {count}")
         ports = []
-        for sock in bind_ports(count, interface):
+        for sock in bind_ports(count, interface) if count else ():
             port = sock.getsockname()[1]
             self._held[port] = sock
             ports.append(port)

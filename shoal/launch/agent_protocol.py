@@ -7,7 +7,8 @@ Launcher -> agent:
     {"type": "bind", "count": N, "interface": "0.0.0.0", "gpus": BOOL}
                                                             bind N ports and hold them (and name
                                                             the GPUs its tasks may use when
-                                                            "gpus" is true: visible_gpus.py)
+                                                            "gpus" is true: visible_gpus.py;
+                                                            N may then be 0)
     {"type": "start", "task": NAME, "argv": [...], "env": {...}, "cwd": DIR, "port": P | null,
      "inherit": BOOL}                                       release port P, start the task; with
                                                             "inherit" its environment is the

@@ -8,6 +8,7 @@ the environment from it without any I/O. Pure data and pure helpers here; thread
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shoal.cluster import TaskId
@@ -88,3 +89,21 @@ def assign_gpus(spec: JobSpec, ids: list[TaskId], gpus: VisibleGpus) -> dict[Tas
         out[task] = gpus.ids[next_gpu:next_gpu + n]
         next_gpu += n
     return out
+
+
+def take_free_gpus(want: int, gpus: VisibleGpus, held: Iterable[str], task: TaskId,
+                   where: str = "this host") -> tuple[str, ...]:
+    """`want` GPUs of `gpus` (in order) that no task holds now (`held`: the GPUs of the
+    tasks that run there), for `task`, added to a running job or moved; PlanError saying how
+    many are free when too few are."""
+    if not want:
+        return ()
+    busy = set(held)
+    free = tuple(g for g in gpus.ids if g not in busy)
+    if len(free) < want:
+        limit = f", {gpus.limited_by}" if gpus.limited_by else ""
+        raise PlanError(f"{task} asks for {want} GPU(s) but {where} has {len(free)} free of {len(gpus)}"
+                        f" ({len(gpus) - len(free)} held by the job's tasks{limit}); scale a role down first,"
+                        " or lower roles.<role>.gpus")
+    return free[:want]
+

@@ -21,7 +21,7 @@ from typing import Optional
 import psutil
 
 from shoal.cluster import TaskId
-from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
+from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, take_free_gpus, task_ids
 from shoal.launch import job_processes
 from shoal.launch.errors import PlanError
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
@@ -118,6 +118,7 @@ class LocalExecutor:
         self._job_id: Optional[str] = None
         self._base_env = dict(base_env or {})
         self._gpu_count = gpu_count
+        self._visible = VisibleGpus()  # what `allocate` found
         self._host = host
         self._reaper: Optional[Reaper] = None
         self._handles: list[LocalHandle] = []
@@ -129,7 +130,7 @@ class LocalExecutor:
     def allocate(self, spec: JobSpec) -> Allocation:
         ids = task_ids(spec)
         ports = free_ports(len(ids) + 1, self._host)
-        visible = self._visible_gpus(spec, ids)
+        visible = self._visible = self._visible_gpus(spec)
         gpus = assign_gpus(spec, ids, visible)
         return Allocation(
             tasks=tuple(TaskAllocation(task, self._host, port, gpus[task], gpu_host=len(visible) > 0)
@@ -137,24 +138,27 @@ class LocalExecutor:
             master_host=self._host, master_port=ports[-1], python=self._python,
         )
 
-    def _visible_gpus(self, spec: JobSpec, ids: list[TaskId]) -> VisibleGpus:
-        """The GPUs tasks may get: `gpu_count`'s when given, else (when a role wants some) the
-        launcher's CUDA_VISIBLE_DEVICES or nvidia-ml-py's count."""
+    def _visible_gpus(self, spec: JobSpec) -> VisibleGpus:
+        """The GPUs tasks may get: `gpu_count`'s when given, else (when a role wants some, one
+        that starts with no task too) the launcher's CUDA_VISIBLE_DEVICES or nvidia-ml-py's count."""
         if self._gpu_count is not None:
             return VisibleGpus(tuple(str(i) for i in range(self._gpu_count)))
-        if not any(spec.role(t.job).gpus for t in ids):
+        if not any(role.gpus for role in spec.roles.values()):
             return VisibleGpus()
         return visible_gpus(self._base_env)
 
     def place_task(self, job: JobPlan, task: TaskId, running: Sequence[TaskPlan],
                    avoid: Collection[str] = ()) -> TaskAllocation:
-        """A task added to the running job (`shoal scale`): a free port of this host (see
-        executor.TaskPlacer). GPUs are not given to added tasks. This host is the only one:
-        PlanError if `avoid` names it ("")."""
+        """A task added to the running job (`shoal scale`): a free port of this host and, when
+        its role asks for GPUs, ones no running task holds (see executor.TaskPlacer). This host
+        is the only one: PlanError if `avoid` names it (""), or too few GPUs are free."""
         if "" in avoid:
             raise PlanError(f"{task} has no other host to run on: the local executor runs every task on this machine")
+        template = job.template(task.job)
+        gpus = take_free_gpus(template.gpus if template else 0, self._visible, (g for t in running for g in t.gpus),
+                              task)
         port = free_ports(1, self._host)[0]
-        return TaskAllocation(task, self._host, port, (), gpu_host=any(t.gpus for t in job.tasks))
+        return TaskAllocation(task, self._host, port, gpus, gpu_host=len(self._visible) > 0)
 
     def start(self, job: JobPlan, task: TaskPlan) -> LocalHandle:
         with self._lock:

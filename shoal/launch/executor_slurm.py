@@ -105,6 +105,7 @@ class SlurmExecutor:
         self._replaced: list[str] = []  # steps of lost agents (scancelled; close cancels them again)
         self._nodes: dict[str, SlurmNode] = {}  # node -> its share of the job, for a new agent step
         self._gpus: dict[str, int] = {}  # node -> the GPUs its agent step asks for
+        self._gpu_names: dict[str, tuple[str, ...]] = {}  # node -> the GPUs its first agent step held
         self._node_of: dict[str, str] = {}  # task name -> node
         self._port_of: dict[str, int] = {}
         self._notes = ""
@@ -151,6 +152,7 @@ class SlurmExecutor:
             bound = self._start_agents(job, used, counts,
                                        {n.name: sum(len(gpus[t]) for t in on_node[n.name]) for n in used})
         ports = {name: list(b.ports) for name, b in bound.items()}
+        self._gpu_names = {name: b.gpus.ids for name, b in bound.items() if b.gpus is not None}
         tasks = []
         for task in ids:
             node = nodes[node_of[task]]
@@ -347,6 +349,7 @@ class SlurmExecutor:
         try:
             agent.launch()
             hello = agent.ready(self._timeout)
+            gpus = agent.bind(0, "", self._timeout, gpus=True).gpus if self._gpus.get(node) else None
         except AgentError as e:
             agent.close(grace=0.5, timeout=5.0)  # a later restart tries a new one again
             over = _job_over(self._commands, self._job.job_id)
@@ -356,6 +359,17 @@ class SlurmExecutor:
         finally:
             with self._lock:
                 self._starting.pop(node, None)
+        given = self._gpu_names.get(node, ())
+        if gpus is not None and gpus.ids[:len(given)] != given:
+            agent.close(grace=0.5, timeout=5.0)
+            try:
+                self._commands.cancel([hello.slurm_step] if hello.slurm_step else [])
+            except SlurmError:
+                pass  # the agent exited with its stdin, and its srun with it: the step ends anyway
+            raise HostUnreachableError(
+                f"not yet: its new agent step holds the GPUs {','.join(gpus.ids) or 'none'} where its tasks were"
+                f" given {','.join(given)} ({gpus.limited_by or 'counted by nvidia-ml-py'}); Slurm gave the step"
+                " other devices (ConstrainDevices=yes in cgroup.conf numbers every step's GPUs from 0)")
         with self._lock:
             closed = self._closed
             if not closed:  # installed once it answered: a start never finds it half up
@@ -459,9 +473,10 @@ def _step_gpus(indexes: tuple[int, ...], node: str, bound: Bound) -> tuple[str, 
     if not indexes or bound.gpus is None:
         return tuple(str(i) for i in indexes)
     if max(indexes) >= len(bound.gpus):
-        limit = f" ({bound.gpus.limited_by})" if bound.gpus.limited_by else ""
-        raise PlanError(f"{node}: its agent step sees {len(bound.gpus)} GPUs{limit} but its tasks ask for "
-                        f"{max(indexes) + 1}; check the cluster's GPU gres configuration (gres.conf)")
+        limit = bound.gpus.limited_by or "no CUDA_VISIBLE_DEVICES: counted by nvidia-ml-py"
+        raise PlanError(f"{node}: its agent step sees {len(bound.gpus)} GPUs ({limit}) but its tasks need at least "
+                        f"{max(indexes) + 1}; check the cluster's GPU gres configuration (gres.conf), and that"
+                        " nvidia-ml-py is installed on the node")
     return tuple(bound.gpus.ids[i] for i in indexes)
 
 

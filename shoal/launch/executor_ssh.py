@@ -21,8 +21,9 @@ Running a job:
   host of the job with the fewest tasks and, for a worker, a free slot (hosts.host_for_added) —
   counting the tasks that hold their place now, as the supervisor says, so the slots of
   scaled-down or ended tasks are free again — and has its agent bind and hold one more port
-  (the agent's `bind` message, again); `start` then starts it as any task. A role's `hosts:`
-  pin is not known here, so an added task may land on any host of the job.
+  (the agent's `bind` message, again); `start` then starts it as any task. A task of a role
+  with `gpus:` goes only to a host with that many GPUs no running task holds, and gets those.
+  A role's `hosts:` pin is not known here, so an added task may land on any host of the job.
 * `close` stops every agent (each stops its tasks: TERM, grace, KILL), then checks every host
   for processes of the job (by SHOAL_JOB_ID in their environment), kills any it finds, and
   reports through `notify`: "no process left on ..." or the survivors by host and pid. The
@@ -51,7 +52,7 @@ from typing import Optional
 
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
-from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, task_ids
+from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, take_free_gpus, task_ids
 from shoal.launch.errors import HostsError, HostUnreachableError, PlanError, StartError
 from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.host_repairs import HostRepairs
@@ -107,6 +108,7 @@ class SshExecutor:
         self._notify = notify
         self._workdir = ""
         self._conns: dict[str, AgentConnection] = {}
+        self._gpus_of: dict[str, VisibleGpus] = {}  # host -> the GPUs its agent named
         self._job_id: Optional[str] = None
         self._lock = threading.Lock()
         self._closed = False
@@ -144,7 +146,7 @@ class SshExecutor:
                used: list[str]) -> Allocation:
         replicas = [t for t in ids if t.job in ("chief", "worker")]
         master_node = node_of[replicas[0]]
-        wants_gpus = any(spec.role(t.job).gpus for t in ids)
+        wants_gpus = any(role.gpus for role in spec.roles.values())  # a role that starts empty too
         places: dict[TaskId, TaskAllocation] = {}
         master: tuple[str, int] = ("", 0)
         for node in used:
@@ -156,6 +158,8 @@ class SshExecutor:
                                   gpus=wants_gpus)
             except AgentError as e:
                 raise HostsError(f"{node} cannot hold ports for the job (nothing was started): {e}") from e
+            if bound.gpus is not None:
+                self._gpus_of[node] = bound.gpus
             try:
                 gpus = assign_gpus(spec, mine, bound.gpus or VisibleGpus())
             except PlanError as e:
@@ -176,14 +180,47 @@ class SshExecutor:
         with self._lock:
             conns = {name: c for name, c in self._conns.items() if c.alive and c.hello is not None}
         eligible = [name for name in conns if name not in avoid]  # hosts that could not start it are left out
+        template = job.template(task.job)
+        want = template.gpus if template else 0
+        if want:
+            eligible = self._with_free_gpus(want, task, {name: conns[name] for name in eligible}, running)
         host = host_for_added(task, self._hosts, eligible, [(t.node, t.task.job) for t in running])
         conn = conns[host.name]
         assert conn.hello is not None
+        uses_gpus = any(t.gpus for t in job.templates) or any(t.gpus for t in job.tasks)
+        visible = self._host_gpus(host.name, conn, task) if uses_gpus else VisibleGpus()  # CPU tasks: kept off
+        gpus = take_free_gpus(want, visible, _held_gpus(running, host.name), task, host.name)
         try:
             bound = conn.bind(1, conn.hello.host, _REQUEST_TIMEOUT)
         except AgentError as e:
             raise PlanError(f"{host.name} cannot hold a port for {task}: {e}") from e
-        return TaskAllocation(task, conn.hello.host, bound.ports[0], node=host.name)
+        return TaskAllocation(task, conn.hello.host, bound.ports[0], gpus, gpu_host=len(visible) > 0, node=host.name)
+
+    def _with_free_gpus(self, want: int, task: TaskId, hosts: Mapping[str, AgentConnection],
+                        running: Sequence[TaskPlan]) -> list[str]:
+        """The hosts of `hosts` with `want` GPUs that no running task holds (asking an agent
+        that was not asked yet); PlanError naming each host's free GPUs when none has enough."""
+        free: dict[str, int] = {}
+        for name, conn in hosts.items():
+            held = set(_held_gpus(running, name))
+            free[name] = sum(g not in held for g in self._host_gpus(name, conn, task).ids)
+        fit = [name for name in hosts if free[name] >= want]
+        if not fit:
+            counts = ", ".join(f"{name} {n}" for name, n in free.items()) or "no connected host"
+            raise PlanError(f"{task} asks for {want} GPU(s) and no host of the job has that many free"
+                            f" (free: {counts}); scale a role down first, or lower roles.<role>.gpus")
+        return fit
+
+    def _host_gpus(self, name: str, conn: AgentConnection, task: TaskId) -> VisibleGpus:
+        """The GPUs host `name`'s tasks may use, as its agent named them (asked once); PlanError
+        if it cannot say."""
+        if name not in self._gpus_of:
+            try:
+                bound = conn.bind(0, "", _REQUEST_TIMEOUT, gpus=True)
+            except AgentError as e:
+                raise PlanError(f"{name} cannot say which GPUs it has, for {task}: {e}") from e
+            self._gpus_of[name] = bound.gpus or VisibleGpus()
+        return self._gpus_of[name]
 
     def start(self, job: JobPlan, task: TaskPlan) -> AgentTask:
         with self._lock:
@@ -436,3 +473,9 @@ def _kill_unconfirmed(conn: AgentConnection, task: str) -> None:
         conn.signal(task, signal.SIGKILL)
     except AgentError:
         pass
+
+
+def _held_gpus(running: Sequence[TaskPlan], node: str) -> list[str]:
+    """The GPUs the running tasks on `node` hold."""
+    return [g for t in running if t.node == node for g in t.gpus]
+

@@ -481,10 +481,6 @@ class Supervisor:
                       isinstance(self._executor, TaskPlacer))
         was = len(live)
         if request.count > was:
-            template = self._plan.template(role)
-            if (template is not None and template.gpus) or any(s.plan.gpus for s in of_role):
-                raise ScaleError(f"{request.describe()}: the {role} tasks use GPUs, and shoal scale"
-                                 " does not give GPUs to added tasks yet; scale a role without gpus:")
             started = []
             for index in new_indices((s.plan.task.index for s in of_role), request.count - was):
                 slot = self._add(TaskId(role, index))
@@ -558,9 +554,6 @@ class Supervisor:
         lost = slot.handle.lost_host if isinstance(slot.handle, HostLossAware) else None
         if lost is None or not movable(slot.plan.task, self._plan.primary) or \
                 not isinstance(self._executor, TaskPlacer):
-            return False
-        if slot.plan.gpus:
-            self._mux.note(unplaced_note(slot.plan.label, lost, "a moved task gets no GPUs yet"))
             return False
         role = slot.plan.task.job
         index = new_indices((s.plan.task.index for s in self._slots.values() if s.plan.task.job == role), 1)[0]

@@ -38,6 +38,17 @@ class Task:
             pass
         return self.wait(timeout)
 
+    def stacks(self, grace: float = 3.0) -> str:
+        """For a task that hangs: SIGABRT it, so that faulthandler (PYTHONFAULTHANDLER, set for
+        every task) writes every thread's Python stack into its log; then its output's end."""
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGABRT)
+                self.proc.wait(grace)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        return self.output()[-6000:]
+
     def highest_step(self, pattern: str = r"step=(\d+)") -> int:
         """The highest step the task printed so far (`pattern`'s group, per line); 0 before any."""
         return max([int(s) for s in re.findall(pattern, self.output(), re.M)] or [0])
@@ -72,7 +83,8 @@ class LocalCluster:
     def env(self, job: str, index: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
         env.update(TF_CONFIG=json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}}),
-                   SHOAL_JOB_SECRET=self.secret, PYTHONUNBUFFERED="1", SHOAL_HOME=str(self.workdir / "home"))
+                   SHOAL_JOB_SECRET=self.secret, PYTHONUNBUFFERED="1", SHOAL_HOME=str(self.workdir / "home"),
+                   PYTHONFAULTHANDLER="1")  # Task.stacks: where a hung task is
         if self.log_level is not None:
             env["SHOAL_LOG_LEVEL"] = self.log_level
         return env
@@ -109,8 +121,18 @@ class LocalCluster:
             try:
                 codes[t.name] = t.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise AssertionError(f"{t.name} still running after {timeout}s\n{self.dump()}") from None
+                raise AssertionError(f"{t.name} still running after {timeout}s\n{self.dump()}\n"
+                                     f"--- {t.name}'s threads:\n{t.stacks()}") from None
         return codes
+
+    def wait_task(self, task: Task, timeout: float) -> int:
+        """`task`'s exit code; AssertionError with every log, and where the task's threads
+        are, if it still runs after `timeout` s."""
+        try:
+            return task.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{task.name} still running after {timeout}s\n{self.dump()}\n"
+                                 f"--- {task.name}'s threads:\n{task.stacks()}") from None
 
     def wait_for(self, predicate, timeout: float, what: str) -> None:
         """Poll `predicate()` until it is true; fail naming `what` after `timeout` seconds, or at

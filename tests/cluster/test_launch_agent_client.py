@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from shoal.launch.agent_client import LOST, AgentConnection, AgentError
+from shoal.launch.visible_gpus import VisibleGpus
 
 pytestmark = pytest.mark.timeout(60)
 AGENT = [sys.executable, "-m", "shoal.launch.agent"]
@@ -291,3 +292,46 @@ def test_output_the_console_does_not_read_is_bounded_dropping_the_oldest_and_say
     assert kept + dropped == 40000 * 113 + len(b"the last line\n")  # every byte is kept or counted
     first = out.splitlines()[1]
     assert first.startswith(b"line ") and first != b"line 000000 " + b"x" * 100  # the oldest lines went
+
+
+def test_ssh_executor_places_an_added_gpu_task_on_a_host_with_a_free_gpu_and_gives_it_that_one(connections, tmp_path):
+    """`shoal scale` of a role with `gpus: 1` on an ssh job: the task goes to a host whose agent
+    names a GPU no running task holds (asked then, for a host that ran no task yet), and gets
+    it; with none free anywhere the scale is refused, naming each host's free GPUs. A task
+    added without GPUs to such a job is kept off the GPUs of its host."""
+    from shoal.cluster import TaskId
+    from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
+    from shoal.launch.errors import PlanError
+    from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.hosts import Host
+    from shoal.launch.plan import added_task, make_plan
+    from shoal.launch.spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "s", "run": "true", "roles": {"ps": {"count": "1..2"}, "chief": {},
+                                                                 "worker": {"count": "1..3", "gpus": 1}}})
+    places = (TaskAllocation(TaskId("ps", 0), "127.0.0.1", 7002, (), gpu_host=True, node="a"),
+              TaskAllocation(TaskId("chief", 0), "127.0.0.1", 7000, (), gpu_host=True, node="a"),
+              TaskAllocation(TaskId("worker", 0), "127.0.0.1", 7001, ("GPU-a0",), gpu_host=True, node="a"))
+    assert [p.task for p in places] == task_ids(spec)
+    plan = make_plan(spec, Allocation(places, "127.0.0.1", 6999, "/py"), job_id="s-1",
+                     shoal_home=tmp_path, workdir=tmp_path, secret="k")
+    executor = SshExecutor([Host("a"), Host("b")], python=sys.executable, cwd=tmp_path)
+    for name, gpus in (("a", "GPU-a0"), ("b", "GPU-b0")):  # one GPU each, as their agents see them
+        conn = connections(AGENT, env={**os.environ, "CUDA_VISIBLE_DEVICES": gpus})
+        conn.open(timeout=20)
+        executor._conns[name] = conn  # the agents allocate() would have started over ssh
+    executor._gpus_of["a"] = VisibleGpus(("GPU-a0",))  # what a's agent said when the job started
+
+    ps = executor.place_task(plan, TaskId("ps", 1), plan.tasks)  # the least loaded host: b, not asked yet
+    assert (ps.node, ps.gpus, ps.gpu_host) == ("b", (), True)
+    assert added_task(plan, ps, plan.tasks).env_dict["CUDA_VISIBLE_DEVICES"] == ""
+
+    place = executor.place_task(plan, TaskId("worker", 1), plan.tasks)
+    assert (place.node, place.gpus, place.gpu_host) == ("b", ("GPU-b0",), True)
+    running = [*plan.tasks, added_task(plan, place, plan.tasks)]
+    assert running[-1].env_dict["CUDA_VISIBLE_DEVICES"] == "GPU-b0"
+    with pytest.raises(PlanError, match=r"worker:2 asks for 1 GPU\(s\) and no host of the job has that many free "
+                                        r"\(free: a 0, b 0\)"):
+        executor.place_task(plan, TaskId("worker", 2), running)
+    again = executor.place_task(plan, TaskId("worker", 2), [t for t in running if t.name != "worker.0"])  # scaled down
+    assert (again.node, again.gpus) == ("a", ("GPU-a0",))

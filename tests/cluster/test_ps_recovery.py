@@ -40,7 +40,7 @@ def test_workers_fail_clearly_when_a_lost_ps_never_comes_back(make_cluster, tmp_
     _kill_ps1_after_step(cluster, 200)
     lost_at = time.monotonic()
     for worker in cluster.tasks[2:]:
-        assert worker.wait(30) != 0
+        assert cluster.wait_task(worker, 30) != 0
         assert "ps:1 at 127.0.0.1:" in worker.output() and "did not come back within 3s" in worker.output()
     assert time.monotonic() - lost_at < 20
     assert cluster.tasks[0].wait(10) == 0  # the surviving ps hears that both workers are done and exits

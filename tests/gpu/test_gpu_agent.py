@@ -14,6 +14,7 @@ import pytest
 from shoal.launch.executor import TaskRef
 from shoal.launch.job_scan import find_args, read_report, task_usage
 from shoal.launch.nvml import gpu_count
+from tests.gpu.gpus import gpu_uuid
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,13 +25,24 @@ HOLDS_GPU_MEMORY = (
 )
 
 
-def test_bind_counts_the_gpus_and_the_usage_report_shows_the_jobs_gpu_memory(tmp_path):
+def agent_gpus(**env: str) -> dict:
+    """The "ports" reply of an agent asked to bind with GPUs, started with `env` over this one
+    (CUDA_VISIBLE_DEVICES removed first), as a Slurm step or an ssh login would start it."""
+    environ = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     agent = subprocess.run([sys.executable, "-m", "shoal.launch.agent"], input=b'{"type": "bind", "count": 1, '
                            b'"interface": "127.0.0.1", "gpus": true}\n{"type": "stop"}\n', capture_output=True,
-                           timeout=60)
-    replies = [json.loads(line) for line in agent.stdout.splitlines()]
-    [ports] = [r for r in replies if r["type"] == "ports"]
-    assert gpu_count() >= 1 and ports["gpus"] == [str(i) for i in range(gpu_count())], replies
+                           env={**environ, **env}, timeout=60)
+    [ports] = [r for r in map(json.loads, agent.stdout.splitlines()) if r["type"] == "ports"]
+    return ports
+
+
+def test_bind_names_the_gpus_and_the_usage_report_shows_the_jobs_gpu_memory(tmp_path):
+    count = gpu_count()
+    assert count >= 1 and agent_gpus()["gpus"] == [str(i) for i in range(count)]
+    uuid = gpu_uuid(count - 1)  # as a Slurm step that holds the last GPU has it
+    named = agent_gpus(CUDA_VISIBLE_DEVICES=uuid)
+    assert (named["gpus"], named["gpus_from"]) == ([uuid], f"CUDA_VISIBLE_DEVICES={uuid}")
+    assert agent_gpus(CUDA_VISIBLE_DEVICES=f"{count - 1},{count}")["gpus"] == [str(count - 1)]  # CUDA's reading
 
     job_id = "gpujob-" + os.urandom(4).hex()
     holder = subprocess.Popen([sys.executable, "-c", HOLDS_GPU_MEMORY], stdout=subprocess.PIPE,

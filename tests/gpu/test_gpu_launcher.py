@@ -2,9 +2,11 @@
 CUDA_VISIBLE_DEVICES and trains there, a task with none gets "" and stays on the CPU, both
 train one model through the ps; `shoal monitor` shows the GPU task's device memory; a job that
 asks for more GPUs than the host has is refused before anything starts; a launcher kept to a GPU
-by its CUDA_VISIBLE_DEVICES hands out that GPU, by the name it was given."""
+by its CUDA_VISIBLE_DEVICES hands out that GPU, by the name it was given; `shoal scale` adds a
+GPU worker on a free GPU, and refuses one more when none is free."""
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -12,9 +14,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import cleanup, run_shoal, start_shoal, task_log, wait_for, write_spec  # noqa: E402
+from harness import cleanup, run_ok, run_shoal, start_shoal, task_log, wait_for, write_spec  # noqa: E402
 
 from shoal.launch.nvml import gpu_count  # noqa: E402
+from shoal.launch.visible_gpus import visible_gpus  # noqa: E402
+from tests.gpu.gpus import gpu_uuid  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -75,7 +79,7 @@ def test_a_gpu_worker_and_a_cpu_chief_train_one_model_and_monitor_shows_the_gpu(
 
 
 def test_a_job_asking_for_more_gpus_than_the_host_has_is_refused_before_anything_starts(tmp_path):
-    have = gpu_count()
+    have = len(visible_gpus(os.environ))  # what this launcher may use (inside a Slurm job: the step's)
     assert have >= 1
     home = tmp_path / "home"
     spec = write_spec(tmp_path / "many.yaml", (
@@ -93,13 +97,7 @@ def test_a_job_asking_for_more_gpus_than_the_host_has_is_refused_before_anything
 
 
 def test_a_launcher_kept_to_one_gpu_by_its_uuid_gives_its_task_that_gpu(tmp_path, monkeypatch):
-    import pynvml
-    pynvml.nvmlInit()
-    try:
-        uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(gpu_count() - 1))
-    finally:
-        pynvml.nvmlShutdown()
-    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    uuid = gpu_uuid(gpu_count() - 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)  # the launcher's environment
     home = tmp_path / "home"
     spec = write_spec(tmp_path / "one.yaml", (
@@ -116,3 +114,33 @@ def test_a_launcher_kept_to_one_gpu_by_its_uuid_gives_its_task_that_gpu(tmp_path
     assert f"visible='{uuid}' device=" in task_log(home, "worker.0")
     assert f"uuid={uuid}" in task_log(home, "worker.0")  # torch got that very GPU
     assert "visible='' device=cpu" in task_log(home, "chief.0")
+
+
+@needs_mnist
+def test_shoal_scale_adds_a_worker_on_a_free_gpu_and_refuses_one_more_than_the_gpus(tmp_path):
+    have = len(visible_gpus(os.environ))
+    home = tmp_path / "home"
+    spec = write_spec(tmp_path / "grow.yaml", (
+        "name: grow\n"
+        "run: python examples/mnist_mlp_torch.py --steps 20000 --log_every 500\n"
+        "roles:\n"
+        "  ps: {count: 1}\n"
+        "  chief: {count: 1}\n"
+        f"  worker: {{count: 0..{have + 1}, gpus: 1}}\n"
+    ))
+    launcher = start_shoal(home, "train", str(spec))
+    try:
+        wait_for(lambda: "step=" in task_log(home, "chief.0"), 120, "the chief (CPU) to train")
+        assert f"worker={have} (was 0)" in run_ok(home, "scale", "grow", f"worker={have}", timeout=60)
+        wait_for(lambda: "step=" in task_log(home, f"worker.{have - 1}"), 120, "the added GPU worker to train")
+        refused = run_shoal(home, "scale", "grow", f"worker={have + 1}", timeout=60)
+        text = refused.stdout.decode()
+        assert refused.returncode == 6 and f"asks for 1 GPU(s) but this host has 0 free of {have}" in text, text
+        out, _ = launcher.communicate(timeout=240)
+        assert launcher.returncode == 0, out.decode(errors="replace")[-3000:]
+    finally:
+        cleanup(home, launcher)
+    for i in range(have):
+        log = task_log(home, f"worker.{i}")
+        assert "training on cuda" in log and re.search(r"^accuracy: 0\.9", log, re.M), log[-2000:]
+

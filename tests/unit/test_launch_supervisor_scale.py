@@ -8,11 +8,12 @@ import signal
 import pytest
 
 from shoal.cluster import TaskId, parse_tf_config
-from shoal.launch.allocation import TaskAllocation
+from shoal.launch.allocation import TaskAllocation, take_free_gpus
 from shoal.launch.logmux import LogMux
 from shoal.launch.scaling import ScaleRequest
 from shoal.launch.states import TASK_TRANSITIONS, JobState, TaskState
 from shoal.launch.supervisor import Supervisor
+from shoal.launch.visible_gpus import VisibleGpus
 from tests.unit.test_launch_supervisor import RUN, FakeClock, FakeExecutor, Recorder, plan_of
 
 pytestmark = pytest.mark.timeout(30)
@@ -275,13 +276,25 @@ def test_a_task_not_started_yet_may_be_scaled_down():
     assert TaskState.SCALED_DOWN in TASK_TRANSITIONS[TaskState.PENDING]
 
 
-def test_scale_up_from_zero_workers_of_a_gpu_role_is_refused_saying_why(tmp_path):
+class GpuPlacingExecutor(PlacingExecutor):
+    """Places added tasks with the GPUs of a 2-GPU host that running tasks do not hold, as the
+    local and ssh executors do (allocation.take_free_gpus)."""
+
+    def place_task(self, job, task: TaskId, running) -> TaskAllocation:
+        template = job.template(task.job)
+        gpus = take_free_gpus(template.gpus, VisibleGpus(("0", "1")), [g for t in running for g in t.gpus], task)
+        return TaskAllocation(task, "127.0.0.1", 5000 + task.index, gpus, gpu_host=True)
+
+
+def test_scale_up_of_a_gpu_role_gives_each_added_task_free_gpus_and_refuses_when_none_is_left(tmp_path):
     supervisor, executor, recorder, _ = scaled(
-        tmp_path, {"chief": {}, "worker": {"count": "0..2", "gpus": 1}}, {})
+        tmp_path, {"chief": {}, "worker": {"count": "0..3", "gpus": 1}}, {}, executor_class=GpuPlacingExecutor)
     outcomes: list = []
 
-    recorder.hooks[("chief.0", TaskState.RUNNING)] = ask_then_end(supervisor, executor, outcomes, [("worker", 1)],
-                                                                  ender="chief.0")
+    recorder.hooks[("chief.0", TaskState.RUNNING)] = ask_then_end(
+        supervisor, executor, outcomes, [("worker", 2), ("worker", 3)], ender="chief.0")
     assert supervisor.run().state is JobState.SUCCEEDED
-    assert "the worker tasks use GPUs" in outcomes[0].error
-    assert [name for name, _ in executor.starts] == ["chief.0"]
+    assert outcomes[0].started == ("worker:0", "worker:1") and not outcomes[0].error
+    assert [executor.plans[f"worker.{i}"].env_dict["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["0", "1"]
+    assert "worker:2 cannot be placed: worker:2 asks for 1 GPU(s) but this host has 0 free of 2" in outcomes[1].error
+    assert [name for name, _ in executor.starts] == ["chief.0", "worker.0", "worker.1"]

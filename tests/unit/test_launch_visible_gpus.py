@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentError, Bound, _visible_gpus
 from shoal.launch.errors import PlanError
 from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.executor_slurm import _step_gpus
-from shoal.launch.plan import format_plan, make_plan
+from shoal.launch.plan import added_task, format_plan, make_plan
 from shoal.launch.spec import spec_from_dict
 from shoal.launch.visible_gpus import VisibleGpus, parse_visible_devices, visible_gpus
 
@@ -107,7 +108,7 @@ def test_a_slurm_tasks_gpus_are_the_names_its_agent_step_sees():
     assert _step_gpus((), "n1", step) == ()
     assert _step_gpus((0, 1), "n1", Bound((0, 0))) == ("0", "1")  # a dry run: no agent asked
     with pytest.raises(PlanError, match=r"n1: its agent step sees 2 GPUs \(CUDA_VISIBLE_DEVICES=4,6\) but its "
-                                        r"tasks ask for 3"):
+                                        r"tasks need at least 3"):
         _step_gpus((2,), "n1", step)
 
 
@@ -116,3 +117,23 @@ def test_an_agents_gpus_must_be_a_list_of_names():
     for bad in ({"gpus": 2}, {"gpus": "0,1"}, {"gpus": [0]}, {"gpus": ["0"], "gpus_from": 3}):
         with pytest.raises(AgentError, match="the agent's GPUs are not a list of names"):
             _visible_gpus(bad)
+
+
+def test_tasks_added_to_a_gpu_role_get_the_gpus_no_running_task_holds():
+    spec = spec_from_dict({"name": "g", "run": "python t.py", "roles": {"chief": {}, "worker": {"count": "0..3",
+                                                                                                "gpus": 1}}})
+    executor = LocalExecutor(python="/py", base_env={"CUDA_VISIBLE_DEVICES": "4,5"})
+    plan = make_plan(spec, executor.allocate(spec), job_id="g-1", shoal_home=Path("/h"), workdir=Path("/w"),
+                     secret="s" * 64)
+    assert plan.tasks[0].env_dict["CUDA_VISIBLE_DEVICES"] == ""  # a role that starts empty makes it a GPU host
+    running = list(plan.tasks)
+    first = executor.place_task(plan, TaskId("worker", 0), running)
+    assert first.gpus == ("4",) and first.gpu_host
+    running.append(added_task(plan, first, running))
+    assert running[-1].env_dict["CUDA_VISIBLE_DEVICES"] == "4"
+    second = executor.place_task(plan, TaskId("worker", 1), running)
+    assert second.gpus == ("5",)
+    with pytest.raises(PlanError, match=r"worker:2 asks for 1 GPU\(s\) but this host has 0 free of 2 \(2 held by "
+                                        r"the job's tasks, CUDA_VISIBLE_DEVICES=4,5\)"):
+        executor.place_task(plan, TaskId("worker", 2), running + [added_task(plan, second, running)])
+    assert executor.place_task(plan, TaskId("worker", 2), running[:1]).gpus == ("4",)  # worker 0 was scaled down
