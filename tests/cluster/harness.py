@@ -173,3 +173,13 @@ def drain_disconnect_while_idle(rpc, timeout_s: float = 10.0) -> None:
         assert time.monotonic() < deadline, "the client never saw its connection drop"
         rpc._read_monitor()
         time.sleep(0.01)
+
+
+def run_alone(program: str, *args: str, home: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`python PROGRAM ARGS` with no cluster (no TF_CONFIG, no SHOAL_ variables but SHOAL_HOME),
+    as a user runs an example alone; bounded, output captured as text."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "OUTPUT_DIR") and not k.startswith("SHOAL_")}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])), SHOAL_HOME=str(home))
+    return subprocess.run([sys.executable, program, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+

