@@ -106,4 +106,3 @@ def take_free_gpus(want: int, gpus: VisibleGpus, held: Iterable[str], task: Task
                         f" ({len(gpus) - len(free)} held by the job's tasks{limit}); scale a role down first,"
                         " or lower roles.<role>.gpus")
     return free[:want]
-

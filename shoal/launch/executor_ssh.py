@@ -478,4 +478,3 @@ def _kill_unconfirmed(conn: AgentConnection, task: str) -> None:
 def _held_gpus(running: Sequence[TaskPlan], node: str) -> list[str]:
     """The GPUs the running tasks on `node` hold."""
     return [g for t in running if t.node == node for g in t.gpus]
-

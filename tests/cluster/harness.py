@@ -182,4 +182,3 @@ def run_alone(program: str, *args: str, home: Path, timeout: float = 180) -> sub
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])), SHOAL_HOME=str(home))
     return subprocess.run([sys.executable, program, *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
-

@@ -143,4 +143,3 @@ def test_shoal_scale_adds_a_worker_on_a_free_gpu_and_refuses_one_more_than_the_g
     for i in range(have):
         log = task_log(home, f"worker.{i}")
         assert "training on cuda" in log and re.search(r"^accuracy: 0\.9", log, re.M), log[-2000:]
-
