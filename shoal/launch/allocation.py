@@ -91,6 +91,11 @@ def assign_gpus(spec: JobSpec, ids: list[TaskId], gpus: VisibleGpus) -> dict[Tas
     return out
 
 
+FREE_GPUS_HINT = ("scale a role with GPUs down first (a task being stopped keeps its GPUs until it exits,"
+                  " within grace_period), or start the job again with a lower roles.<role>.gpus")
+"""What a refusal for too few free GPUs says to do."""
+
+
 def take_free_gpus(want: int, gpus: VisibleGpus, held: Iterable[str], task: TaskId,
                    where: str = "this host") -> tuple[str, ...]:
     """`want` GPUs of `gpus` (in order) that no task holds now (`held`: the GPUs of the
@@ -98,11 +103,15 @@ def take_free_gpus(want: int, gpus: VisibleGpus, held: Iterable[str], task: Task
     many are free when too few are."""
     if not want:
         return ()
+    if not gpus.ids:
+        why = (f"{gpus.limited_by} leaves it none" if gpus.limited_by
+               else "no NVIDIA GPU was found: nvidia-ml-py missing or reports none")
+        raise PlanError(f"{task} asks for {want} GPU(s) but {where} has no GPU for the job ({why}); start"
+                        " the job again where it has GPUs, or with gpus: 0 for the role")
     busy = set(held)
     free = tuple(g for g in gpus.ids if g not in busy)
     if len(free) < want:
         limit = f", {gpus.limited_by}" if gpus.limited_by else ""
         raise PlanError(f"{task} asks for {want} GPU(s) but {where} has {len(free)} free of {len(gpus)}"
-                        f" ({len(gpus) - len(free)} held by the job's tasks{limit}); scale a role down first,"
-                        " or lower roles.<role>.gpus")
+                        f" ({len(gpus) - len(free)} held by the job's tasks{limit}); {FREE_GPUS_HINT}")
     return free[:want]

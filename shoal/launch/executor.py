@@ -222,7 +222,8 @@ class TaskPlacer(Protocol):
                    avoid: Collection[str] = ()) -> "TaskAllocation":
         """Where `task` (a new index, never one that ran) runs; PlanError if it cannot be
         placed. `running` are the job's tasks that hold their place now (running, starting or
-        waiting to restart; those scaled down or ended are not), so slots they left are free
+        waiting to restart, and scaled-down ones until they have exited: they keep their GPUs
+        within grace_period; those that ended are not), so slots and GPUs they left are free
         again. `avoid` names hosts (TaskAllocation.node) not to use: ones that could not start
         it (relocation.py). Called from the thread that starts tasks; blocks briefly."""
         ...

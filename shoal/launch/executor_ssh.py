@@ -52,7 +52,8 @@ from typing import Optional
 
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
-from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, take_free_gpus, task_ids
+from shoal.launch.allocation import (FREE_GPUS_HINT, Allocation, TaskAllocation, assign_gpus,
+                                     take_free_gpus, task_ids)
 from shoal.launch.errors import HostsError, HostUnreachableError, PlanError, StartError
 from shoal.launch.executor import HostCheck, TaskRef, Usage
 from shoal.launch.host_repairs import HostRepairs
@@ -200,15 +201,16 @@ class SshExecutor:
                         running: Sequence[TaskPlan]) -> list[str]:
         """The hosts of `hosts` with `want` GPUs that no running task holds (asking an agent
         that was not asked yet); PlanError naming each host's free GPUs when none has enough."""
-        free: dict[str, int] = {}
+        free: dict[str, tuple[int, int]] = {}  # host -> (free, all)
         for name, conn in hosts.items():
             held = set(_held_gpus(running, name))
-            free[name] = sum(g not in held for g in self._host_gpus(name, conn, task).ids)
-        fit = [name for name in hosts if free[name] >= want]
+            ids = self._host_gpus(name, conn, task).ids
+            free[name] = (sum(g not in held for g in ids), len(ids))
+        fit = [name for name in hosts if free[name][0] >= want]
         if not fit:
-            counts = ", ".join(f"{name} {n}" for name, n in free.items()) or "no connected host"
+            counts = ", ".join(f"{name} {n} of {of}" for name, (n, of) in free.items()) or "no connected host"
             raise PlanError(f"{task} asks for {want} GPU(s) and no host of the job has that many free"
-                            f" (free: {counts}); scale a role down first, or lower roles.<role>.gpus")
+                            f" (free: {counts}); {FREE_GPUS_HINT}")
         return fit
 
     def _host_gpus(self, name: str, conn: AgentConnection, task: TaskId) -> VisibleGpus:

@@ -314,3 +314,17 @@ def test_bind_names_the_gpus_its_environment_leaves_it_as_a_slurm_step_has_them(
                           env=dict(os.environ, CUDA_VISIBLE_DEVICES="GPU-4f1e,0"), timeout=30)
     [ports] = [m for m in map(json.loads, done.stdout.splitlines()) if m["type"] == "ports"]
     assert ports["gpus"] == ["GPU-4f1e", "0"] and ports["gpus_from"] == "CUDA_VISIBLE_DEVICES=GPU-4f1e,0"
+
+
+def test_bind_with_count_0_only_names_the_gpus_and_is_refused_without_gpus(agent):
+    """How the launcher asks a running agent which GPUs it has (a task added to the job, a new
+    Slurm step): count 0 with "gpus" binds nothing; count 0 alone is a protocol error, naming it."""
+    a = agent()
+    a.expect("hello")
+    a.send(type="bind", count=0, interface="127.0.0.1")
+    assert "count must be 1..1024 (or 0 with gpus), got 0" in a.expect("error")["message"]
+    a.send(type="bind", count=-1, interface="127.0.0.1", gpus=True)
+    assert "got -1" in a.expect("error")["message"]
+    a.send(type="bind", count=0, interface="", gpus=True)
+    ports = a.expect("ports")
+    assert ports["ports"] == [] and isinstance(ports["gpus"], list)

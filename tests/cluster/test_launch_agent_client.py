@@ -331,7 +331,36 @@ def test_ssh_executor_places_an_added_gpu_task_on_a_host_with_a_free_gpu_and_giv
     running = [*plan.tasks, added_task(plan, place, plan.tasks)]
     assert running[-1].env_dict["CUDA_VISIBLE_DEVICES"] == "GPU-b0"
     with pytest.raises(PlanError, match=r"worker:2 asks for 1 GPU\(s\) and no host of the job has that many free "
-                                        r"\(free: a 0, b 0\)"):
+                                        r"\(free: a 0 of 1, b 0 of 1\)"):
         executor.place_task(plan, TaskId("worker", 2), running)
     again = executor.place_task(plan, TaskId("worker", 2), [t for t in running if t.name != "worker.0"])  # scaled down
     assert (again.node, again.gpus) == ("a", ("GPU-a0",))
+
+
+def test_ssh_executor_counts_only_the_gpus_held_on_each_host_when_hosts_name_them_alike(connections, tmp_path):
+    """Two hosts whose agents both name their GPU "0" (no CUDA_VISIBLE_DEVICES, or the same one):
+    worker:0 holding a's "0" leaves b's "0" free, and a's stays taken."""
+    from shoal.cluster import TaskId
+    from shoal.launch.allocation import Allocation, TaskAllocation
+    from shoal.launch.errors import PlanError
+    from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.hosts import Host
+    from shoal.launch.plan import added_task, make_plan
+    from shoal.launch.spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "s", "run": "true", "roles": {"chief": {}, "worker": {"count": "1..3", "gpus": 1}}})
+    places = (TaskAllocation(TaskId("chief", 0), "127.0.0.1", 7000, (), gpu_host=True, node="a"),
+              TaskAllocation(TaskId("worker", 0), "127.0.0.1", 7001, ("0",), gpu_host=True, node="a"))
+    plan = make_plan(spec, Allocation(places, "127.0.0.1", 6999, "/py"), job_id="s-1",
+                     shoal_home=tmp_path, workdir=tmp_path, secret="k")
+    executor = SshExecutor([Host("a"), Host("b")], python=sys.executable, cwd=tmp_path)
+    for name in ("a", "b"):
+        conn = connections(AGENT, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+        conn.open(timeout=20)
+        executor._conns[name] = conn
+
+    place = executor.place_task(plan, TaskId("worker", 1), plan.tasks)
+    assert (place.node, place.gpus) == ("b", ("0",))
+    running = [*plan.tasks, added_task(plan, place, plan.tasks)]
+    with pytest.raises(PlanError, match=r"\(free: a 0 of 1, b 0 of 1\)"):
+        executor.place_task(plan, TaskId("worker", 2), running)

@@ -32,7 +32,9 @@ class RunningJob:
         self.cancelled.append(list(steps))
 
 
-def executor_whose_new_step_sees(gpus: str, made: list) -> tuple[SlurmExecutor, RunningJob]:
+def executor_whose_new_step_sees(gpus: str, made: list, step: tuple = ()) -> tuple[SlurmExecutor, RunningJob]:
+    """`step`: SLURM_JOB_ID and SLURM_STEP_ID for the new agent, as srun sets them (its hello
+    then names the step); none for a step that is installed (no Slurm watchdog is started)."""
     commands = RunningJob()
     executor = SlurmExecutor(commands=commands, python=sys.executable, base_env=dict(os.environ))
     executor._job = SlurmJob("7", ())
@@ -40,7 +42,7 @@ def executor_whose_new_step_sees(gpus: str, made: list) -> tuple[SlurmExecutor, 
 
     def new_step(job, node):
         made.append(AgentConnection([sys.executable, "-m", "shoal.launch.agent"], node, "slurm",
-                                    env={**os.environ, "CUDA_VISIBLE_DEVICES": gpus}))
+                                    env={**os.environ, "CUDA_VISIBLE_DEVICES": gpus, **dict(step)}))
         return made[-1]
     executor._connection = new_step
     return executor, commands
@@ -58,12 +60,13 @@ TASK = TaskPlan(TaskId("worker", 0), "n1.worker.0", "10.0.0.1:2222", ("true",), 
 
 
 def test_a_new_agent_step_holding_other_gpus_is_ended_and_the_restart_waits(made):
-    executor, commands = executor_whose_new_step_sees("3", made)
+    executor, commands = executor_whose_new_step_sees("3", made, (("SLURM_JOB_ID", "7"), ("SLURM_STEP_ID", "4")))
     with pytest.raises(HostUnreachableError, match=r"not yet: its new agent step holds the GPUs 3 where its tasks were"
                                                    r" given 2 \(CUDA_VISIBLE_DEVICES=3\)"):
         executor._replace_agent("n1", TASK)
     assert made[0].returncode is not None  # the new step's agent was stopped
-    assert "n1" not in executor._agents and commands.cancelled == [[]]  # (no step id outside Slurm)
+    assert "n1" not in executor._agents and commands.cancelled == [["7.4"]]  # the new step, scancelled
+    assert "n1" not in executor._steps
 
 
 def test_a_new_agent_step_holding_the_same_gpus_is_installed(made):

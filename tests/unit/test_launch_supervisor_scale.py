@@ -298,3 +298,30 @@ def test_scale_up_of_a_gpu_role_gives_each_added_task_free_gpus_and_refuses_when
     assert [executor.plans[f"worker.{i}"].env_dict["CUDA_VISIBLE_DEVICES"] for i in (0, 1)] == ["0", "1"]
     assert "worker:2 cannot be placed: worker:2 asks for 1 GPU(s) but this host has 0 free of 2" in outcomes[1].error
     assert [name for name, _ in executor.starts] == ["chief.0", "worker.0", "worker.1"]
+
+
+def test_a_gpu_a_scaled_down_task_still_holds_while_it_stops_is_not_given_to_an_added_one(tmp_path):
+    """worker:1 is scaled down but ignores TERM (a checkpoint being saved): until it exits its
+    GPU is not free, so a scale up meanwhile is refused; once it ended, the GPU goes to the new task."""
+    supervisor, executor, recorder, _ = scaled(
+        tmp_path, {"chief": {}, "worker": {"count": "0..3", "gpus": 1}}, {}, executor_class=GpuPlacingExecutor,
+        grace_period="2s", tick=0.05, ignore_term=True)
+    outcomes: list = []
+
+    def up_down_up() -> None:
+        for count in (2, 1, 2):
+            ask(supervisor, outcomes, "worker", count)
+            supervisor._serve_scales()
+
+    def up_again() -> None:
+        ask(supervisor, outcomes, "worker", 2)
+        supervisor._serve_scales()
+        executor.handle("chief.0").exit(0)
+    recorder.hooks[("chief.0", TaskState.RUNNING)] = up_down_up
+    recorder.hooks[("worker.1", TaskState.SCALED_DOWN)] = up_again
+    assert supervisor.run().state is JobState.SUCCEEDED
+    assert outcomes[1].stopping == ("worker:1",)
+    assert "worker:2 asks for 1 GPU(s) but this host has 0 free of 2" in outcomes[2].error
+    assert "a task being stopped keeps its GPUs until it exits" in outcomes[2].error
+    assert outcomes[3].started == ("worker:2",)
+    assert executor.plans["worker.2"].env_dict["CUDA_VISIBLE_DEVICES"] == "1"  # worker:1's, once it ended

@@ -137,3 +137,18 @@ def test_tasks_added_to_a_gpu_role_get_the_gpus_no_running_task_holds():
                                         r"the job's tasks, CUDA_VISIBLE_DEVICES=4,5\)"):
         executor.place_task(plan, TaskId("worker", 2), running + [added_task(plan, second, running)])
     assert executor.place_task(plan, TaskId("worker", 2), running[:1]).gpus == ("4",)  # worker 0 was scaled down
+
+
+def test_a_task_added_to_a_gpu_role_on_a_host_with_no_gpu_for_the_job_is_refused_saying_why():
+    """Scaling down frees nothing there: the refusal names what leaves the host no GPU."""
+    spec = spec_from_dict({"name": "g", "run": "python t.py", "roles": {"chief": {}, "worker": {"count": "0..3",
+                                                                                                "gpus": 1}}})
+    for executor, why in ((LocalExecutor(python="/py", base_env={"CUDA_VISIBLE_DEVICES": ""}),
+                           r"CUDA_VISIBLE_DEVICES= leaves it none"),
+                          (LocalExecutor(python="/py", gpu_count=0), r"no NVIDIA GPU was found")):
+        plan = make_plan(spec, executor.allocate(spec), job_id="g-1", shoal_home=Path("/h"), workdir=Path("/w"),
+                         secret="s" * 64)  # no task wants a GPU yet: the job starts
+        with pytest.raises(PlanError, match=r"worker:0 asks for 1 GPU\(s\) but this host has no GPU for the job \("
+                                            + why) as refused:
+            executor.place_task(plan, TaskId("worker", 0), list(plan.tasks))
+        assert "scale a role" not in str(refused.value)
