@@ -99,7 +99,7 @@ class Agent:
             pass  # any line counts as one (main's watchdog)
         elif kind == "bind":
             self._bind(field(message, "count", int), message.get("interface") or "0.0.0.0",
-                       bool(message.get("gpus")))
+                       bool(message.get("gpus")), message.get("request"))
         elif kind == "start":
             self._start(message)
         elif kind == "signal":
@@ -111,7 +111,7 @@ class Agent:
             return False
         return True
 
-    def _bind(self, count: int, interface: str, gpus: bool) -> None:
+    def _bind(self, count: int, interface: str, gpus: bool, request: Any = None) -> None:
         if not (0 < count <= 1024 or (count == 0 and gpus)):
             raise AgentProtocolError(f"bind message: count must be 1..1024 (or 0 with gpus), got {count}")
         ports = []
@@ -120,6 +120,8 @@ class Agent:
             self._held[port] = sock
             ports.append(port)
         reply: dict[str, Any] = {"type": "ports", "ports": ports}
+        if isinstance(request, int):
+            reply["request"] = request  # so that a late answer is not taken for the next request's
         if gpus:
             from shoal.launch.visible_gpus import visible_gpus  # nvidia-ml-py only when GPUs are wanted
             visible = visible_gpus(self._base_env)

@@ -90,6 +90,7 @@ class AgentConnection:
         self._proc: Optional[subprocess.Popen] = None
         self._replies: queue.Queue = queue.Queue()
         self._request_lock = threading.Lock()
+        self._requests = 0  # the number of the last bind request (its answer carries it)
         self._send_lock = threading.Lock()
         self._tasks: dict[str, AgentTask] = {}
         self._tasks_lock = threading.Lock()
@@ -137,11 +138,20 @@ class AgentConnection:
 
     def bind(self, count: int, interface: str, timeout: float, gpus: bool = False) -> Bound:
         """Have the agent bind and hold `count` ports on `interface` (and, with `gpus`, name the
-        GPUs its tasks may use)."""
+        GPUs its tasks may use). Each request has its number, which the answer carries, so the
+        late answer to an earlier request that timed out is dropped. AgentError if the agent does
+        not answer in time, or answers with another number of ports or without the GPUs."""
         with self._request_lock:
-            self._send({"type": "bind", "count": count, "interface": interface, "gpus": gpus})
-            reply = self._reply("ports", timeout)
-        return Bound(tuple(int(p) for p in reply["ports"]), _visible_gpus(reply) if "gpus" in reply else None)
+            self._requests += 1
+            number = self._requests
+            self._send({"type": "bind", "count": count, "interface": interface, "gpus": gpus, "request": number})
+            reply = self._reply("ports", timeout, request=number)
+        ports = reply.get("ports")
+        if not isinstance(ports, list) or len(ports) != count or (gpus and "gpus" not in reply):
+            raise AgentError(f"the agent on {self.name} answered a request for {count} port(s)"
+                             f"{' and its GPUs' if gpus else ''} with {str(ports)[:100]}"
+                             f"{'' if 'gpus' in reply or not gpus else ' and no GPUs'}; is the same Shoal installed there?")
+        return Bound(tuple(int(p) for p in ports), _visible_gpus(reply) if "gpus" in reply else None)
 
     def start(self, task: str, argv: Sequence[str], env: Mapping[str, str], cwd: str, port: Optional[int],
               timeout: float, *, inherit_env: bool = False,

@@ -4,11 +4,12 @@ is the ssh channel itself, so what travels here (a task's environment, the job s
 never appears on a command line.
 
 Launcher -> agent:
-    {"type": "bind", "count": N, "interface": "0.0.0.0", "gpus": BOOL}
+    {"type": "bind", "count": N, "interface": "0.0.0.0", "gpus": BOOL, "request": R}
                                                             bind N ports and hold them (and name
                                                             the GPUs its tasks may use when
                                                             "gpus" is true: visible_gpus.py;
-                                                            N may then be 0)
+                                                            N may then be 0); R, a number,
+                                                            comes back in the answer
     {"type": "start", "task": NAME, "argv": [...], "env": {...}, "cwd": DIR, "port": P | null,
      "inherit": BOOL}                                       release port P, start the task; with
                                                             "inherit" its environment is the
@@ -25,7 +26,7 @@ Agent -> launcher:
     {"type": "hello", "version": V, "fingerprint": F, "python": PATH, "host": ADDRESS, "pid": PID}
      first line; F is the hash of its Shoal code (fingerprint.py); with "slurm_step": "JOB.STEP"
      when the agent runs as a Slurm step
-    {"type": "ports", "ports": [...], "gpus": [ID, ...], "gpus_from": TEXT}
+    {"type": "ports", "ports": [...], "gpus": [ID, ...], "gpus_from": TEXT, "request": R}
      "gpus" (CUDA_VISIBLE_DEVICES names) and "gpus_from" ("CUDA_VISIBLE_DEVICES=..." when the
      agent's environment chose them, else "") only when asked for
     {"type": "started", "task": NAME, "pid": PID, "started": CREATE_TIME}

@@ -202,13 +202,19 @@ class SshExecutor:
         """The hosts of `hosts` with `want` GPUs that no running task holds (asking an agent
         that was not asked yet); PlanError naming each host's free GPUs when none has enough."""
         free: dict[str, tuple[int, int]] = {}  # host -> (free, all)
+        unknown: dict[str, str] = {}  # host -> why it could not say
         for name, conn in hosts.items():
             held = set(_held_gpus(running, name))
-            ids = self._host_gpus(name, conn, task).ids
+            try:
+                ids = self._host_gpus(name, conn, task).ids
+            except PlanError as e:  # one silent host does not keep the task off the others
+                unknown[name] = str(e)
+                continue
             free[name] = (sum(g not in held for g in ids), len(ids))
-        fit = [name for name in hosts if free[name][0] >= want]
+        fit = [name for name in free if free[name][0] >= want]
         if not fit:
-            counts = ", ".join(f"{name} {n} of {of}" for name, (n, of) in free.items()) or "no connected host"
+            counts = ", ".join([f"{name} {n} of {of}" for name, (n, of) in free.items()] +
+                               [f"{name} unknown: {why}" for name, why in unknown.items()]) or "no connected host"
             raise PlanError(f"{task} asks for {want} GPU(s) and no host of the job has that many free"
                             f" (free: {counts}); {FREE_GPUS_HINT}")
         return fit

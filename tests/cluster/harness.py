@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from shoal.launch.ports import free_ports  # noqa: F401 (the launcher picks ports the same way)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,9 +45,10 @@ class Task:
         every task) writes every thread's Python stack into its log; then its output's end."""
         if self.proc.poll() is None:
             try:
+                psutil.Process(self.proc.pid).rlimit(psutil.RLIMIT_CORE, (0, 0))  # no core file
                 os.kill(self.proc.pid, signal.SIGABRT)
                 self.proc.wait(grace)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
+            except (ProcessLookupError, psutil.Error, subprocess.TimeoutExpired):
                 pass
         return self.output()[-6000:]
 

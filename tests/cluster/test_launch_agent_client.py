@@ -45,6 +45,41 @@ def test_a_reply_wait_is_bounded_even_while_other_messages_keep_coming(connectio
     assert time.monotonic() - began < 10
 
 
+def test_a_late_answer_to_a_bind_that_timed_out_is_not_taken_for_the_next_ones(connections):
+    """An agent that answers the first bind 1.5 s late: that request times out, and the next one
+    skips its late answer (one port, no GPUs, where none and GPUs were asked for) for its own."""
+    late = ("import json, sys, time\n"
+            "print(json.dumps({'type': 'hello', 'version': '0', 'python': '', 'host': 'h', 'pid': 1}), flush=True)\n"
+            "for n, line in enumerate(sys.stdin):\n"
+            "    ask = json.loads(line)\n"
+            "    time.sleep(1.5 if n == 0 else 0)\n"
+            "    reply = {'type': 'ports', 'ports': list(range(7000, 7000 + ask['count'])), 'request': ask['request']}\n"
+            "    if ask['gpus']: reply.update(gpus=['0'], gpus_from='')\n"
+            "    print(json.dumps(reply), flush=True)\n")
+    conn = connections([sys.executable, "-c", late])
+    conn.open(timeout=20)
+    with pytest.raises(AgentError, match="did not answer within 0.5s"):
+        conn.bind(1, "127.0.0.1", timeout=0.5)
+    time.sleep(1.5)  # its answer has come meanwhile
+    bound = conn.bind(0, "", timeout=5, gpus=True)
+    assert bound.ports == () and bound.gpus is not None and bound.gpus.ids == ("0",)
+    assert conn.bind(2, "127.0.0.1", timeout=5).ports == (7000, 7001)
+
+
+def test_an_answer_that_does_not_fit_the_bind_is_refused(connections):
+    wrong = ("import json, sys\n"
+             "print(json.dumps({'type': 'hello', 'version': '0', 'python': '', 'host': 'h', 'pid': 1}), flush=True)\n"
+             "for line in sys.stdin:\n"
+             "    print(json.dumps({'type': 'ports', 'ports': [7000], 'request': json.loads(line)['request']}),"
+             " flush=True)\n")
+    conn = connections([sys.executable, "-c", wrong])
+    conn.open(timeout=20)
+    with pytest.raises(AgentError, match=r"answered a request for 0 port\(s\) and its GPUs with \[7000\] and no GPUs"):
+        conn.bind(0, "", timeout=5, gpus=True)
+    with pytest.raises(AgentError, match=r"answered a request for 2 port\(s\) with \[7000\]"):
+        conn.bind(2, "127.0.0.1", timeout=5)
+
+
 def test_task_output_and_exit_come_through_the_connection(connections):
     conn = connections(AGENT)
     hello = conn.open(timeout=20)
