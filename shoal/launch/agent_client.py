@@ -150,7 +150,8 @@ class AgentConnection:
         if not isinstance(ports, list) or len(ports) != count or (gpus and "gpus" not in reply):
             raise AgentError(f"the agent on {self.name} answered a request for {count} port(s)"
                              f"{' and its GPUs' if gpus else ''} with {str(ports)[:100]}"
-                             f"{'' if 'gpus' in reply or not gpus else ' and no GPUs'}; is the same Shoal installed there?")
+                             f"{'' if 'gpus' in reply or not gpus else ' and no GPUs'};"
+                             " is the same Shoal installed there?")
         return Bound(tuple(int(p) for p in ports), _visible_gpus(reply) if "gpus" in reply else None)
 
     def start(self, task: str, argv: Sequence[str], env: Mapping[str, str], cwd: str, port: Optional[int],

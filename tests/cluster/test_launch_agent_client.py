@@ -45,18 +45,24 @@ def test_a_reply_wait_is_bounded_even_while_other_messages_keep_coming(connectio
     assert time.monotonic() - began < 10
 
 
+def binding_agent(answer: str) -> list[str]:
+    """A stand-in agent: its hello, then for the n-th (from 0) request `ask` the dict `reply`
+    that the Python lines `answer` make (json and time are there), printed."""
+    body = "".join(f"    {line}\n" for line in answer.splitlines())
+    return [sys.executable, "-c",
+            "import json, sys, time\n"
+            "print(json.dumps({'type': 'hello', 'version': '0', 'python': '', 'host': 'h', 'pid': 1}), flush=True)\n"
+            f"for n, line in enumerate(sys.stdin):\n    ask = json.loads(line)\n{body}"
+            "    print(json.dumps(reply), flush=True)\n"]
+
+
 def test_a_late_answer_to_a_bind_that_timed_out_is_not_taken_for_the_next_ones(connections):
     """An agent that answers the first bind 1.5 s late: that request times out, and the next one
     skips its late answer (one port, no GPUs, where none and GPUs were asked for) for its own."""
-    late = ("import json, sys, time\n"
-            "print(json.dumps({'type': 'hello', 'version': '0', 'python': '', 'host': 'h', 'pid': 1}), flush=True)\n"
-            "for n, line in enumerate(sys.stdin):\n"
-            "    ask = json.loads(line)\n"
-            "    time.sleep(1.5 if n == 0 else 0)\n"
-            "    reply = {'type': 'ports', 'ports': list(range(7000, 7000 + ask['count'])), 'request': ask['request']}\n"
-            "    if ask['gpus']: reply.update(gpus=['0'], gpus_from='')\n"
-            "    print(json.dumps(reply), flush=True)\n")
-    conn = connections([sys.executable, "-c", late])
+    conn = connections(binding_agent(
+        "time.sleep(1.5 if n == 0 else 0)\n"
+        "reply = {'type': 'ports', 'ports': list(range(7000, 7000 + ask['count'])), 'request': ask['request']}\n"
+        "if ask['gpus']: reply.update(gpus=['0'], gpus_from='')"))
     conn.open(timeout=20)
     with pytest.raises(AgentError, match="did not answer within 0.5s"):
         conn.bind(1, "127.0.0.1", timeout=0.5)
@@ -67,12 +73,7 @@ def test_a_late_answer_to_a_bind_that_timed_out_is_not_taken_for_the_next_ones(c
 
 
 def test_an_answer_that_does_not_fit_the_bind_is_refused(connections):
-    wrong = ("import json, sys\n"
-             "print(json.dumps({'type': 'hello', 'version': '0', 'python': '', 'host': 'h', 'pid': 1}), flush=True)\n"
-             "for line in sys.stdin:\n"
-             "    print(json.dumps({'type': 'ports', 'ports': [7000], 'request': json.loads(line)['request']}),"
-             " flush=True)\n")
-    conn = connections([sys.executable, "-c", wrong])
+    conn = connections(binding_agent("reply = {'type': 'ports', 'ports': [7000], 'request': ask['request']}"))
     conn.open(timeout=20)
     with pytest.raises(AgentError, match=r"answered a request for 0 port\(s\) and its GPUs with \[7000\] and no GPUs"):
         conn.bind(0, "", timeout=5, gpus=True)
