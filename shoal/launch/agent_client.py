@@ -148,9 +148,9 @@ class AgentConnection:
             reply = self._reply("ports", timeout, request=number)
         ports = reply.get("ports")
         if not isinstance(ports, list) or len(ports) != count or (gpus and "gpus" not in reply):
-            raise AgentError(f"the agent on {self.name} answered a request for {count} port(s)"
-                             f"{' and its GPUs' if gpus else ''} with {str(ports)[:100]}"
-                             f"{'' if 'gpus' in reply or not gpus else ' and no GPUs'};"
+            asked = f"{count} port(s) and its GPUs" if gpus else f"{count} port(s)"
+            got = str(ports)[:100] + ("" if "gpus" in reply or not gpus else " and no GPUs")
+            raise AgentError(f"the agent on {self.name} answered a request for {asked} with {got};"
                              " is the same Shoal installed there?")
         return Bound(tuple(int(p) for p in ports), _visible_gpus(reply) if "gpus" in reply else None)
 

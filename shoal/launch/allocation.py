@@ -96,6 +96,12 @@ FREE_GPUS_HINT = ("scale a role with GPUs down first (a task being stopped keeps
 """What a refusal for too few free GPUs says to do."""
 
 
+def free_gpus(gpus: VisibleGpus, held: Iterable[str]) -> tuple[str, ...]:
+    """The GPUs of `gpus` (in order) that are not in `held`."""
+    busy = set(held)
+    return tuple(g for g in gpus.ids if g not in busy)
+
+
 def take_free_gpus(want: int, gpus: VisibleGpus, held: Iterable[str], task: TaskId,
                    where: str = "this host") -> tuple[str, ...]:
     """`want` GPUs of `gpus` (in order) that no task holds now (`held`: the GPUs of the
@@ -108,8 +114,7 @@ def take_free_gpus(want: int, gpus: VisibleGpus, held: Iterable[str], task: Task
                else "no NVIDIA GPU was found: nvidia-ml-py missing or reports none")
         raise PlanError(f"{task} asks for {want} GPU(s) but {where} has no GPU for the job ({why}); start"
                         " the job again where it has GPUs, or with gpus: 0 for the role")
-    busy = set(held)
-    free = tuple(g for g in gpus.ids if g not in busy)
+    free = free_gpus(gpus, held)
     if len(free) < want:
         limit = f", {gpus.limited_by}" if gpus.limited_by else ""
         raise PlanError(f"{task} asks for {want} GPU(s) but {where} has {len(free)} free of {len(gpus)}"

@@ -143,7 +143,7 @@ class LocalExecutor:
         that starts with no task too) the launcher's CUDA_VISIBLE_DEVICES or nvidia-ml-py's count."""
         if self._gpu_count is not None:
             return VisibleGpus(tuple(str(i) for i in range(self._gpu_count)))
-        if not any(role.gpus for role in spec.roles.values()):
+        if not spec.uses_gpus():
             return VisibleGpus()
         return visible_gpus(self._base_env)
 

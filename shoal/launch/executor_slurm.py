@@ -361,11 +361,7 @@ class SlurmExecutor:
                 self._starting.pop(node, None)
         given = self._gpu_names.get(node, ())
         if gpus is not None and gpus.ids[:len(given)] != given:
-            agent.close(grace=0.5, timeout=5.0)
-            try:
-                self._commands.cancel([hello.slurm_step] if hello.slurm_step else [])
-            except SlurmError:
-                pass  # the agent exited with its stdin, and its srun with it: the step ends anyway
+            self._end_new_step(agent, hello.slurm_step)
             raise HostUnreachableError(
                 f"not yet: its new agent step holds the GPUs {','.join(gpus.ids) or 'none'} where its tasks were"
                 f" given {','.join(given)} ({gpus.limited_by or 'counted by nvidia-ml-py'}); Slurm gave the step"
@@ -378,16 +374,20 @@ class SlurmExecutor:
                     self._steps[node] = hello.slurm_step
             reaper = self._reaper
         if closed:  # close() ran meanwhile, without this agent
-            agent.close(grace=0.5, timeout=5.0)
-            try:
-                self._commands.cancel([hello.slurm_step] if hello.slurm_step else [])
-            except SlurmError:
-                pass  # the agent exited with its stdin, and its srun with it: the step ends anyway
+            self._end_new_step(agent, hello.slurm_step)
             raise StartError("the job is being stopped")
         if hello.slurm_step:
             (reaper or self._watchdog()).add(hello.slurm_step)  # a reaper closed meanwhile ignores it
         self._notify(f"shoal | {node}: its agent (step {old_step or '?'}) was lost; started step"
                      f" {hello.slurm_step or '?'} to restart {task.name}")
+
+    def _end_new_step(self, agent: AgentConnection, step: str) -> None:
+        """Stop a new agent step that will not be used: its agent, then scancel of `step`. Blocks."""
+        agent.close(grace=0.5, timeout=5.0)
+        try:
+            self._commands.cancel([step] if step else [])
+        except SlurmError:
+            pass  # the agent exited with its stdin, and its srun with it: the step ends anyway
 
     def _probe(self, job: str, shoal_job: str, node: str, refs: Mapping[str, TaskRef],
                interval: float) -> dict[str, Usage]:

@@ -52,7 +52,7 @@ from typing import Optional
 
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentConnection, AgentError, AgentTask
-from shoal.launch.allocation import (FREE_GPUS_HINT, Allocation, TaskAllocation, assign_gpus,
+from shoal.launch.allocation import (FREE_GPUS_HINT, Allocation, TaskAllocation, assign_gpus, free_gpus,
                                      take_free_gpus, task_ids)
 from shoal.launch.errors import HostsError, HostUnreachableError, PlanError, StartError
 from shoal.launch.executor import HostCheck, TaskRef, Usage
@@ -147,7 +147,7 @@ class SshExecutor:
                used: list[str]) -> Allocation:
         replicas = [t for t in ids if t.job in ("chief", "worker")]
         master_node = node_of[replicas[0]]
-        wants_gpus = any(role.gpus for role in spec.roles.values())  # a role that starts empty too
+        wants_gpus = spec.uses_gpus()
         places: dict[TaskId, TaskAllocation] = {}
         master: tuple[str, int] = ("", 0)
         for node in used:
@@ -204,13 +204,12 @@ class SshExecutor:
         free: dict[str, tuple[int, int]] = {}  # host -> (free, all)
         unknown: dict[str, str] = {}  # host -> why it could not say
         for name, conn in hosts.items():
-            held = set(_held_gpus(running, name))
             try:
-                ids = self._host_gpus(name, conn, task).ids
+                gpus = self._host_gpus(name, conn, task)
             except PlanError as e:  # one silent host does not keep the task off the others
                 unknown[name] = str(e)
                 continue
-            free[name] = (sum(g not in held for g in ids), len(ids))
+            free[name] = (len(free_gpus(gpus, _held_gpus(running, name))), len(gpus))
         fit = [name for name in free if free[name][0] >= want]
         if not fit:
             counts = ", ".join([f"{name} {n} of {of}" for name, (n, of) in free.items()] +

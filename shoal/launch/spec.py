@@ -395,6 +395,10 @@ class JobSpec(_Frozen):
         """The job's hosts (empty: this machine)."""
         return tuple(Host(h.name, h.slots) for h in self.hosts)
 
+    def uses_gpus(self) -> bool:
+        """Whether some role asks for GPUs (one that starts with no task too)."""
+        return any(role.gpus for role in self.roles.values())
+
     def pinned_hosts(self) -> dict[str, list[str]]:
         """Role -> the hosts its tasks are pinned to, for the roles that pin any."""
         return {job: list(role.hosts) for job, role in self.roles.items() if role.hosts}

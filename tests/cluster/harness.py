@@ -119,14 +119,7 @@ class LocalCluster:
     def wait_all(self, timeout: float) -> dict[str, int]:
         """Exit codes by task name; raises with every log if anything is still running."""
         deadline = time.monotonic() + timeout
-        codes = {}
-        for t in self.tasks:
-            try:
-                codes[t.name] = t.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise AssertionError(f"{t.name} still running after {timeout}s\n{self.dump()}\n"
-                                     f"--- {t.name}'s threads:\n{t.stacks()}") from None
-        return codes
+        return {t.name: self.wait_task(t, max(0.1, deadline - time.monotonic())) for t in self.tasks}
 
     def wait_task(self, task: Task, timeout: float) -> int:
         """`task`'s exit code; AssertionError with every log, and where the task's threads
