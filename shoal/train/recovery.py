@@ -48,19 +48,38 @@ def missing_ps(client: PsClient, indices: list[int]) -> str:
     return ", ".join(f"ps:{i} at {client.addresses[i]}" for i in indices) or "the parameter servers"
 
 
-def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, total_s: float) -> list[StatusReply]:
-    """Every ps's status, polling until the chief marked all of them ready."""
+PROBE_TIMEOUT_S = 2.0
+"""How long one poll of a wait for the ps waits for their answers (the next poll asks again)."""
+
+
+def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, total_s: float,
+                   lost_timeout_s: float | None = None) -> list[StatusReply]:
+    """Every ps's status, polling until the chief marked all of them ready. A ps whose
+    connection is lost meanwhile is waited for as a ps lost in training is: TrainError if it
+    does not answer again within `lost_timeout_s` (the ps recovery timeout). Each poll waits
+    at most PROBE_TIMEOUT_S for the answers: a new connection to a ps that is gone never comes
+    up, and would otherwise hold the wait for the whole request timeout."""
     log.info("%s waiting for the chief (%s) to initialize the variables", task, chief)
 
     unanswered: list[WireError] = []  # the last probe's, if a ps did not answer it
+    lost: list[tuple[float, PeerLostError]] = []  # when a ps was lost, while it has not answered since
 
     def probe() -> list[StatusReply] | None:
         try:
-            statuses = client.status_all(client.timeout_s)
+            statuses = client.status_all(min(client.timeout_s, PROBE_TIMEOUT_S))
         except (PeerLostError, PeerTimeoutError) as e:  # a ps lost meanwhile: wait on (a restart brings it back)
             unanswered[:] = [e]
+            if isinstance(e, PeerLostError) and not lost:
+                lost.append((time.monotonic(), e))
+            if lost and lost_timeout_s is not None and time.monotonic() - lost[0][0] > lost_timeout_s:
+                error = TrainError(f"{task}: {lost[0][1]}, while it waited for the chief ({chief}) to initialize the"
+                                   f" variables, and it did not come back within {lost_timeout_s:g}s; restart the ps"
+                                   " task (the launcher does with restart: {policy: on-failure}) or raise"
+                                   " ps_recovery_timeout_s")
+                raise error from lost[0][1]
             return None
         unanswered.clear()
+        lost.clear()
         return statuses if all(s.ready for s in statuses) else None
 
     def timed_out() -> Exception:
@@ -110,7 +129,7 @@ class PsRecovery:
             if retired is not None and retired():
                 return False
             try:
-                status = client.status(ps, timeout_s=2.0)
+                status = client.status(ps, timeout_s=PROBE_TIMEOUT_S)
             except WireError:
                 status = None
             last[0] = status

@@ -226,7 +226,8 @@ class TrainingSession:
                 if self._chief is not None:
                     self._chief.initialize(self.ps)
                 else:
-                    wait_for_chief(self.ps, self.task, str(self.config.chief_task), deadline, self.init_timeout_s)
+                    wait_for_chief(self.ps, self.task, str(self.config.chief_task), deadline, self.init_timeout_s,
+                                   self.ps_recovery_timeout_s)
             statuses = self.ps.status_all(self.request_timeout_s)
             self._check_mode(statuses)
             self.ps.remember_incarnations(statuses)

@@ -44,3 +44,22 @@ def test_workers_fail_clearly_when_a_lost_ps_never_comes_back(make_cluster, tmp_
         assert "ps:1 at 127.0.0.1:" in worker.output() and "did not come back within 3s" in worker.output()
     assert time.monotonic() - lost_at < 20
     assert cluster.tasks[0].wait(10) == 0  # the surviving ps hears that both workers are done and exits
+
+
+def test_a_worker_still_waiting_for_the_chief_fails_clearly_when_a_lost_ps_never_comes_back(make_cluster, tmp_path):
+    """worker:1 waits for a chief that never starts; ps:1 is killed meanwhile: it fails within
+    the ps recovery timeout (3 s), not after a request timeout (60 s) per poll. (CI saw this
+    worker hang when the chief reached its step 200 before worker:1 had seen it ready.)"""
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), "--ps_recovery_timeout", "3", "--lost_ps", "fail"]
+    for index in (0, 1):
+        cluster.start("ps", index, argv)
+    waiting = cluster.start("worker", 1, argv)  # no worker:0, the chief: nobody initializes the variables
+    waiting.wait_for_output("waiting for the chief (worker:0)", timeout=60)
+    time.sleep(1.0)  # a few polls of both ps
+    cluster.tasks[1].kill()
+    lost_at = time.monotonic()
+    assert cluster.wait_task(waiting, 30) != 0
+    assert time.monotonic() - lost_at < 15
+    output = waiting.output()
+    assert "lost the connection to ps:1 at 127.0.0.1:" in output and "did not come back within 3s" in output, output
