@@ -80,6 +80,11 @@ class PsClient:
     def num_ps(self) -> int:
         return len(self._rpc)
 
+    @property
+    def recovery_timeout_s(self) -> float:
+        """How long `on_lost` may bring a lost ps back (its deadline, from the loss)."""
+        return self._recovery_timeout_s
+
     def ps_id(self, ps: int) -> int:
         """The cluster index of this client's ps `ps` (the same until a ps was dropped)."""
         return self._ids[ps]
@@ -310,7 +315,7 @@ class PsClient:
             except PeerTimeoutError as e:
                 self._raise_timeout(e)
             except (PeerLostError, RemoteError) as e:
-                lost = self._index_of(e.peer_name)
+                lost = self.index_of(e.peer_name)
                 if lost is None or self._on_lost is None or self._incarnations[lost] is None or (
                         isinstance(e, RemoteError) and not self.restarted(lost)):
                     raise
@@ -342,7 +347,8 @@ class PsClient:
             self._on_slow(self, op, pending, waited)
         return progress
 
-    def _index_of(self, peer_name: str) -> int | None:
+    def index_of(self, peer_name: str) -> int | None:
+        """This client's index of the ps a WireError's `peer_name` names ("ps:1"), or None."""
         for i, rpc in enumerate(self._rpc):
             if rpc.peer_name == peer_name:
                 return i

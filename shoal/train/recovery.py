@@ -53,33 +53,28 @@ PROBE_TIMEOUT_S = 2.0
 
 
 def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, total_s: float,
-                   lost_timeout_s: float | None = None) -> list[StatusReply]:
+                   on_lost: Callable[[PsClient, int, float, Exception], None] | None = None) -> list[StatusReply]:
     """Every ps's status, polling until the chief marked all of them ready. A ps whose
-    connection is lost meanwhile is waited for as a ps lost in training is: TrainError if it
-    does not answer again within `lost_timeout_s` (the ps recovery timeout). Each poll waits
-    at most PROBE_TIMEOUT_S for the answers: a new connection to a ps that is gone never comes
-    up, and would otherwise hold the wait for the whole request timeout."""
+    connection is lost meanwhile goes to `on_lost(client, ps, deadline, cause)` (the session's
+    recovery strategy's `recover_before_start`, with the client's recovery timeout): it returns
+    once the ps answers again, raises PlacementChanged once its shards were re-homed (the caller
+    adopts the new placement and waits again), or TrainError. Each poll waits at most
+    PROBE_TIMEOUT_S for the answers: a new connection to a ps that is gone never comes up, and
+    would otherwise hold the wait for the whole request timeout."""
     log.info("%s waiting for the chief (%s) to initialize the variables", task, chief)
 
     unanswered: list[WireError] = []  # the last probe's, if a ps did not answer it
-    lost: list[tuple[float, PeerLostError]] = []  # when a ps was lost, while it has not answered since
 
     def probe() -> list[StatusReply] | None:
         try:
             statuses = client.status_all(min(client.timeout_s, PROBE_TIMEOUT_S))
         except (PeerLostError, PeerTimeoutError) as e:  # a ps lost meanwhile: wait on (a restart brings it back)
             unanswered[:] = [e]
-            if isinstance(e, PeerLostError) and not lost:
-                lost.append((time.monotonic(), e))
-            if lost and lost_timeout_s is not None and time.monotonic() - lost[0][0] > lost_timeout_s:
-                error = TrainError(f"{task}: {lost[0][1]}, while it waited for the chief ({chief}) to initialize the"
-                                   f" variables, and it did not come back within {lost_timeout_s:g}s; restart the ps"
-                                   " task (the launcher does with restart: {policy: on-failure}) or raise"
-                                   " ps_recovery_timeout_s")
-                raise error from lost[0][1]
+            lost = client.index_of(e.peer_name) if isinstance(e, PeerLostError) else None
+            if lost is not None and on_lost is not None:
+                on_lost(client, lost, time.monotonic() + client.recovery_timeout_s, e)
             return None
         unanswered.clear()
-        lost.clear()
         return statuses if all(s.ready for s in statuses) else None
 
     def timed_out() -> Exception:
@@ -112,6 +107,35 @@ class PsRecovery:
         """At start, the ps tasks re-homed before this worker started: none, as this strategy
         never re-homes one (shoal/train/rehoming.py does). Does not block."""
         return None
+
+    def recover_before_start(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
+        """`wait_for_chief`'s `on_lost` (before this worker trains, so nothing to restore on its
+        side): block until ps `ps` answers `status` again, ready or not (the chief may not have
+        initialized it yet; the wait for the chief goes on). TrainError at `deadline`."""
+        name, address = f"ps:{client.ps_id(ps)}", client.addresses[ps]
+        log.warning("%s lost %s at %s while it waited for the chief (%s); waiting up to %.0fs for it to come back",
+                    self._task, name, address, self._chief, max(0.0, deadline - time.monotonic()))
+
+        def probe() -> bool | None:
+            try:
+                client.status(ps, timeout_s=PROBE_TIMEOUT_S)
+                return True
+            except WireError:
+                return None
+
+        def timed_out() -> Exception:
+            error = TrainError(f"{self._task}: {cause}, while it waited for the chief ({self._chief}) to initialize "
+                               f"the variables, and it did not come back within {self._timeout_s:g}s; restart the ps "
+                               "task (the launcher does with restart: {policy: on-failure}) or raise "
+                               "ps_recovery_timeout_s")
+            error.__cause__ = cause
+            return error
+
+        poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out, stop=self.stop,
+                   waiting=log_waiting(log, f"{self._task} waiting for {name} at {address} to come back",
+                                       self._timeout_s))
+        log.info("%s: %s at %s answers again; it goes on waiting for the chief (%s)", self._task, name, address,
+                 self._chief)
 
     def recover(self, client: PsClient, ps: int, deadline: float, cause: Exception,
                 retired: Callable[[], bool] | None = None) -> bool:

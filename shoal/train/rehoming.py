@@ -155,6 +155,17 @@ class Rehoming:
 
     # --- other workers -----------------------------------------------------------------------
 
+    def recover_before_start(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
+        """`wait_for_chief`'s `on_lost` (a worker lost ps `ps` before it trains): return once the
+        ps answers again, ready or not (the wait for the chief goes on), raise PsRehomed once the
+        chief moved its shards, TrainError if neither happens in time (PsRecovery's wait for
+        ps 0 or the only ps; twice the recovery timeout plus MOVE_GRACE_S for another)."""
+        if client.ps_id(ps) == 0 or client.num_ps < 2:
+            self._recovery.recover_before_start(client, ps, deadline, cause)
+            return
+        if self._back_or_retired(client, ps, deadline + self._timeout_s + MOVE_GRACE_S, cause) == "retired":
+            self._leave(client, ps)
+
     def _wait(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         """Wait for ps `ps` to come back (PsRecovery then waits for the chief to restore it) or
         for the chief to re-home it — also while PsRecovery waits: a process started at the ps's
@@ -162,9 +173,19 @@ class Rehoming:
         if client.num_ps < 2:
             self._recovery.recover(client, ps, deadline, cause)
             return
+        deadline += self._timeout_s + MOVE_GRACE_S
+        if self._back_or_retired(client, ps, deadline, cause) == "back" and self._recovery.recover(
+                client, ps, deadline, cause, retired=lambda: self._retired_everywhere(client, ps)):
+            return
+        self._leave(client, ps)
+
+    def _back_or_retired(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> str:
+        """Poll until ps `ps` answers `status` ("back") or every other ps says it was re-homed
+        ("retired"); TrainError at `deadline`, which callers give as their recovery deadline plus
+        the timeout and MOVE_GRACE_S (the chief may notice the loss later than this worker does).
+        Blocks."""
         name, address = f"ps:{client.ps_id(ps)}", client.addresses[ps]
         total_s = self._timeout_s * 2 + MOVE_GRACE_S
-        deadline += self._timeout_s + MOVE_GRACE_S
         log.warning("%s lost %s at %s (%s); waiting up to %.0fs for it to come back or the chief (%s) to move its "
                     "shards", self._task, name, address, cause, max(0.0, deadline - self._clock()), self._chief_task)
 
@@ -184,14 +205,10 @@ class Rehoming:
             error.__cause__ = cause
             return error
 
-        outcome = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
-                             waiting=log_waiting(log, f"{self._task} waiting for {name} at {address} to come back "
-                                                 f"or the chief ({self._chief_task}) to move its shards", total_s),
-                             stop=self._recovery.stop)
-        if outcome == "back" and self._recovery.recover(client, ps, deadline, cause,
-                                                         retired=lambda: self._retired_everywhere(client, ps)):
-            return
-        self._leave(client, ps)
+        return poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
+                          waiting=log_waiting(log, f"{self._task} waiting for {name} at {address} to come back "
+                                              f"or the chief ({self._chief_task}) to move its shards", total_s),
+                          stop=self._recovery.stop)
 
     def _retired_everywhere(self, client: PsClient, ps: int) -> bool:
         """Whether every other ps says ps `ps` was re-homed (asked over the second connections:

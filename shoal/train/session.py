@@ -226,8 +226,7 @@ class TrainingSession:
                 if self._chief is not None:
                     self._chief.initialize(self.ps)
                 else:
-                    wait_for_chief(self.ps, self.task, str(self.config.chief_task), deadline, self.init_timeout_s,
-                                   self.ps_recovery_timeout_s)
+                    self._wait_for_chief(deadline)
             statuses = self.ps.status_all(self.request_timeout_s)
             self._check_mode(statuses)
             self.ps.remember_incarnations(statuses)
@@ -542,6 +541,18 @@ class TrainingSession:
         with self._recovering:
             deadline += time.monotonic() - asked  # the watch's recovery held the lock: not this ps's time
             self._recovery.recover(client, ps, deadline, cause)
+
+    def _wait_for_chief(self, deadline: float) -> None:
+        """Block until the chief initialized every ps; a ps lost meanwhile is recovered as the
+        session's strategy says, and one re-homed meanwhile leaves the placement (then the wait
+        goes on with the others: at most once per ps)."""
+        while True:
+            try:
+                wait_for_chief(self.ps, self.task, str(self.config.chief_task), deadline, self.init_timeout_s,
+                               on_lost=self._recovery.recover_before_start)
+                return
+            except PlacementChanged as moved:
+                self._use_placement(moved.placement)
 
     def _retired_ps(self) -> tuple[int, ...]:
         """The cluster indices of the ps tasks re-homed so far (read by the ps watch's thread)."""

