@@ -131,7 +131,7 @@ class LocalExecutor:
         ids = task_ids(spec)
         ports = free_ports(len(ids) + 1, self._host)
         visible = self._visible = self._visible_gpus(spec)
-        gpus = assign_gpus(spec, ids, visible)
+        gpus = assign_gpus(spec, ids, visible, only_host=True)
         return Allocation(
             tasks=tuple(TaskAllocation(task, self._host, port, gpus[task], gpu_host=len(visible) > 0)
                         for task, port in zip(ids, ports[:-1], strict=True)),

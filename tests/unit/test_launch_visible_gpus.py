@@ -7,6 +7,7 @@ import pytest
 
 from shoal.cluster import TaskId
 from shoal.launch.agent_client import AgentError, Bound, _visible_gpus
+from shoal.launch.allocation import take_free_gpus
 from shoal.launch.errors import PlanError
 from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.executor_slurm import _step_gpus
@@ -139,16 +140,27 @@ def test_tasks_added_to_a_gpu_role_get_the_gpus_no_running_task_holds():
     assert executor.place_task(plan, TaskId("worker", 2), running[:1]).gpus == ("4",)  # worker 0 was scaled down
 
 
-def test_a_task_added_to_a_gpu_role_on_a_host_with_no_gpu_for_the_job_is_refused_saying_why():
-    """Scaling down frees nothing there: the refusal names what leaves the host no GPU."""
+def test_a_gpu_role_that_starts_with_no_task_on_a_host_with_no_gpu_for_the_job_is_refused_at_start():
+    """Every `shoal scale` of it would be refused, so the job is, before anything starts."""
     spec = spec_from_dict({"name": "g", "run": "python t.py", "roles": {"chief": {}, "worker": {"count": "0..3",
                                                                                                 "gpus": 1}}})
     for executor, why in ((LocalExecutor(python="/py", base_env={"CUDA_VISIBLE_DEVICES": ""}),
-                           r"CUDA_VISIBLE_DEVICES= leaves it none"),
-                          (LocalExecutor(python="/py", gpu_count=0), r"no NVIDIA GPU was found")):
-        plan = make_plan(spec, executor.allocate(spec), job_id="g-1", shoal_home=Path("/h"), workdir=Path("/w"),
-                         secret="s" * 64)  # no task wants a GPU yet: the job starts
-        with pytest.raises(PlanError, match=r"worker:0 asks for 1 GPU\(s\) but this host has no GPU for the job \("
+                           r"CUDA_VISIBLE_DEVICES= leaves no GPU to the job"),
+                          (LocalExecutor(python="/py", gpu_count=0), r"no NVIDIA GPU was found on this host")):
+        with pytest.raises(PlanError, match=r"roles worker ask for 0 GPU\(s\) in all \(worker starts with no task, "
+                                            r"and every `shoal scale` of it would be refused\), but " + why):
+            executor.allocate(spec)
+    fixed = spec_from_dict({"name": "g", "run": "python t.py", "roles": {"chief": {}, "worker": {"count": 0,
+                                                                                                 "gpus": 1}}})
+    assert LocalExecutor(python="/py", gpu_count=0).allocate(fixed).tasks  # count 0, no range: it never scales
+
+
+def test_a_task_added_to_a_gpu_role_on_a_host_with_no_gpu_for_the_job_is_refused_saying_why():
+    """(An ssh host of the job with no GPU.) Scaling down frees nothing there: the refusal
+    names what leaves the host no GPU."""
+    for gpus, why in ((VisibleGpus((), "CUDA_VISIBLE_DEVICES="), r"CUDA_VISIBLE_DEVICES= leaves it none"),
+                      (VisibleGpus(), r"no NVIDIA GPU was found")):
+        with pytest.raises(PlanError, match=r"worker:0 asks for 1 GPU\(s\) but h2 has no GPU for the job \("
                                             + why) as refused:
-            executor.place_task(plan, TaskId("worker", 0), list(plan.tasks))
+            take_free_gpus(1, gpus, (), TaskId("worker", 0), "h2")
         assert "scale a role" not in str(refused.value)
