@@ -4,9 +4,11 @@ summaries, never training.
 `EventFile.add_scalar` never blocks. It puts the value on a bounded queue, or drops it when
 the queue is full (the disk fell behind) or the file has failed. The writer thread turns the
 values into events in tensorboardX's record format (what TensorBoard reads) and flushes them
-every `flush_secs`. The first write that fails (a full disk, a filesystem gone read-only) ends
-the file: one WARNING names the directory and the error, later values are dropped, and the
-caller goes on as before.
+every `flush_secs`. A write that fails with an OSError (a full disk, a filesystem gone
+read-only) pauses the summaries: one WARNING names the directory and the error, values are
+dropped meanwhile, and every `retry_secs` the writer thread tries a new event file in the same
+directory; once one can be written (the disk was freed) the summaries go on there, with one
+INFO line. Any other failure (a bug) ends them. The caller goes on as before either way.
 
 tensorboardX's SummaryWriter is not used for this: its writer thread dies on any OSError,
 its bounded queue then fills, and the next `add_scalar` blocks its caller (the training
@@ -16,7 +18,9 @@ States (`EventFileState`), and their transitions:
 
     NEW --open--> OPEN --close--> CLOSED
     NEW --open fails--> FAILED --close--> CLOSED
-    OPEN --a write fails--> FAILED
+    OPEN --a write fails (OSError)--> PAUSED --a new file is written--> OPEN
+    PAUSED --close--> CLOSED
+    OPEN --any other failure--> FAILED
 
 Thread-safe as used: one thread (the task's training thread) calls `open`, `add_scalar`,
 `flush` and `close`; the writer thread is the file's own.
@@ -45,6 +49,8 @@ MAX_PENDING = 1000
 """Values waiting for the writer thread; more are dropped (the disk fell behind)."""
 CLOSE_TIMEOUT_S = 5.0
 """How long `close` waits for the last events to reach the disk."""
+RETRY_SECS = 60.0
+"""How often paused summaries (a write failed) try a new event file."""
 
 _FLUSH = object()  # queue items besides (wall_time, tag, value, step) tuples
 _STOP = object()
@@ -56,6 +62,7 @@ class EventFileState(Enum):
 
     NEW = "new"
     OPEN = "open"
+    PAUSED = "paused"
     FAILED = "failed"
     CLOSED = "closed"
 
@@ -87,15 +94,21 @@ def _tensorboardx_parts():
 class EventFile:
     """A TensorBoard event file in `logdir`, written by a thread of its own (module docstring)."""
 
-    def __init__(self, logdir: str | os.PathLike, *, flush_secs: float = FLUSH_SECS, max_pending: int = MAX_PENDING):
+    def __init__(self, logdir: str | os.PathLike, *, flush_secs: float = FLUSH_SECS, max_pending: int = MAX_PENDING,
+                 retry_secs: float | None = None):
         self.logdir = Path(logdir)
         self.path: Path | None = None
+        """The event file being written (a new one after summaries resumed)."""
         self._flush_secs = flush_secs
+        self._retry_secs = RETRY_SECS if retry_secs is None else retry_secs
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
         self._state = EventFileState.NEW
         self._lock = threading.Lock()  # guards the state's transitions, made by both threads
         self._thread: threading.Thread | None = None
+        self._tbx: tuple = ()  # tensorboardX's RecordWriter, Event and scalar, once open
         self._dropped = 0
+        self._dropped_paused = 0  # about how many values were dropped since the summaries paused (both threads count)
+        self._stopping = False  # the writer thread took _STOP: a failure now is the last one
 
     @property
     def state(self) -> EventFileState:
@@ -107,25 +120,46 @@ class EventFile:
         one warning and returns False (every later call is then a no-op). Never raises OSError."""
         if self._state is not EventFileState.NEW:
             return self._state is EventFileState.OPEN
-        record_writer, event, scalar = _import_tensorboardx()
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
+        self._tbx = _import_tensorboardx()
         try:
             self.logdir.mkdir(parents=True, exist_ok=True)
-            records = record_writer(str(self.logdir / name))
+            records = self._new_file()
         except OSError as e:
             self._fail(e)
             return False
-        self.path = self.logdir / name
         self._state = EventFileState.OPEN
-        self._thread = threading.Thread(target=self._write, args=(records, event, scalar), daemon=True,
+        self._thread = threading.Thread(target=self._write, args=(records,), daemon=True,
                                         name=f"summaries {self.logdir}")
         self._thread.start()
         return True
 
+    def _new_file(self):
+        """A RecordWriter on a new event file in `logdir` (`path` names it), its first record
+        (the file version) written and flushed: a file can be created on a full disk, and only
+        a flushed record says it can be written. Raises OSError (the file is then removed)."""
+        record_writer, event, _ = self._tbx
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
+        path = self.logdir / name
+        records = record_writer(str(path))
+        try:
+            records.write(event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+            records.flush()
+        except OSError:
+            with suppress(OSError):
+                records.close()
+            with suppress(OSError):
+                path.unlink()
+            raise
+        self.path = path
+        return records
+
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         """Queue one value of `tag` at global step `step` for the writer thread. Never blocks:
-        dropped when the file is not open or the disk fell behind (one warning, the first time)."""
+        dropped when the file is not open (paused: counted) or the disk fell behind (one
+        warning, the first time)."""
         if self._state is not EventFileState.OPEN:
+            if self._state is EventFileState.PAUSED:
+                self._dropped_paused += 1
             return
         try:
             self._queue.put_nowait((time.time(), tag, float(value), int(step)))
@@ -149,47 +183,108 @@ class EventFile:
         thread = self._thread
         if thread is not None:
             deadline = time.monotonic() + timeout_s
-            if self._state is EventFileState.OPEN:
+            if self._state in (EventFileState.OPEN, EventFileState.PAUSED):
                 with suppress(queue.Full):
                     self._queue.put(_STOP, timeout=timeout_s)
             thread.join(max(0.0, deadline - time.monotonic()))  # a failed writer is on its way out
         with self._lock:
             stuck = self._state is EventFileState.OPEN and thread is not None and thread.is_alive()
+            paused = self._state is EventFileState.PAUSED
             self._state = EventFileState.CLOSED
         if stuck:
             log.warning("summaries to %s: the last values did not reach the disk within %.0fs; closed without them",
                         self.logdir, timeout_s)
+        elif paused and self._dropped_paused:
+            log.warning("summaries to %s were still paused at the end: %d values were dropped since the failed "
+                        "write", self.logdir, self._dropped_paused)
 
-    def _write(self, records, event, scalar) -> None:
-        """The writer thread: write each queued value, flush every `flush_secs`, stop at _STOP or
-        at the first failure."""
-        due = time.monotonic() + self._flush_secs  # when what was written since the last flush must be on disk
-        try:
-            records.write(event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-            while True:
-                try:
-                    item = self._queue.get(timeout=None if due is None else max(0.0, due - time.monotonic()))
-                except queue.Empty:
-                    item = _FLUSH
-                if item is _FLUSH or item is _STOP:
-                    if due is not None:
-                        records.flush()
-                        due = None
-                    if item is _STOP:
-                        records.close()
-                        return
-                    continue
-                wall_time, tag, value, step = item
-                records.write(event(wall_time=wall_time, step=step, summary=scalar(tag, value)).SerializeToString())
-                if due is None:
-                    due = time.monotonic() + self._flush_secs
-                elif time.monotonic() >= due:
+    def _write(self, records) -> None:
+        """The writer thread: write into `records` until _STOP; after a write fails with an
+        OSError, pause and go on in a new file once one can be written (`_resume`)."""
+        while records is not None:
+            try:
+                self._write_file(records)
+                return
+            except OSError as e:
+                with suppress(OSError):
+                    records.close()  # the fd is closed even when its last flush fails
+                if self._stopping:  # the last flush, at close: nothing more will come to write
+                    self._fail(e)
+                    return
+                records = self._resume() if self._pause(e) else None
+            except Exception as e:  # noqa: BLE001  # whatever it is, it must cost the summaries only
+                self._fail(e)
+                with suppress(OSError):
+                    records.close()
+                return
+
+    def _write_file(self, records) -> None:
+        """Write each queued value into `records`, flush every `flush_secs`, close it at _STOP.
+        Raises what the file raises."""
+        _, event, scalar = self._tbx
+        due = None  # when what was written since the last flush must be on disk
+        while True:
+            try:
+                item = self._queue.get(timeout=None if due is None else max(0.0, due - time.monotonic()))
+            except queue.Empty:
+                item = _FLUSH
+            if item is _FLUSH or item is _STOP:
+                self._stopping = item is _STOP
+                if due is not None:
                     records.flush()
                     due = None
-        except Exception as e:  # noqa: BLE001  # whatever it is, it must cost the summaries only
-            self._fail(e)
-            with suppress(OSError):
-                records.close()  # the fd is closed even when its last flush fails
+                if item is _STOP:
+                    records.close()
+                    return
+                continue
+            wall_time, tag, value, step = item
+            records.write(event(wall_time=wall_time, step=step, summary=scalar(tag, value)).SerializeToString())
+            if due is None:
+                due = time.monotonic() + self._flush_secs
+            elif time.monotonic() >= due:
+                records.flush()
+                due = None
+
+    def _pause(self, e: OSError) -> bool:
+        """OPEN -> PAUSED with the one warning; False if the file was closed meanwhile."""
+        with self._lock:
+            if self._state is not EventFileState.OPEN:
+                return False
+            self._state = EventFileState.PAUSED
+            self._dropped_paused = 0
+        reason = e.strerror or errno.errorcode.get(e.errno or 0) or str(e)
+        log.warning("summaries to %s stopped: %s; training goes on, and a new event file is tried every %gs (free "
+                    "the disk or fix the directory; values meanwhile are dropped)", self.logdir, reason,
+                    self._retry_secs)
+        return True
+
+    def _resume(self):
+        """While paused: drop what is queued and, every `retry_secs`, try a new event file whose
+        first record reaches the disk. Returns its RecordWriter (state OPEN again), or None at
+        _STOP or once closed."""
+        while True:
+            due = time.monotonic() + self._retry_secs
+            while (left := due - time.monotonic()) > 0:
+                try:
+                    item = self._queue.get(timeout=left)
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    return None
+                if item is not _FLUSH:
+                    self._dropped_paused += 1
+            try:
+                records = self._new_file()
+            except OSError:
+                continue
+            with self._lock:
+                if self._state is not EventFileState.PAUSED:
+                    records.close()
+                    return None
+                self._state = EventFileState.OPEN
+            log.info("summaries to %s go on in %s (%d values were dropped meanwhile)", self.logdir,
+                     self.path.name, self._dropped_paused)
+            return records
 
     def _fail(self, e: Exception) -> None:
         """Log the one warning and stop taking values (either thread)."""
@@ -197,7 +292,7 @@ class EventFile:
             if self._state not in (EventFileState.NEW, EventFileState.OPEN):
                 return
             self._state = EventFileState.FAILED
-        if isinstance(e, OSError):
+        if isinstance(e, OSError):  # at open (the directory or the file cannot be made), or the last flush
             reason = e.strerror or errno.errorcode.get(e.errno or 0) or str(e)
             log.warning("summaries to %s stopped: %s; training goes on without them until this task starts again "
                         "(free the disk or fix the directory for the next start)", self.logdir, reason)

@@ -13,8 +13,8 @@ stays its own): the launcher records it, and `shoal tensorboard` serves what the
 
 Summaries never block or stop training: the event file is written from a thread of its own
 (shoal/train/event_file.py), so `scalar` and `step_done` never wait for the disk, and a write
-that fails (a full disk, say) ends the summaries with one warning naming the directory and the
-error while training goes on.
+that fails (a full disk, say) pauses the summaries with one warning naming the directory and the
+error while training goes on; they go on in a new event file once the disk has room again.
 
 Not thread-safe (the training thread calls it).
 """

@@ -67,6 +67,6 @@ def test_summaries_on_a_full_disk_warn_once_and_training_goes_on(small_disk, cap
             chief.close()
         assert results[-1].global_step == 600
         stopped = [r.getMessage() for r in caplog.records if "stopped" in r.getMessage()]
-        assert stopped == [f"summaries to {model_dir} stopped: No space left on device; training goes on without "
-                           "them until this task starts again (free the disk or fix the directory for the next "
-                           "start)"]
+        assert stopped == [f"summaries to {model_dir} stopped: No space left on device; training goes on, and a new "
+                           "event file is tried every 60s (free the disk or fix the directory; values meanwhile are "
+                           "dropped)"]

@@ -85,22 +85,53 @@ def _stopped(caplog):
     return [r.getMessage() for r in caplog.records if "stopped" in r.getMessage()]
 
 
-def test_full_disk_stops_summaries_with_one_warning_and_steps_go_on(small_disk, caplog):
+def _wait_until(condition, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_full_disk_pauses_summaries_with_one_warning_steps_go_on_and_they_resume_once_it_is_freed(
+        small_disk, caplog, monkeypatch):
+    monkeypatch.setattr("shoal.train.event_file.RETRY_SECS", 0.3)
     logdir = small_disk.path / "model"
     s = TaskSummaries(logdir, every_steps=1, is_chief=True).open()
+    _steps(s, 1, 10)
+    s.flush()
+    assert _wait_until(lambda: 1 <= len(_scalars(logdir).get("loss", [])), 30)  # on disk before it fills
+    small_disk.fill()
+    with caplog.at_level(logging.INFO, logger="shoal.train.event_file"):
+        assert _finishes(lambda: _steps(s, 11, 2000), 30), "a step blocked on the full disk"
+        assert _wait_until(lambda: _stopped(caplog), 30), "the writer never found the disk full"
+        assert _finishes(lambda: _steps(s, 2011, 2000), 30), "a step blocked while the summaries were paused"
+        time.sleep(1.0)  # retries on the full disk: each new file fails its first flush and is removed
+        assert len(list(logdir.iterdir())) == 1, sorted(p.name for p in logdir.iterdir())
+        small_disk.free()
+        assert _wait_until(lambda: any("go on in" in r.getMessage() for r in caplog.records), 30), caplog.text
+        _steps(s, 5001, 20)
+        assert _finishes(s.close, 30)
+    assert _stopped(caplog) == [f"summaries to {logdir} stopped: No space left on device; training goes on, and a new "
+                                "event file is tried every 0.3s (free the disk or fix the directory; values meanwhile "
+                                "are dropped)"]
+    assert len(list(logdir.glob("events.out.tfevents.*"))) == 2
+    steps = [step for step, _ in _scalars(logdir)["loss"]]
+    assert steps[:10] == list(range(1, 11)) and steps[-20:] == list(range(5001, 5021)), steps
+
+
+def test_closing_summaries_still_paused_returns_at_once_and_says_what_was_lost(small_disk, caplog, monkeypatch):
+    monkeypatch.setattr("shoal.train.event_file.RETRY_SECS", 60.0)
+    s = TaskSummaries(small_disk.path / "model", every_steps=1, is_chief=True).open()
     small_disk.fill()
     with caplog.at_level(logging.WARNING, logger="shoal.train.event_file"):
-        assert _finishes(lambda: _steps(s, 1, 2000), 30), "a step blocked on the full disk"
-        deadline = time.monotonic() + 30  # the writer thread fails at its first write to disk
-        while not _stopped(caplog) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _finishes(lambda: _steps(s, 2001, 2000), 30), "a step blocked after the summaries failed"
-        small_disk.free()
-        assert _finishes(lambda: _steps(s, 4001, 2000), 30)
-        assert _finishes(s.close, 30)
-    assert _stopped(caplog) == [f"summaries to {logdir} stopped: No space left on device; training goes on without "
-                                "them until this task starts again (free the disk or fix the directory for the next "
-                                "start)"]
+        _steps(s, 1, 2000)
+        assert _wait_until(lambda: _stopped(caplog), 30)
+        _steps(s, 2001, 100)
+        started = time.monotonic()
+        s.close()
+        assert time.monotonic() - started < 5  # not the minute until its next try
+    assert any(r.getMessage().startswith(f"summaries to {small_disk.path / 'model'} were still paused at the end: ")
+               for r in caplog.records), caplog.text
 
 
 def test_summaries_dir_that_cannot_be_made_is_one_warning_not_an_error(tmp_path, caplog):
