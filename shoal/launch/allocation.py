@@ -61,29 +61,21 @@ def task_ids(spec: JobSpec) -> list[TaskId]:
     return [TaskId(job, i) for job in ROLE_ORDER for i in range(spec.count(job))]
 
 
-def assign_gpus(spec: JobSpec, ids: list[TaskId], gpus: VisibleGpus, *,
-                only_host: bool = False) -> dict[TaskId, tuple[str, ...]]:
+def assign_gpus(spec: JobSpec, ids: list[TaskId], gpus: VisibleGpus) -> dict[TaskId, tuple[str, ...]]:
     """Distinct GPUs of one host (of `gpus`, in order) for the tasks that ask for them, in task
-    order; PlanError if the host has none or too few. With `only_host` (the job's one host: the
-    local executor) a role that asks for GPUs but starts with no task (`count: 0..N`) is refused
-    too when the host has none: every `shoal scale` of it would be."""
+    order; PlanError if the host has none or too few."""
     wanted = sum(spec.role(t.job).gpus for t in ids)
-    asking = {t.job for t in ids if spec.role(t.job).gpus}
-    idle = ({job for job, role in spec.roles.items() if role.gpus and role.max_count and job not in asking}
-            if only_host else set())
-    if (wanted or idle) and not gpus.ids:
-        what = f"roles {', '.join(sorted(asking | idle))} ask for {wanted} GPU(s) in all"
-        if idle:
-            what += (f" ({', '.join(sorted(idle))} {'starts' if len(idle) == 1 else 'start'} with no task, and every"
-                     " `shoal scale` of it would be refused)")
+    if wanted and not gpus.ids:
+        roles = sorted({t.job for t in ids if spec.role(t.job).gpus})
         if gpus.limited_by:
             raise PlanError(
-                f"{what}, but {gpus.limited_by} leaves no GPU to the job; name the GPUs it may use there (or unset"
-                " it), or set gpus: 0"
+                f"roles {', '.join(roles)} ask for {wanted} GPU(s) in all, but {gpus.limited_by} leaves"
+                " no GPU to the job; name the GPUs it may use there (or unset it), or set gpus: 0"
             )
         raise PlanError(
-            f"{what}, but no NVIDIA GPU was found on this host (nvidia-ml-py missing or reports none); set"
-            " gpus: 0, or pip install nvidia-ml-py on a machine with GPUs"
+            f"roles {', '.join(roles)} ask for {wanted} GPU(s) in all, but no NVIDIA GPU was"
+            " found on this host (nvidia-ml-py missing or reports none); set gpus: 0, or"
+            " pip install nvidia-ml-py on a machine with GPUs"
         )
     if wanted > len(gpus):
         limit = f" ({gpus.limited_by})" if gpus.limited_by else ""
@@ -97,6 +89,24 @@ def assign_gpus(spec: JobSpec, ids: list[TaskId], gpus: VisibleGpus, *,
         out[task] = gpus.ids[next_gpu:next_gpu + n]
         next_gpu += n
     return out
+
+
+def refuse_gpu_roles_that_cannot_grow(spec: JobSpec, gpus: VisibleGpus) -> None:
+    """PlanError for a role that starts with no task (`count: 0..N`) but asks for more GPUs per
+    task than `gpus` (the job's only host: the local executor) has: every `shoal scale` of it
+    would be refused, so the job is, before anything starts."""
+    for job, role in sorted(spec.roles.items()):
+        if not role.gpus or role.count or not role.max_count or role.gpus <= len(gpus):
+            continue
+        if not gpus.ids:
+            why = (f"{gpus.limited_by} leaves no GPU to the job" if gpus.limited_by else
+                   "no NVIDIA GPU was found on this host (nvidia-ml-py missing or reports none)")
+        else:
+            limit = f" ({gpus.limited_by})" if gpus.limited_by else ""
+            why = f"this host has {len(gpus)} GPU(s){limit}"
+        raise PlanError(f"roles.{job} (count: 0..{role.max_count}, gpus: {role.gpus}) starts with no task, and every"
+                        f" `shoal scale` of it would be refused: {why}; lower its gpus (0 for none), or start the"
+                        " job on a machine with enough GPUs")
 
 
 FREE_GPUS_HINT = ("scale a role with GPUs down first (a task being stopped keeps its GPUs until it exits,"

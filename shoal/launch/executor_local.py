@@ -21,7 +21,8 @@ from typing import Optional
 import psutil
 
 from shoal.cluster import TaskId
-from shoal.launch.allocation import Allocation, TaskAllocation, assign_gpus, take_free_gpus, task_ids
+from shoal.launch.allocation import (Allocation, TaskAllocation, assign_gpus, refuse_gpu_roles_that_cannot_grow,
+                                     take_free_gpus, task_ids)
 from shoal.launch import job_processes
 from shoal.launch.errors import PlanError
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
@@ -131,7 +132,8 @@ class LocalExecutor:
         ids = task_ids(spec)
         ports = free_ports(len(ids) + 1, self._host)
         visible = self._visible = self._visible_gpus(spec)
-        gpus = assign_gpus(spec, ids, visible, only_host=True)
+        refuse_gpu_roles_that_cannot_grow(spec, visible)
+        gpus = assign_gpus(spec, ids, visible)
         return Allocation(
             tasks=tuple(TaskAllocation(task, self._host, port, gpus[task], gpu_host=len(visible) > 0)
                         for task, port in zip(ids, ports[:-1], strict=True)),

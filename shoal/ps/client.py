@@ -139,7 +139,7 @@ class PsClient:
     def _probe(self, ps: int, timeout_s: float) -> RpcClient:
         probe = self._probes.get(ps)
         if probe is None:
-            probe = self._probes[ps] = RpcClient(self.addresses[ps], self._secret, f"ps:{ps}", timeout_s,
+            probe = self._probes[ps] = RpcClient(self.addresses[ps], self._secret, f"ps:{self._ids[ps]}", timeout_s,
                                                  security=self._security)
         return probe
 

@@ -11,11 +11,12 @@ import logging
 import time
 from typing import Callable
 
-from shoal.ps.client import PsClient
+from shoal.ps.client import LostPsHandler, PsClient
 from shoal.ps.protocol import Mode, StatusReply
 from shoal.train.errors import TrainError
 from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
 from shoal.wire import PeerLostError, PeerTimeoutError, WireError
+from shoal.wire.client import HEARTBEAT_TIMEOUT_MS
 
 log = logging.getLogger("shoal.train.session")
 
@@ -45,48 +46,82 @@ def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float, *,
 
 def missing_ps(client: PsClient, indices: list[int]) -> str:
     """"ps:1 at host:2222, ps:2 at ...", or "the parameter servers" for none known."""
-    return ", ".join(f"ps:{i} at {client.addresses[i]}" for i in indices) or "the parameter servers"
+    return ", ".join(f"ps:{client.ps_id(i)} at {client.addresses[i]}" for i in indices) or "the parameter servers"
 
 
 PROBE_TIMEOUT_S = 2.0
 """How long one poll of a wait for the ps waits for their answers (the next poll asks again)."""
 
 
+SILENT_AS_LOST_S = HEARTBEAT_TIMEOUT_MS / 1000
+"""How long a ps may leave every poll of the wait for the chief unanswered before it counts as
+lost (as zmq's heartbeat decides in training): a machine that vanished sends no reset, and each
+unanswered poll starts its connection again, so zmq's heartbeat never says so there."""
+
+
 def wait_for_chief(client: PsClient, task: str, chief: str, deadline: float, total_s: float,
-                   on_lost: Callable[[PsClient, int, float, Exception], None] | None = None) -> list[StatusReply]:
+                   on_lost: LostPsHandler | None = None) -> list[StatusReply]:
     """Every ps's status, polling until the chief marked all of them ready. A ps whose
-    connection is lost meanwhile goes to `on_lost(client, ps, deadline, cause)` (the session's
-    recovery strategy's `recover_before_start`, with the client's recovery timeout): it returns
-    once the ps answers again, raises PlacementChanged once its shards were re-homed (the caller
-    adopts the new placement and waits again), or TrainError. Each poll waits at most
-    PROBE_TIMEOUT_S for the answers: a new connection to a ps that is gone never comes up, and
-    would otherwise hold the wait for the whole request timeout."""
+    connection is lost meanwhile (or that answered no poll for SILENT_AS_LOST_S) goes to
+    `on_lost(client, ps, deadline, cause)` (the session's recovery strategy's
+    `recover_before_start`, given the client's recovery timeout): it returns once the ps
+    answers again, and the wait then lasts at least until that recovery deadline (the chief
+    may need it to restore the ps); it raises PlacementChanged once the ps's shards were
+    re-homed (the caller adopts the new placement and waits again), or TrainError. Each poll
+    waits at most PROBE_TIMEOUT_S for the answers: a new connection to a ps that is gone never
+    comes up, and would otherwise hold the wait for the whole request timeout."""
     log.info("%s waiting for the chief (%s) to initialize the variables", task, chief)
 
-    unanswered: list[WireError] = []  # the last probe's, if a ps did not answer it
+    unanswered: list[WireError] = []  # the last poll's errors
+    silent_since: dict[int, float] = {}  # ps -> when it first left a poll unanswered (timeouts only)
+    end = [deadline]  # the wait's deadline, moved past a lost ps's recovery deadline
 
     def probe() -> list[StatusReply] | None:
-        try:
-            statuses = client.status_all(min(client.timeout_s, PROBE_TIMEOUT_S))
-        except (PeerLostError, PeerTimeoutError) as e:  # a ps lost meanwhile: wait on (a restart brings it back)
-            unanswered[:] = [e]
-            lost = client.index_of(e.peer_name) if isinstance(e, PeerLostError) else None
-            if lost is not None and on_lost is not None:
-                on_lost(client, lost, time.monotonic() + client.recovery_timeout_s, e)
+        results = client.status_each(min(client.timeout_s, PROBE_TIMEOUT_S))
+        now = time.monotonic()
+        unanswered[:] = [r for r in results if isinstance(r, WireError)]
+        for ps in [ps for ps in silent_since if not isinstance(results[ps], PeerTimeoutError)]:
+            del silent_since[ps]
+        lost = _first_lost(client, results, silent_since, now)
+        if lost is not None and on_lost is not None:
+            ps, cause = lost
+            recovery_deadline = now + client.recovery_timeout_s
+            on_lost(client, ps, recovery_deadline, cause)  # blocks; raises PlacementChanged or TrainError
+            end[0] = max(end[0], recovery_deadline)
+            silent_since.clear()
+            return None  # asked again: these answers are from before the wait
+        if unanswered:
             return None
-        unanswered.clear()
-        return statuses if all(s.ready for s in statuses) else None
+        return results if all(s.ready for s in results) else None  # type: ignore[union-attr]
 
     def timed_out() -> Exception:
+        waited = total_s + max(0.0, end[0] - deadline)
         if unanswered:
-            return TrainError(f"{task}: waited {total_s:g}s for the chief ({chief}) to initialize the variables, and"
+            return TrainError(f"{task}: waited {waited:g}s for the chief ({chief}) to initialize the variables, and"
                               f" a ps stopped answering meanwhile: {unanswered[0]}; restart the ps task (the launcher"
                               " does with restart: {policy: on-failure})")
-        return TrainError(f"{task}: the chief ({chief}) did not initialize the variables within {total_s:g}s; "
+        return TrainError(f"{task}: the chief ({chief}) did not initialize the variables within {waited:g}s; "
                           "is it running? (raise init_timeout_s if it is slow)")
 
-    return poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
+    return poll_until(probe, deadline=lambda: end[0], interval_s=0.2, timed_out=timed_out,
                       waiting=log_waiting(log, f"{task} still waiting for the chief ({chief})", total_s))
+
+
+def _first_lost(client: PsClient, results: list[StatusReply | WireError], silent_since: dict[int, float],
+                now: float) -> tuple[int, PeerLostError] | None:
+    """The first ps of a poll's `results` that counts as lost (its connection broke, or it left
+    every poll unanswered for SILENT_AS_LOST_S; `silent_since` records when it began), with
+    the error that says so."""
+    for ps, result in enumerate(results):
+        if isinstance(result, PeerLostError):
+            return ps, result
+        if isinstance(result, PeerTimeoutError):
+            since = silent_since.setdefault(ps, now)
+            if now - since >= SILENT_AS_LOST_S:
+                name = f"ps:{client.ps_id(ps)}"
+                return ps, PeerLostError(f"{name} at {client.addresses[ps]} answered nothing for {now - since:.0f}s"
+                                         " (its machine gone?)", name)
+    return None
 
 
 class PsRecovery:
@@ -143,9 +178,9 @@ class PsRecovery:
         (asked at each poll, a worker other than the chief under re-homing): False as soon as it
         says the ps was re-homed — a process started again at its address after that is never
         restored, so waiting for it would fail."""
-        address = client.addresses[ps]
+        name, address = f"ps:{client.ps_id(ps)}", client.addresses[ps]
         before = client.answered_step(ps)
-        log.warning("%s lost ps:%d at %s (%s); waiting up to %.0fs for it to come back", self._task, ps, address,
+        log.warning("%s lost %s at %s (%s); waiting up to %.0fs for it to come back", self._task, name, address,
                     cause, max(0.0, deadline - time.monotonic()))
         last: list[StatusReply | None] = [None]
 
@@ -163,8 +198,8 @@ class PsRecovery:
             return status if status is not None and status.ready else None
 
         def timed_out() -> Exception:
-            waiting_for = (f"ps:{ps} at {address} did not come back" if last[0] is None else
-                           f"ps:{ps} came back but the chief ({self._chief}) did not restore it")
+            waiting_for = (f"{name} at {address} did not come back" if last[0] is None else
+                           f"{name} came back but the chief ({self._chief}) did not restore it")
             error = TrainError(f"{self._task}: {waiting_for} within {self._timeout_s:g}s; restart the ps task "
                                "(the launcher does with restart: {policy: on-failure}) or raise ps_recovery_timeout_s")
             error.__cause__ = cause
@@ -172,8 +207,8 @@ class PsRecovery:
 
         def waiting_for() -> str:
             if last[0] is None:
-                return f"{self._task} waiting for ps:{ps} at {address} to come back"
-            return f"{self._task} waiting for the chief ({self._chief}) to restore ps:{ps} at {address}"
+                return f"{self._task} waiting for {name} at {address} to come back"
+            return f"{self._task} waiting for the chief ({self._chief}) to restore {name} at {address}"
 
         status = poll_until(probe, deadline=deadline, interval_s=0.2, timed_out=timed_out,
                             waiting=log_waiting(log, waiting_for, self._timeout_s), stop=self.stop)
@@ -187,5 +222,5 @@ class PsRecovery:
             # updates lost: the chief's log says what the restore came from and what it lost.
             rolled_back = (f" (it had answered step {before} before it was lost; the chief's log says what its"
                            " restore lost)")
-        log.info("%s: ps:%d is back at step %d%s", self._task, ps, status.step, rolled_back)
+        log.info("%s: %s is back at step %d%s", self._task, name, status.step, rolled_back)
         return True

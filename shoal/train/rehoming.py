@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from enum import Enum
 from typing import Callable, Mapping
 
 import numpy as np
@@ -47,6 +48,13 @@ MOVE_GRACE_S = 30.0
 """How much longer than twice the recovery timeout a worker other than the chief waits for a lost
 ps's shards to move: the chief's last probes of the ps, reading a replica or a checkpoint, and
 sending the shards to the survivors."""
+
+
+class LostPs(Enum):
+    """What became of a lost ps a worker other than the chief waited for."""
+
+    BACK = "back"        # it answers again (restarted)
+    RETIRED = "retired"  # the chief moved its shards: every other ps says it was re-homed
 
 
 class PsRehomed(PlacementChanged):
@@ -163,7 +171,7 @@ class Rehoming:
         if client.ps_id(ps) == 0 or client.num_ps < 2:
             self._recovery.recover_before_start(client, ps, deadline, cause)
             return
-        if self._back_or_retired(client, ps, deadline + self._timeout_s + MOVE_GRACE_S, cause) == "retired":
+        if self._back_or_retired(client, ps, deadline + self._timeout_s + MOVE_GRACE_S, cause) is LostPs.RETIRED:
             self._leave(client, ps)
 
     def _wait(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
@@ -174,14 +182,14 @@ class Rehoming:
             self._recovery.recover(client, ps, deadline, cause)
             return
         deadline += self._timeout_s + MOVE_GRACE_S
-        if self._back_or_retired(client, ps, deadline, cause) == "back" and self._recovery.recover(
+        if self._back_or_retired(client, ps, deadline, cause) is LostPs.BACK and self._recovery.recover(
                 client, ps, deadline, cause, retired=lambda: self._retired_everywhere(client, ps)):
             return
         self._leave(client, ps)
 
-    def _back_or_retired(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> str:
-        """Poll until ps `ps` answers `status` ("back") or every other ps says it was re-homed
-        ("retired"); TrainError at `deadline`, which callers give as their recovery deadline plus
+    def _back_or_retired(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> "LostPs":
+        """Poll until ps `ps` answers `status` (BACK) or every other ps says it was re-homed
+        (RETIRED); TrainError at `deadline`, which callers give as their recovery deadline plus
         the timeout and MOVE_GRACE_S (the chief may notice the loss later than this worker does).
         Blocks."""
         name, address = f"ps:{client.ps_id(ps)}", client.addresses[ps]
@@ -189,12 +197,12 @@ class Rehoming:
         log.warning("%s lost %s at %s (%s); waiting up to %.0fs for it to come back or the chief (%s) to move its "
                     "shards", self._task, name, address, cause, max(0.0, deadline - self._clock()), self._chief_task)
 
-        def probe() -> str | None:
+        def probe() -> LostPs | None:
             if self._retired_everywhere(client, ps):
-                return "retired"
+                return LostPs.RETIRED
             try:
                 client.status(ps, 1.0)
-                return "back"
+                return LostPs.BACK
             except WireError:
                 return None
 

@@ -14,11 +14,12 @@ LOG_EVERY_S = 5.0
 """How often a wait logs what it still waits for."""
 
 
-def poll_until(probe: Callable[[], "T | None"], *, deadline: float, interval_s: float,
+def poll_until(probe: Callable[[], "T | None"], *, deadline: "float | Callable[[], float]", interval_s: float,
                timed_out: Callable[[], Exception], waiting: Callable[[float], None] | None = None,
                log_every_s: float = LOG_EVERY_S, stop: Callable[[], None] | None = None) -> T:
     """Call `probe()` every `interval_s` until it returns something other than None, and
-    return that. At `deadline` (time.monotonic) raise `timed_out()`. Every `log_every_s` while
+    return that. At `deadline` (time.monotonic; a callable is asked at each poll, for a wait
+    that a probe may extend) raise `timed_out()`. Every `log_every_s` while
     waiting, call `waiting(seconds waited so far)` (to log who is missing). `stop()` is called
     before each probe: it raises to end the wait early (SIGTERM: the session's GracefulStop).
     Blocks; the probe bounds its own calls."""
@@ -29,13 +30,13 @@ def poll_until(probe: Callable[[], "T | None"], *, deadline: float, interval_s: 
         result = probe()
         if result is not None:
             return result
-        now = time.monotonic()
-        if now >= deadline:
+        now, end = time.monotonic(), deadline() if callable(deadline) else deadline
+        if now >= end:
             raise timed_out()
         if waiting is not None and now - last_log >= log_every_s:
             waiting(now - started)
             last_log = now
-        time.sleep(min(interval_s, max(0.0, deadline - now)))
+        time.sleep(min(interval_s, max(0.0, end - now)))
 
 
 def log_waiting(log: logging.Logger, what: "str | Callable[[], str]", total_s: float,

@@ -140,19 +140,22 @@ def test_tasks_added_to_a_gpu_role_get_the_gpus_no_running_task_holds():
     assert executor.place_task(plan, TaskId("worker", 2), running[:1]).gpus == ("4",)  # worker 0 was scaled down
 
 
-def test_a_gpu_role_that_starts_with_no_task_on_a_host_with_no_gpu_for_the_job_is_refused_at_start():
+def test_a_gpu_role_that_starts_with_no_task_and_could_never_get_its_gpus_is_refused_at_start():
     """Every `shoal scale` of it would be refused, so the job is, before anything starts."""
-    spec = spec_from_dict({"name": "g", "run": "python t.py", "roles": {"chief": {}, "worker": {"count": "0..3",
-                                                                                                "gpus": 1}}})
+    def spec(count, gpus):
+        return spec_from_dict({"name": "g", "run": "python t.py", "roles": {"chief": {}, "worker": {"count": count,
+                                                                                                     "gpus": gpus}}})
     for executor, why in ((LocalExecutor(python="/py", base_env={"CUDA_VISIBLE_DEVICES": ""}),
                            r"CUDA_VISIBLE_DEVICES= leaves no GPU to the job"),
-                          (LocalExecutor(python="/py", gpu_count=0), r"no NVIDIA GPU was found on this host")):
-        with pytest.raises(PlanError, match=r"roles worker ask for 0 GPU\(s\) in all \(worker starts with no task, "
-                                            r"and every `shoal scale` of it would be refused\), but " + why):
-            executor.allocate(spec)
-    fixed = spec_from_dict({"name": "g", "run": "python t.py", "roles": {"chief": {}, "worker": {"count": 0,
-                                                                                                 "gpus": 1}}})
-    assert LocalExecutor(python="/py", gpu_count=0).allocate(fixed).tasks  # count 0, no range: it never scales
+                          (LocalExecutor(python="/py", gpu_count=0),
+                           r"no NVIDIA GPU was found on this host \(nvidia-ml-py missing or reports none\)"),
+                          (LocalExecutor(python="/py", base_env={"CUDA_VISIBLE_DEVICES": "3"}),
+                           r"this host has 1 GPU\(s\) \(CUDA_VISIBLE_DEVICES=3\)")):
+        with pytest.raises(PlanError, match=r"^roles.worker \(count: 0..3, gpus: 2\) starts with no task, and every "
+                                            r"`shoal scale` of it would be refused: " + why + "; lower its gpus"):
+            executor.allocate(spec("0..3", 2))
+    assert LocalExecutor(python="/py", gpu_count=0).allocate(spec(0, 1)).tasks  # count 0, no range: it never grows
+    assert LocalExecutor(python="/py", gpu_count=2).allocate(spec("0..3", 2)).tasks  # one task at a time fits
 
 
 def test_a_task_added_to_a_gpu_role_on_a_host_with_no_gpu_for_the_job_is_refused_saying_why():
