@@ -5,10 +5,12 @@ summaries, never training.
 the queue is full (the disk fell behind) or the file has failed. The writer thread turns the
 values into events in tensorboardX's record format (what TensorBoard reads) and flushes them
 every `flush_secs`. A write that fails with an OSError (a full disk, a filesystem gone
-read-only) pauses the summaries: one WARNING names the directory and the error, values are
-dropped meanwhile, and every `retry_secs` the writer thread tries a new event file in the same
-directory; once one can be written (the disk was freed) the summaries go on there, with one
-INFO line. Any other failure (a bug) ends them. The caller goes on as before either way.
+read-only), the first flush of a file opened on a full disk too, pauses the summaries: a
+WARNING names the directory and the error (later pauses of the same file say so at INFO),
+values are dropped meanwhile, and every `retry_secs` the writer thread tries a new event file
+in the same directory; once one can be written (the disk was freed) the summaries go on there,
+with one INFO line. A directory or file that cannot be created at `open`, or any other failure
+(a bug), ends them. The caller goes on as before either way.
 
 tensorboardX's SummaryWriter is not used for this: its writer thread dies on any OSError,
 its bounded queue then fills, and the next `add_scalar` blocks its caller (the training
@@ -17,10 +19,10 @@ thread) forever.
 States (`EventFileState`), and their transitions:
 
     NEW --open--> OPEN --close--> CLOSED
-    NEW --open fails--> FAILED --close--> CLOSED
-    OPEN --a write fails (OSError)--> PAUSED --a new file is written--> OPEN
+    NEW --open cannot create the file--> FAILED --close--> CLOSED
+    OPEN --a write or flush fails (OSError)--> PAUSED --a new file is written--> OPEN
     PAUSED --close--> CLOSED
-    OPEN --any other failure--> FAILED
+    OPEN or PAUSED --any other failure--> FAILED
 
 Thread-safe as used: one thread (the task's training thread) calls `open`, `add_scalar`,
 `flush` and `close`; the writer thread is the file's own.
@@ -109,6 +111,7 @@ class EventFile:
         self._dropped = 0
         self._dropped_paused = 0  # about how many values were dropped since the summaries paused (both threads count)
         self._stopping = False  # the writer thread took _STOP: a failure now is the last one
+        self._pauses = 0  # how often a failed write paused the summaries (the first warns)
 
     @property
     def state(self) -> EventFileState:
@@ -116,14 +119,15 @@ class EventFile:
 
     def open(self) -> bool:
         """Create the directory and the event file, and start the writer thread. Blocks briefly
-        (mkdir, open). Returns whether the file is open; when the filesystem refuses, logs the
-        one warning and returns False (every later call is then a no-op). Never raises OSError."""
+        (mkdir, open; the writer thread makes the first flush). Returns whether the file is open;
+        when the filesystem refuses to create them, logs the one warning and returns False (every
+        later call is then a no-op). Never raises OSError."""
         if self._state is not EventFileState.NEW:
             return self._state is EventFileState.OPEN
         self._tbx = _import_tensorboardx()
         try:
             self.logdir.mkdir(parents=True, exist_ok=True)
-            records = self._new_file()
+            records = self._new_file(flush=False)  # the writer thread flushes it: a full disk pauses, not fails
         except OSError as e:
             self._fail(e)
             return False
@@ -133,17 +137,19 @@ class EventFile:
         self._thread.start()
         return True
 
-    def _new_file(self):
+    def _new_file(self, *, flush: bool):
         """A RecordWriter on a new event file in `logdir` (`path` names it), its first record
-        (the file version) written and flushed: a file can be created on a full disk, and only
-        a flushed record says it can be written. Raises OSError (the file is then removed)."""
+        (the file version) written, and with `flush` flushed to disk (fsync: the writer
+        thread's job): a file can be created on a full disk, and only a flushed record says it
+        can be written. Raises OSError (the file is then removed)."""
         record_writer, event, _ = self._tbx
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_file_numbers)}"
         path = self.logdir / name
         records = record_writer(str(path))
         try:
             records.write(event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-            records.flush()
+            if flush:
+                records.flush()
         except OSError:
             with suppress(OSError):
                 records.close()
@@ -200,28 +206,36 @@ class EventFile:
 
     def _write(self, records) -> None:
         """The writer thread: write into `records` until _STOP; after a write fails with an
-        OSError, pause and go on in a new file once one can be written (`_resume`)."""
+        OSError, pause and go on in a new file once one can be written (`_resume`); any other
+        failure ends the summaries."""
         while records is not None:
             try:
                 self._write_file(records)
                 return
             except OSError as e:
-                with suppress(OSError):
-                    records.close()  # the fd is closed even when its last flush fails
-                if self._stopping:  # the last flush, at close: nothing more will come to write
-                    self._fail(e)
-                    return
-                records = self._resume() if self._pause(e) else None
+                failure = e
             except Exception as e:  # noqa: BLE001  # whatever it is, it must cost the summaries only
                 self._fail(e)
                 with suppress(OSError):
                     records.close()
+                return
+            with suppress(OSError):
+                records.close()  # the fd is closed even when its last flush fails
+            if self._stopping:  # the last flush, at close: nothing more will come to write
+                log.warning("summaries to %s: the last values did not reach the disk: %s", self.logdir,
+                            _reason(failure))
+                return
+            try:
+                records = self._resume() if self._pause(failure) else None
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
                 return
 
     def _write_file(self, records) -> None:
         """Write each queued value into `records`, flush every `flush_secs`, close it at _STOP.
         Raises what the file raises."""
         _, event, scalar = self._tbx
+        records.flush()  # what was written before this thread took over (the file's version record)
         due = None  # when what was written since the last flush must be on disk
         while True:
             try:
@@ -252,10 +266,14 @@ class EventFile:
                 return False
             self._state = EventFileState.PAUSED
             self._dropped_paused = 0
-        reason = e.strerror or errno.errorcode.get(e.errno or 0) or str(e)
-        log.warning("summaries to %s stopped: %s; training goes on, and a new event file is tried every %gs (free "
-                    "the disk or fix the directory; values meanwhile are dropped)", self.logdir, reason,
-                    self._retry_secs)
+        self._pauses += 1
+        if self._pauses == 1:
+            log.warning("summaries to %s stopped: %s; training goes on, and a new event file is tried every %gs (free "
+                        "the disk or fix the directory; values meanwhile are dropped)", self.logdir, _reason(e),
+                        self._retry_secs)
+        else:  # a disk that hovers near full: one warning is enough
+            log.info("summaries to %s paused again (%s); a new event file is tried every %gs", self.logdir, _reason(e),
+                     self._retry_secs)
         return True
 
     def _resume(self):
@@ -274,12 +292,15 @@ class EventFile:
                 if item is not _FLUSH:
                     self._dropped_paused += 1
             try:
-                records = self._new_file()
+                records = self._new_file(flush=True)
             except OSError:
                 continue
             with self._lock:
                 if self._state is not EventFileState.PAUSED:
-                    records.close()
+                    with suppress(OSError):
+                        records.close()
+                    with suppress(OSError):
+                        self.path.unlink()  # holds nothing but the version record
                     return None
                 self._state = EventFileState.OPEN
             log.info("summaries to %s go on in %s (%d values were dropped meanwhile)", self.logdir,
@@ -289,13 +310,17 @@ class EventFile:
     def _fail(self, e: Exception) -> None:
         """Log the one warning and stop taking values (either thread)."""
         with self._lock:
-            if self._state not in (EventFileState.NEW, EventFileState.OPEN):
+            if self._state not in (EventFileState.NEW, EventFileState.OPEN, EventFileState.PAUSED):
                 return
             self._state = EventFileState.FAILED
-        if isinstance(e, OSError):  # at open (the directory or the file cannot be made), or the last flush
-            reason = e.strerror or errno.errorcode.get(e.errno or 0) or str(e)
+        if isinstance(e, OSError):  # at open: the directory or the file cannot be made
             log.warning("summaries to %s stopped: %s; training goes on without them until this task starts again "
-                        "(free the disk or fix the directory for the next start)", self.logdir, reason)
+                        "(fix the directory for the next start)", self.logdir, _reason(e))
         else:
             log.warning("summaries to %s stopped: %s: %s (a bug; please report it); training goes on without them",
                         self.logdir, type(e).__name__, e, exc_info=e)
+
+
+def _reason(e: OSError) -> str:
+    """"No space left on device", for the log."""
+    return e.strerror or errno.errorcode.get(e.errno or 0) or str(e)

@@ -106,7 +106,7 @@ def test_a_full_disk_pauses_summaries_with_one_warning_steps_go_on_and_they_resu
         assert _wait_until(lambda: _stopped(caplog), 30), "the writer never found the disk full"
         assert _finishes(lambda: _steps(s, 2011, 2000), 30), "a step blocked while the summaries were paused"
         time.sleep(1.0)  # retries on the full disk: each new file fails its first flush and is removed
-        assert len(list(logdir.iterdir())) == 1, sorted(p.name for p in logdir.iterdir())
+        assert _files_kept(logdir) == 1, sorted(p.name for p in logdir.iterdir())
         small_disk.free()
         assert _wait_until(lambda: any("go on in" in r.getMessage() for r in caplog.records), 30), caplog.text
         _steps(s, 5001, 20)
@@ -117,6 +117,52 @@ def test_a_full_disk_pauses_summaries_with_one_warning_steps_go_on_and_they_resu
     assert len(list(logdir.glob("events.out.tfevents.*"))) == 2
     steps = [step for step, _ in _scalars(logdir)["loss"]]
     assert steps[:10] == list(range(1, 11)) and steps[-20:] == list(range(5001, 5021)), steps
+
+
+def _files_kept(logdir):
+    """The event files in `logdir` that hold more than a retry's file does while it is tried
+    (created, then removed when its first flush fails)."""
+    kept = 0
+    for path in logdir.glob("events.out.tfevents.*"):
+        try:
+            kept += path.stat().st_size > 0
+        except FileNotFoundError:
+            pass
+    return kept
+
+
+def test_summaries_opened_on_a_full_disk_pause_and_go_on_once_it_is_freed(small_disk, caplog, monkeypatch):
+    monkeypatch.setattr("shoal.train.event_file.RETRY_SECS", 0.2)
+    small_disk.fill()
+    logdir = small_disk.path / "model"
+    with caplog.at_level(logging.INFO, logger="shoal.train.event_file"):
+        s = TaskSummaries(logdir, every_steps=1, is_chief=True).open()
+        assert _wait_until(lambda: _stopped(caplog), 30), "the first flush never found the disk full"
+        small_disk.free()
+        assert _wait_until(lambda: any("go on in" in r.getMessage() for r in caplog.records), 30), caplog.text
+        _steps(s, 1, 5)
+        s.close()
+    assert [step for step, _ in _scalars(logdir)["loss"]] == [1, 2, 3, 4, 5]
+
+
+def test_a_disk_that_fills_again_and_again_warns_once(small_disk, caplog, monkeypatch):
+    monkeypatch.setattr("shoal.train.event_file.RETRY_SECS", 0.2)
+    logdir = small_disk.path / "model"
+    s = TaskSummaries(logdir, every_steps=1, is_chief=True).open()
+    with caplog.at_level(logging.INFO, logger="shoal.train.event_file"):
+        for round_ in range(3):
+            small_disk.fill()
+            _steps(s, 1 + round_ * 2000, 2000)
+            s.flush()
+            assert _wait_until(lambda: sum("paused again" in r.getMessage() or "stopped" in r.getMessage()
+                                           for r in caplog.records) > round_, 30), caplog.text
+            small_disk.free()
+            assert _wait_until(lambda: sum("go on in" in r.getMessage() for r in caplog.records) > round_, 30)
+        s.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "fall behind" not in
+                r.getMessage()]
+    assert len(warnings) == 1 and "stopped: No space left on device" in warnings[0], warnings
+    assert sum("paused again (No space left on device)" in r.getMessage() for r in caplog.records) == 2
 
 
 def test_closing_summaries_still_paused_returns_at_once_and_says_what_was_lost(small_disk, caplog, monkeypatch):
@@ -144,3 +190,17 @@ def test_summaries_dir_that_cannot_be_made_is_one_warning_not_an_error(tmp_path,
     [warning] = _stopped(caplog)
     assert str(tmp_path / "file" / "model") in warning and "Not a directory" in warning
     assert out.getvalue() == ""  # no summaries= line: there are none to serve
+
+
+def test_a_last_flush_that_fails_at_close_says_the_last_values_were_lost(small_disk, caplog):
+    logdir = small_disk.path / "model"
+    s = TaskSummaries(logdir, every_steps=1, is_chief=True).open()
+    s.flush()
+    assert _wait_until(lambda: _files_kept(logdir) == 1, 30)  # the version record is on disk
+    small_disk.fill()
+    for step in (1, 2):  # ~5 KB: more than the file's last page has left, less than its 8 KiB buffer
+        s.scalar("a_long_tag_" * 230, 0.5, step)
+    with caplog.at_level(logging.WARNING, logger="shoal.train.event_file"):
+        assert _finishes(s.close, 30)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"summaries to {logdir}: the last values did not reach the disk: No space left on device"]
