@@ -154,6 +154,14 @@ def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: 
                               log_every_s=LOG_EVERY_S)
     except TrainError:
         return None  # waiting for the ps at start says who is missing
+    return apply_history(book, client, statuses, task)
+
+
+def apply_history(book: PlacementBook, client: PsClient, statuses: Sequence[StatusReply],
+                  task: str) -> Placement | None:
+    """Apply (and log) the placement changes that the ps tasks which answered (`statuses`)
+    report and `book` lacks. Returns the new placement, or None if nothing changed. Does not
+    block."""
     new = book.catch_up(client, job_history(statuses))
     if not new:
         return None

@@ -38,7 +38,7 @@ from shoal.train.part_size import PartSize, part_bytes_for
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.growing import Growing
-from shoal.train.placement_history import PlacementBook, PlacementChanged, learn_history
+from shoal.train.placement_history import PlacementBook, PlacementChanged, apply_history, learn_history
 from shoal.train.rehoming import MOVE_GRACE_S, PsRehomed, Rehoming, resend_moved
 from shoal.train.stalls import StallReporter
 from shoal.train.shutdown import GracefulStop, TrainingTerminated
@@ -221,7 +221,7 @@ class TrainingSession:
             if changed is not None:
                 self._growing.learned(self.ps, self._book.history[known:])
                 self._use_placement(changed)
-            statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s)
+            statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s, learn=self._learn_while_waiting)
             if not all(s.ready for s in statuses):
                 if self._chief is not None:
                     self._chief.initialize(self.ps)
@@ -541,6 +541,18 @@ class TrainingSession:
         with self._recovering:
             deadline += time.monotonic() - asked  # the watch's recovery held the lock: not this ps's time
             self._recovery.recover(client, ps, deadline, cause)
+
+    def _learn_while_waiting(self, statuses: list[StatusReply]) -> bool:
+        """wait_for_ps's `learn`: apply the placement changes that the ps tasks which answered
+        report (a ps this task waits for was re-homed meanwhile: it never answers again).
+        Whether any was applied. Does not block."""
+        known = len(self._book.history)
+        changed = apply_history(self._book, self.ps, statuses, self.task) if statuses else None
+        if changed is None:
+            return False
+        self._growing.learned(self.ps, self._book.history[known:])
+        self._use_placement(changed)
+        return True
 
     def _wait_for_chief(self, deadline: float) -> None:
         """Block until the chief initialized every ps; a ps lost meanwhile is recovered as the
