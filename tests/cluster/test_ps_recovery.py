@@ -13,7 +13,11 @@ PROGRAM = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "50", 
 
 
 def _kill_ps1_after_step(cluster, step, timeout=90):
-    cluster.wait_for(lambda: cluster.tasks[2].highest_step() >= step, timeout, f"the chief at step {step}")
+    """Kill ps:1 once the chief is at `step` and worker:1 trains too: a worker that had not even
+    reached the ps by then (a slow start on 2 busy cores) waits for a ps that never came up as
+    for one still starting, up to its init timeout (other tests cover the waits at start)."""
+    cluster.wait_for(lambda: cluster.tasks[2].highest_step() >= step and cluster.tasks[3].highest_step() > 0,
+                     timeout, f"the chief at step {step}, worker:1 training")
     cluster.tasks[1].kill()
 
 
