@@ -221,6 +221,9 @@ class EventFile:
                 return
             with suppress(OSError):
                 records.close()  # the fd is closed even when its last flush fails
+            with suppress(OSError):
+                if self.path is not None and self.path.stat().st_size == 0:
+                    self.path.unlink()  # opened on a full disk: not even its version record got there
             if self._stopping:  # the last flush, at close: nothing more will come to write
                 log.warning("summaries to %s: the last values did not reach the disk: %s", self.logdir,
                             _reason(failure))

@@ -143,6 +143,7 @@ def test_summaries_opened_on_a_full_disk_pause_and_go_on_once_it_is_freed(small_
         _steps(s, 1, 5)
         s.close()
     assert [step for step, _ in _scalars(logdir)["loss"]] == [1, 2, 3, 4, 5]
+    assert len(list(logdir.iterdir())) == 1  # the file opened on the full disk, empty, was removed
 
 
 def test_a_disk_that_fills_again_and_again_warns_once(small_disk, caplog, monkeypatch):
