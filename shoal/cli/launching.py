@@ -22,7 +22,8 @@ from shoal.launch.plan import format_plan, is_job_id, job_dir_for, make_plan, ne
 from shoal.launch.preflight import check_plan
 from shoal.launch.queued_job import QueuedJob
 from shoal.launch.runner import run_job
-from shoal.launch.setup_signals import sigterm_ignored, stop_like_ctrl_c, stop_signal_name
+from shoal.launch.setup_signals import (DeferredSigterm, sigterm_deferred, sigterm_ignored, stop_like_ctrl_c,
+                                       stop_signal_name)
 from shoal.launch.spec import JobSpec
 
 
@@ -55,6 +56,14 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
         return launch_in_background(spec, args, env, follow=not args.detach)
     executor = executor_for(spec, args, env)
     job_id = background_id or new_job_id(spec.name)
+    if args.dry_run:  # nothing runs: SIGTERM ends it as before
+        return _launch(spec, args, env, executor, job_id, DeferredSigterm())
+    with sigterm_deferred() as term:  # from the setup's end until the runner's handlers: remembered
+        return _launch(spec, args, env, executor, job_id, term)
+
+
+def _launch(spec: JobSpec, args: argparse.Namespace, env: Environment, executor: Executor, job_id: str,
+            term: DeferredSigterm) -> int:
     try:
         try:
             with _queue_record(executor, spec, job_id, env, dry_run=args.dry_run):
@@ -74,7 +83,7 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
             return int(ExitCode.OK)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
-                             live_status=env.is_tty)
+                             live_status=env.is_tty, stop_pending=lambda: term.pending)
             code = job_exit_code(result)
             try:
                 store.set_exit_code(plan.job_id, code)

@@ -16,7 +16,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable
 
 from shoal.launch.console import ConsoleObserver, Observers, RecordsObserver
 from shoal.launch.errors import WorkspaceError
@@ -41,9 +41,11 @@ MEMBERSHIP_REPORTER = "ps.0"
 
 
 def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes],
-            live_status: bool = False) -> JobResult:
+            live_status: bool = False, stop_pending: Callable[[], bool] = lambda: False) -> JobResult:
     """Make the job's folders, record the job, run it; returns the JobResult (the
-    records hold its end state; the exit code is the caller's to record)."""
+    records hold its end state; the exit code is the caller's to record). `stop_pending()`,
+    asked once the runner's signal handlers are in place, says whether a SIGTERM came before
+    (the caller deferred it: setup_signals.sigterm_deferred): the job is then stopped at once."""
     private_dirs(Path(plan.job_dir) / "logs", "the job's folder",
                  "set SHOAL_HOME to a writable directory (default ~/.shoal)")
     private_dirs(Path(plan.model_dir), "the model dir", "pick a writable output_dir (--output-dir), or leave it"
@@ -99,6 +101,8 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
+    if stop_pending():  # a SIGTERM before the handlers were in place
+        on_signal(signal.SIGTERM)
     inbox = ScaleInbox(plan.job_dir, supervisor.request_scale)
     inbox.start()
     try:

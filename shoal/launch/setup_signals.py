@@ -6,6 +6,10 @@ close ends what it started), the executor can say what it was doing, and `shoal`
 Once the job runs, the runner's own handlers (stop_signals.py) take over.
 
 `sigterm_ignored` keeps a second SIGTERM from cutting short the teardown that follows.
+`sigterm_deferred` covers the moment between the setup and the runner's handlers (the job's
+record being made): a SIGTERM then is remembered, and the runner stops the job as soon as its
+handlers are in place, instead of the launcher dying on the spot with the setup's executor
+(ssh agents, a Slurm allocation) not closed.
 
 Installs a handler only on the main thread (elsewhere signals cannot be handled); never blocks.
 """
@@ -55,5 +59,31 @@ def sigterm_ignored() -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+class DeferredSigterm:
+    """Whether a SIGTERM came while `sigterm_deferred` was in place."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def _remember(self, _signum: int, _frame: object) -> None:
+        self.pending = True
+
+
+@contextmanager
+def sigterm_deferred() -> Iterator[DeferredSigterm]:
+    """While inside (on the main thread): SIGTERM only sets the yielded object's `pending`;
+    handlers installed inside (the setup's, the runner's) take over while they are in place.
+    The handler before is put back on leaving."""
+    deferred = DeferredSigterm()
+    if threading.current_thread() is not threading.main_thread():
+        yield deferred
+        return
+    previous = signal.signal(signal.SIGTERM, deferred._remember)
+    try:
+        yield deferred
     finally:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
