@@ -48,7 +48,7 @@ class Environment:
 
     def store(self) -> JobStore:
         """The job records (open it with `with env.store() as store:`)."""
-        return JobStore(self.shoal_home / "jobs.db")
+        return JobStore(self.shoal_home / "jobs.db", note=lambda text: self.say(text, err=True))
 
     def executor(self, kind: str = "local") -> Executor:
         """A new executor of `kind`, configured from this environment (local: tasks

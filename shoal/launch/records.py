@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from shoal.launch.errors import JobNotFound, LaunchError, WorkspaceError
 from shoal.launch.executor import TaskRef
@@ -126,10 +126,13 @@ class JobRecord:
 
 
 class JobStore:
-    """The records database. `open` creates it if needed; `close` is idempotent."""
+    """The records database. `open` creates it if needed; `close` is idempotent. `note(text)`
+    is told when `open` finds the records new but job folders beside them from before (the
+    file was emptied or replaced): those jobs are not listed, and numbers start again at 1."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, note: Optional[Callable[[str], None]] = None) -> None:
         self.path = path
+        self._note = note
         self._db: Optional[sqlite3.Connection] = None
         self._lock = threading.Lock()
 
@@ -147,7 +150,7 @@ class JobStore:
         except sqlite3.Error as e:
             raise records_failure(self.path, e) from e
         try:
-            _prepare(db, self.path)
+            created = _prepare(db, self.path)
         except sqlite3.Error as e:
             db.close()
             raise records_failure(self.path, e) from e
@@ -155,7 +158,22 @@ class JobStore:
             db.close()
             raise
         self._db = db
+        if created and self._note is not None:
+            self._say_unrecorded_folders()
         return self
+
+    def _say_unrecorded_folders(self) -> None:
+        jobs = self.path.parent / "jobs"
+        try:
+            # a job that ran has its logs folder (one starting now may have its folder already, not that)
+            folders = sorted(p.name for p in jobs.iterdir() if (p / "logs").is_dir())
+        except OSError:
+            return
+        if folders and self._note is not None:
+            self._note(f"shoal: the job records {self.path} are new, but {jobs} holds {len(folders)} job folder(s)"
+                       f" from before ({', '.join(folders[:3])}{', ...' if len(folders) > 3 else ''}): the records"
+                       " were emptied or replaced, so those jobs are not listed and job numbers start again at 1;"
+                       " their logs are still in their folders (delete the ones you do not need)")
 
     def close(self) -> None:
         with self._lock:
@@ -385,16 +403,16 @@ a lock SQLite's busy timeout does not wait for, so two shoal commands that open 
 once could see "database is locked"."""
 
 
-def _prepare(db: sqlite3.Connection, path: Path) -> None:
-    """WAL mode and the current schema (records_schema.py). Blocks; tries again while another
-    process holds the file's lock (at most _BUSY_RETRY_S), then raises sqlite3.Error."""
+def _prepare(db: sqlite3.Connection, path: Path) -> bool:
+    """WAL mode and the current schema (records_schema.py); whether the tables were created
+    now. Blocks; tries again while another process holds the file's lock (at most
+    _BUSY_RETRY_S), then raises sqlite3.Error."""
     deadline = time.monotonic() + _BUSY_RETRY_S
     while True:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per write
-            ensure_schema(db, path)
-            return
+            return ensure_schema(db, path)
         except sqlite3.OperationalError as e:
             busy = (getattr(e, "sqlite_errorname", "") or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
             if not busy or time.monotonic() >= deadline:

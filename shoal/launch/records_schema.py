@@ -48,11 +48,13 @@ JOB_NUMBER = "job_number"
 """The counter (in `counters`) that holds the last job number given."""
 
 
-def ensure_schema(db: sqlite3.Connection, path: object) -> None:
-    """Create the tables in a new file, or migrate an older one to SCHEMA_VERSION.
-    `db` is in autocommit mode (isolation_level=None). Blocks on SQLite's write lock."""
+def ensure_schema(db: sqlite3.Connection, path: object) -> bool:
+    """Create the tables in a new file, or migrate an older one to SCHEMA_VERSION. Returns
+    whether this call created them (a new, or emptied, file). `db` is in autocommit mode
+    (isolation_level=None). Blocks on SQLite's write lock."""
     if _version(db) == SCHEMA_VERSION:
-        return
+        return False
+    created = False
     db.execute("BEGIN IMMEDIATE")
     try:
         version = _version(db)  # again, under the lock: another process may have done it
@@ -68,6 +70,7 @@ def ensure_schema(db: sqlite3.Connection, path: object) -> None:
                                   _COUNTERS, _NUMBER_INDEX):
                     db.execute(statement)
                 db.execute("INSERT INTO counters VALUES (?, 0)", (JOB_NUMBER,))
+                created = True
             else:
                 if version < 1:
                     _migrate_0_to_1(db)
@@ -81,6 +84,7 @@ def ensure_schema(db: sqlite3.Connection, path: object) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+    return created
 
 
 def _migrate_0_to_1(db: sqlite3.Connection) -> None:
