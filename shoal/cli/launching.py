@@ -58,7 +58,10 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     job_id = background_id or new_job_id(spec.name)
     if args.dry_run:  # nothing runs: SIGTERM ends it as before
         return _launch(spec, args, env, executor, job_id, DeferredSigterm())
-    with sigterm_deferred() as term:  # from the setup's end until the runner's handlers: remembered
+    # SIGTERM from here on is remembered: the setup's handler and then the runner's take it over
+    # while they are in place; one before the runner's stops the job as soon as they are; one
+    # after the job ended (recording its exit code, closing the executor) lets that finish
+    with sigterm_deferred() as term:
         return _launch(spec, args, env, executor, job_id, term)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -170,10 +171,11 @@ class JobStore:
         except OSError:
             return
         if folders and self._note is not None:
-            self._note(f"shoal: the job records {self.path} are new, but {jobs} holds {len(folders)} job folder(s)"
-                       f" from before ({', '.join(folders[:3])}{', ...' if len(folders) > 3 else ''}): the records"
-                       " were emptied or replaced, so those jobs are not listed and job numbers start again at 1;"
-                       " their logs are still in their folders (delete the ones you do not need)")
+            with suppress(OSError):  # a note that cannot be said (a closed stderr) costs nothing else
+                self._note(f"shoal: the job records {self.path} are new, but {jobs} holds {len(folders)} job folder(s)"
+                           f" from before ({', '.join(folders[:3])}{', ...' if len(folders) > 3 else ''}): the records"
+                           " were emptied or replaced, so those jobs are not listed and job numbers start again at 1;"
+                           " their logs are still in their folders (delete the ones you do not need)")
 
     def close(self) -> None:
         with self._lock:

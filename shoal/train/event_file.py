@@ -6,7 +6,7 @@ the queue is full (the disk fell behind) or the file has failed. The writer thre
 values into events in tensorboardX's record format (what TensorBoard reads) and flushes them
 every `flush_secs`. A write that fails with an OSError (a full disk, a filesystem gone
 read-only), the first flush of a file opened on a full disk too, pauses the summaries: a
-WARNING names the directory and the error (later pauses of the same file say so at INFO),
+WARNING names the directory and the error (later pauses of the same summaries: INFO),
 values are dropped meanwhile, and every `retry_secs` the writer thread tries a new event file
 in the same directory; once one can be written (the disk was freed) the summaries go on there,
 with one INFO line. A directory or file that cannot be created at `open`, or any other failure
@@ -112,6 +112,7 @@ class EventFile:
         self._dropped_paused = 0  # about how many values were dropped since the summaries paused (both threads count)
         self._stopping = False  # the writer thread took _STOP: a failure now is the last one
         self._pauses = 0  # how often a failed write paused the summaries (the first warns)
+        self._first_record_bytes = 0  # the size of an event file that holds its version record
 
     @property
     def state(self) -> EventFileState:
@@ -147,7 +148,9 @@ class EventFile:
         path = self.logdir / name
         records = record_writer(str(path))
         try:
-            records.write(event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+            first = event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString()
+            self._first_record_bytes = len(first) + 16  # the record's length, its CRC, the data's CRC
+            records.write(first)
             if flush:
                 records.flush()
         except OSError:
@@ -222,7 +225,7 @@ class EventFile:
             with suppress(OSError):
                 records.close()  # the fd is closed even when its last flush fails
             with suppress(OSError):
-                if self.path is not None and self.path.stat().st_size == 0:
+                if self.path is not None and self.path.stat().st_size < self._first_record_bytes:
                     self.path.unlink()  # opened on a full disk: not even its version record got there
             if self._stopping:  # the last flush, at close: nothing more will come to write
                 log.warning("summaries to %s: the last values did not reach the disk: %s", self.logdir,
@@ -263,7 +266,8 @@ class EventFile:
                 due = None
 
     def _pause(self, e: OSError) -> bool:
-        """OPEN -> PAUSED with the one warning; False if the file was closed meanwhile."""
+        """OPEN -> PAUSED, with a WARNING the first time and INFO after; False if the file was
+        closed meanwhile."""
         with self._lock:
             if self._state is not EventFileState.OPEN:
                 return False

@@ -133,6 +133,24 @@ def job_history(statuses: Sequence[StatusReply]) -> tuple[PlacementChange, ...]:
     return tuple(PlacementChange(ChangeKind.RETIRE, i) for i in retired)
 
 
+def settled_history(client: PsClient, results: Sequence[StatusReply | Exception]) -> tuple[PlacementChange, ...] | None:
+    """From one poll of every ps (`results`: a StatusReply, or the error of one that did not
+    answer), the job's placement history as far as every ps that answered reports it (their
+    common prefix), if it retires every ps that did not answer: then each survivor has adopted
+    its part of the retired ps's shards. None otherwise (the chief is still moving them, or
+    histories disagree for the moment)."""
+    histories = [job_history([r]) for r in results if isinstance(r, StatusReply)]
+    if not histories:
+        return None
+    common = min(histories, key=len)
+    if any(h[:len(common)] != common for h in histories):
+        return None
+    retired = {c.ps for c in common if c.kind is ChangeKind.RETIRE}
+    if any(client.ps_id(k) not in retired for k, r in enumerate(results) if not isinstance(r, StatusReply)):
+        return None
+    return common
+
+
 def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: str,
                   total_s: float | None = None) -> Placement | None:
     """At start: apply the placement changes made before this task started (ps tasks re-homed or
@@ -154,15 +172,14 @@ def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: 
                               log_every_s=LOG_EVERY_S)
     except TrainError:
         return None  # waiting for the ps at start says who is missing
-    return apply_history(book, client, statuses, task)
+    return apply_history(book, client, job_history(statuses), task)
 
 
-def apply_history(book: PlacementBook, client: PsClient, statuses: Sequence[StatusReply],
+def apply_history(book: PlacementBook, client: PsClient, history: Sequence[PlacementChange],
                   task: str) -> Placement | None:
-    """Apply (and log) the placement changes that the ps tasks which answered (`statuses`)
-    report and `book` lacks. Returns the new placement, or None if nothing changed. Does not
-    block."""
-    new = book.catch_up(client, job_history(statuses))
+    """Apply (and log) the changes of the job's placement `history` that `book` lacks. Returns
+    the new placement, or None if nothing changed. Does not block."""
+    new = book.catch_up(client, history)
     if not new:
         return None
     retired = [c.ps for c in new if c.kind is ChangeKind.RETIRE]

@@ -23,21 +23,20 @@ log = logging.getLogger("shoal.train.session")
 
 def wait_for_ps(client: PsClient, task: str, deadline: float, total_s: float, *,
                 log_every_s: float = LOG_EVERY_S,
-                learn: Callable[[list[StatusReply]], bool] | None = None) -> list[StatusReply]:
+                learn: Callable[[list[StatusReply | WireError]], bool] | None = None) -> list[StatusReply]:
     """Every ps's status, polling until all answer; logs which ps it still waits for every
     `log_every_s` ("worker:0 waiting for ps:1 at host:2222 (5s of 120s)"). While some do not
-    answer, `learn(statuses of those that did)` may apply placement changes they report (a ps
+    answer, `learn(the poll's results)` may apply placement changes the others report (a ps
     re-homed meanwhile never answers again) and return True: the client then talks to other ps,
-    and the next poll asks those."""
+    and they are asked again at once."""
     missing: list[tuple[int, Exception]] = []
 
     def probe() -> list[StatusReply] | None:
-        results = client.status_each(min(2.0, log_every_s, max(0.1, deadline - time.monotonic())))
-        missing[:] = [(i, r) for i, r in enumerate(results) if isinstance(r, WireError)]
-        if missing and learn is not None and learn([r for r in results if isinstance(r, StatusReply)]):
-            missing.clear()
-            return None
-        return None if missing else results  # type: ignore[return-value]
+        while True:
+            results = client.status_each(min(2.0, log_every_s, max(0.1, deadline - time.monotonic())))
+            missing[:] = [(i, r) for i, r in enumerate(results) if isinstance(r, WireError)]
+            if not (missing and learn is not None and learn(results)):
+                return None if missing else results  # type: ignore[return-value]
 
     def absent() -> str:
         return missing_ps(client, [i for i, _ in missing])

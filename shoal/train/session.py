@@ -23,7 +23,8 @@ from shoal.logs_default import show_shoal_logs
 from shoal.ps.client import Answer, PsClient
 from shoal.ps.errors import ShardsMoved
 from shoal.ps.optimizers import UpdateRule
-from shoal.ps.protocol import ASYNC, SLOT_SEPARATOR, Hyper, Mode, PushOutcome, StatusReply, TrainingMode, UsedPositions
+from shoal.ps.protocol import (ASYNC, SLOT_SEPARATOR, ChangeKind, Hyper, Mode, PushOutcome, StatusReply, TrainingMode,
+                               UsedPositions)
 from shoal.train.checkpointer import Checkpointer, SaveReason
 from shoal.train.chief import ChiefDuties
 from shoal.train.closure_tags import ClosureTags
@@ -38,7 +39,8 @@ from shoal.train.part_size import PartSize, part_bytes_for
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
 from shoal.train.growing import Growing
-from shoal.train.placement_history import PlacementBook, PlacementChanged, apply_history, learn_history
+from shoal.train.placement_history import (PlacementBook, PlacementChanged, apply_history, learn_history,
+                                           settled_history)
 from shoal.train.rehoming import MOVE_GRACE_S, PsRehomed, Rehoming, resend_moved
 from shoal.train.stalls import StallReporter
 from shoal.train.shutdown import GracefulStop, TrainingTerminated
@@ -542,14 +544,20 @@ class TrainingSession:
             deadline += time.monotonic() - asked  # the watch's recovery held the lock: not this ps's time
             self._recovery.recover(client, ps, deadline, cause)
 
-    def _learn_while_waiting(self, statuses: list[StatusReply]) -> bool:
-        """wait_for_ps's `learn`: apply the placement changes that the ps tasks which answered
-        report (a ps this task waits for was re-homed meanwhile: it never answers again).
-        Whether any was applied. Does not block."""
+    def _learn_while_waiting(self, results: list[StatusReply | WireError]) -> bool:
+        """wait_for_ps's `learn`: a ps this task waits for was re-homed meanwhile (it never
+        answers again): apply the placement changes once every ps that answers reports them
+        (`settled_history`). Whether any was applied. Blocks briefly (a status to each ps that
+        joined, if any)."""
         known = len(self._book.history)
-        changed = apply_history(self._book, self.ps, statuses, self.task) if statuses else None
+        history = settled_history(self.ps, results)
+        if history is None or len(history) <= known:
+            return False
+        changed = apply_history(self._book, self.ps, history, self.task)
         if changed is None:
             return False
+        log.info("%s learned while it waited at start: %s", self.task, ", ".join(
+            f"ps:{c.ps} {'was re-homed' if c.kind is ChangeKind.RETIRE else 'joined'}" for c in history[known:]))
         self._growing.learned(self.ps, self._book.history[known:])
         self._use_placement(changed)
         return True

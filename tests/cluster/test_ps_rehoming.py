@@ -152,22 +152,21 @@ def test_a_worker_starting_while_a_lost_ps_is_rehomed_learns_the_new_placement_a
     ps that never answers again."""
     cluster = make_cluster(num_ps=2, num_workers=2)
     argv = ["tests/cluster/programs/digits.py", "--sync", "--steps", "150", "--step_sleep", "0.1", "--out",
-            str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "8", "--rehome_lost_ps",
+            str(tmp_path), "--replicate_every_steps", "1", "--ps_recovery_timeout", "12", "--rehome_lost_ps",
             "--kill_ps1_at", str(KILL_AT)]
     cluster.start("ps", 0, argv)
     ps1 = cluster.start("ps", 1, argv)
     (tmp_path / "ps1.pid").write_text(str(ps1.proc.pid))
     for i in range(2):
         cluster.start("worker", i, argv)
-    cluster.tasks[2].wait_for_output(f"killed ps:1 at step {KILL_AT}", timeout=90)
+    cluster.tasks[2].wait_for_output(f"killed ps:1 at step {KILL_AT}", timeout=90)  # re-homed 12 s later
     late_spec = dict(cluster.spec, worker=[*cluster.spec["worker"], f"127.0.0.1:{free_ports(1)[0]}"])
     late = cluster.start("worker", 2, argv, spec=late_spec)
     codes = cluster.wait_all(timeout=90)
     assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0, "worker:2": 0}, cluster.dump()
     output = late.output()
-    waited = output.find("worker:2 waiting for ps:1 at 127.0.0.1:")
-    learned = output.find("worker:2 starts without ps:1 (re-homed before it started): their shards are on ps:0")
-    assert 0 <= waited < learned, output[-3000:]  # it learned the re-homing while it waited
+    assert "worker:2 learned while it waited at start: ps:1 was re-homed" in output, output[-3000:]
+    assert "worker:2 starts without ps:1 (re-homed before it started): their shards are on ps:0" in output
     late_result, chief_result = np.load(tmp_path / "worker2.npz"), np.load(tmp_path / "worker0.npz")
     assert int(late_result["applied"]) > 0, cluster.dump()
     for k in digits.initial_variables():
