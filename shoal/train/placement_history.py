@@ -135,20 +135,22 @@ def job_history(statuses: Sequence[StatusReply]) -> tuple[PlacementChange, ...]:
 
 def settled_history(client: PsClient, results: Sequence[StatusReply | Exception]) -> tuple[PlacementChange, ...] | None:
     """From one poll of every ps (`results`: a StatusReply, or the error of one that did not
-    answer), the job's placement history as far as every ps that answered reports it (their
-    common prefix), if it retires every ps that did not answer: then each survivor has adopted
-    its part of the retired ps's shards. None otherwise (the chief is still moving them, or
-    histories disagree for the moment)."""
+    answer), the job's placement history once it is settled: the longest one reported, if every
+    ps it does not retire answered with that very history (each survivor has adopted its part
+    of a retired ps's shards: the chief hands them out one survivor after another). A ps it
+    retires may be gone, or a process started again at its address (it exits once ps 0 tells it
+    so): it is not asked. None otherwise."""
     histories = [job_history([r]) for r in results if isinstance(r, StatusReply)]
     if not histories:
         return None
-    common = min(histories, key=len)
-    if any(h[:len(common)] != common for h in histories):
-        return None
-    retired = {c.ps for c in common if c.kind is ChangeKind.RETIRE}
-    if any(client.ps_id(k) not in retired for k, r in enumerate(results) if not isinstance(r, StatusReply)):
-        return None
-    return common
+    longest = max(histories, key=len)
+    retired = {c.ps for c in longest if c.kind is ChangeKind.RETIRE}
+    for k, result in enumerate(results):
+        if client.ps_id(k) in retired:
+            continue
+        if not isinstance(result, StatusReply) or job_history([result]) != longest:
+            return None
+    return longest
 
 
 def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: str,

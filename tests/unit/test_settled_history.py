@@ -49,9 +49,12 @@ def test_the_history_counts_once_every_ps_that_answers_reports_it_and_it_retires
     assert settled_history(client, [_status(RETIRE_1), gone, _status(RETIRE_1)]) == RETIRE_1
     assert settled_history(client, [gone, gone, _status(RETIRE_1)]) is None  # ps:0 silent: it is not retired
     joined = (*RETIRE_1, PlacementChange(ChangeKind.JOIN, 3, "h:3"))
-    assert settled_history(client, [_status(joined), gone, _status(RETIRE_1)]) == RETIRE_1  # the common part
+    assert settled_history(client, [_status(joined), gone, _status(RETIRE_1)]) is None  # ps:2 not told of the join
+    assert settled_history(client, [_status(joined), gone, _status(joined)]) == joined
     other = (PlacementChange(ChangeKind.RETIRE, 2),)
     assert settled_history(client, [_status(RETIRE_1), gone, _status(other)]) is None  # they disagree
+    again = _status(())  # a process started again at ps:1's address, after the re-homing: not asked
+    assert settled_history(client, [_status(RETIRE_1), again, _status(RETIRE_1)]) == RETIRE_1
 
 
 def _wait(client, book):
