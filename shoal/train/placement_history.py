@@ -153,28 +153,43 @@ def settled_history(client: PsClient, results: Sequence[StatusReply | Exception]
     return longest
 
 
+SETTLE_S = 5.0
+"""How long `learn_history` waits, once a ps answered, for the placement history to settle
+(`settled_history`) before it takes the longest one reported as it is (a ps down at the moment,
+or one that lost its history in a restart, would keep it from settling)."""
+
+
 def learn_history(book: PlacementBook, client: PsClient, deadline: float, task: str,
                   total_s: float | None = None) -> Placement | None:
     """At start: apply the placement changes made before this task started (ps tasks re-homed or
-    joined), as the first ps tasks to answer `status` report them (polling until one does, up to
-    `deadline`, the end of a wait of `total_s`, and logging every 5 s which ps it waits for).
-    Returns the new placement, or None if nothing changed. Blocks."""
+    joined), once every ps reports them (`settled_history`: a re-homing may be under way), or
+    as the longest history reported SETTLE_S after the first answer; polling up to `deadline`,
+    the end of a wait of `total_s`, and logging every 5 s which ps it waits for. Returns the new
+    placement, or None if nothing changed. Blocks."""
     missing: list[int] = []
+    first_answer: list[float] = []
 
-    def probe() -> list[StatusReply] | None:
+    def probe() -> tuple[PlacementChange, ...] | None:
         results = client.status_each(0.5)
         missing[:] = [i for i, r in enumerate(results) if not isinstance(r, StatusReply)]
-        return [s for s in results if isinstance(s, StatusReply)] or None
+        answered = [s for s in results if isinstance(s, StatusReply)]
+        if not answered:
+            return None
+        settled = settled_history(client, results)
+        if settled is not None:
+            return settled
+        first_answer[:] = first_answer or [time.monotonic()]
+        return job_history(answered) if time.monotonic() - first_answer[0] >= SETTLE_S else None
 
     total_s = total_s if total_s is not None else max(0.0, deadline - time.monotonic())
     try:  # says what it waits for as wait_for_ps does, which takes over once one ps answered
-        statuses = poll_until(probe, deadline=deadline, interval_s=0.1, timed_out=lambda: TrainError("no ps answered"),
-                              waiting=log_waiting(log, lambda: f"{task} waiting for {missing_ps(client, missing)}",
-                                                  total_s, deadline),
-                              log_every_s=LOG_EVERY_S)
+        history = poll_until(probe, deadline=deadline, interval_s=0.1, timed_out=lambda: TrainError("no ps answered"),
+                             waiting=log_waiting(log, lambda: f"{task} waiting for {missing_ps(client, missing)}",
+                                                 total_s, deadline),
+                             log_every_s=LOG_EVERY_S)
     except TrainError:
         return None  # waiting for the ps at start says who is missing
-    return apply_history(book, client, job_history(statuses), task)
+    return apply_history(book, client, history, task)
 
 
 def apply_history(book: PlacementBook, client: PsClient, history: Sequence[PlacementChange],

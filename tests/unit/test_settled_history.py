@@ -8,7 +8,7 @@ import numpy as np
 
 from shoal.ps.protocol import ChangeKind, Phase, PlacementChange, StatusReply
 from shoal.train.placement import place_variables
-from shoal.train.placement_history import PlacementBook, apply_history, settled_history
+from shoal.train.placement_history import PlacementBook, apply_history, learn_history, settled_history
 from shoal.train.recovery import wait_for_ps
 from shoal.wire import PeerTimeoutError
 
@@ -85,3 +85,22 @@ def test_a_poll_where_only_an_older_history_answers_is_not_an_error():
     client = ThreePs(answers)
     _wait(client, book)
     assert book.history == list(RETIRE_1) and client.polls >= 3
+
+
+def test_a_worker_starting_during_a_rehoming_learns_it_once_every_survivor_adopted():
+    params = {f"v{i}": np.zeros((64, 8), np.float32) for i in range(6)}
+    book = PlacementBook(place_variables(params, 3, min_shard_bytes=64))
+    client = ThreePs(lambda poll, ps: _status(RETIRE_1 if ps == 0 or poll >= 4 else ()))  # ps:2 adopts at poll 4
+    placement = learn_history(book, client, time.monotonic() + 10, "worker:2")
+    assert placement is not None and placement.num_ps == 2 and client.polls == 4
+
+
+def test_a_history_that_does_not_settle_is_taken_as_the_longest_reported(monkeypatch):
+    """A ps that lost its history in a restart (its `place` failed) would keep it from settling."""
+    monkeypatch.setattr("shoal.train.placement_history.SETTLE_S", 0.3)
+    book = PlacementBook(place_variables({f"v{i}": np.zeros((64, 8), np.float32) for i in range(3)}, 3,
+                                         min_shard_bytes=64))
+    client = ThreePs(lambda poll, ps: _status(RETIRE_1 if ps == 0 else ()))
+    started = time.monotonic()
+    assert learn_history(book, client, started + 10, "worker:2") is not None
+    assert book.history == list(RETIRE_1) and 0.3 <= time.monotonic() - started < 5
