@@ -221,8 +221,7 @@ class TrainingSession:
             # ps tasks re-homed or joined before this replica started
             changed = learn_history(self._book, self.ps, deadline, self.task, self.init_timeout_s)
             if changed is not None:
-                self._growing.learned(self.ps, self._book.history[known:])
-                self._use_placement(changed)
+                self._use_learned(known, changed)
             statuses = wait_for_ps(self.ps, self.task, deadline, self.init_timeout_s, learn=self._learn_while_waiting)
             if not all(s.ready for s in statuses):
                 if self._chief is not None:
@@ -558,9 +557,14 @@ class TrainingSession:
             return False
         log.info("%s learned while it waited at start: %s", self.task, ", ".join(
             f"ps:{c.ps} {'was re-homed' if c.kind is ChangeKind.RETIRE else 'joined'}" for c in history[known:]))
-        self._growing.learned(self.ps, self._book.history[known:])
-        self._use_placement(changed)
+        self._use_learned(known, changed)
         return True
+
+    def _use_learned(self, known: int, placement: Placement) -> None:
+        """Take the placement of the changes learned at start (the book's history past `known`):
+        heartbeat the ps tasks that joined, and use it."""
+        self._growing.learned(self.ps, self._book.history[known:])
+        self._use_placement(placement)
 
     def _wait_for_chief(self, deadline: float) -> None:
         """Block until the chief initialized every ps; a ps lost meanwhile is recovered as the
