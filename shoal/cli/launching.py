@@ -22,7 +22,7 @@ from shoal.launch.plan import format_plan, is_job_id, job_dir_for, make_plan, ne
 from shoal.launch.preflight import check_plan
 from shoal.launch.queued_job import QueuedJob
 from shoal.launch.runner import run_job
-from shoal.launch.setup_signals import (DeferredSigterm, sigterm_deferred, sigterm_ignored, stop_like_ctrl_c,
+from shoal.launch.setup_signals import (DeferredStop, sigterm_ignored, stop_like_ctrl_c, stops_deferred,
                                        stop_signal_name)
 from shoal.launch.spec import JobSpec
 
@@ -57,16 +57,16 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
     executor = executor_for(spec, args, env)
     job_id = background_id or new_job_id(spec.name)
     if args.dry_run:  # nothing runs: SIGTERM ends it as before
-        return _launch(spec, args, env, executor, job_id, DeferredSigterm())
-    # SIGTERM from here on is remembered: the setup's handler and then the runner's take it over
-    # while they are in place; one before the runner's stops the job as soon as they are; one
-    # after the job ended (recording its exit code, closing the executor) lets that finish
-    with sigterm_deferred() as term:
-        return _launch(spec, args, env, executor, job_id, term)
+        return _launch(spec, args, env, executor, job_id, DeferredStop())
+    # SIGTERM and Ctrl-C from here on are remembered: the setup's handlers and then the runner's
+    # take them over while they are in place; one before the runner's stops the job as soon as
+    # they are; one after the job ended (recording its exit code, closing the executor) lets that finish
+    with stops_deferred() as stop:
+        return _launch(spec, args, env, executor, job_id, stop)
 
 
 def _launch(spec: JobSpec, args: argparse.Namespace, env: Environment, executor: Executor, job_id: str,
-            term: DeferredSigterm) -> int:
+            stop: DeferredStop) -> int:
     try:
         try:
             with _queue_record(executor, spec, job_id, env, dry_run=args.dry_run):
@@ -86,7 +86,7 @@ def _launch(spec: JobSpec, args: argparse.Namespace, env: Environment, executor:
             return int(ExitCode.OK)
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
-                             live_status=env.is_tty, stop_pending=lambda: term.pending)
+                             live_status=env.is_tty, stop_pending=lambda: stop.signal)
             code = job_exit_code(result)
             try:
                 store.set_exit_code(plan.job_id, code)

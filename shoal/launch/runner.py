@@ -41,11 +41,12 @@ MEMBERSHIP_REPORTER = "ps.0"
 
 
 def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes],
-            live_status: bool = False, stop_pending: Callable[[], bool] = lambda: False) -> JobResult:
+            live_status: bool = False, stop_pending: Callable[[], int | None] = lambda: None) -> JobResult:
     """Make the job's folders, record the job, run it; returns the JobResult (the
     records hold its end state; the exit code is the caller's to record). `stop_pending()`,
-    asked once the runner's signal handlers are in place, says whether a SIGTERM came before
-    (the caller deferred it: setup_signals.sigterm_deferred): the job is then stopped at once."""
+    asked once the runner's signal handlers are in place, gives the stop signal (SIGTERM,
+    SIGINT) that came before, if one did (the caller deferred it: setup_signals.stops_deferred):
+    the job is then stopped at once, as by that signal."""
     private_dirs(Path(plan.job_dir) / "logs", "the job's folder",
                  "set SHOAL_HOME to a writable directory (default ~/.shoal)")
     private_dirs(Path(plan.model_dir), "the model dir", "pick a writable output_dir (--output-dir), or leave it"
@@ -101,8 +102,9 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hangup)
-    if stop_pending():  # a SIGTERM before the handlers were in place
-        on_signal(signal.SIGTERM)
+    pending = stop_pending()
+    if pending is not None:  # a stop signal before the handlers were in place
+        on_signal(pending)
     inbox = ScaleInbox(plan.job_dir, supervisor.request_scale)
     inbox.start()
     try:

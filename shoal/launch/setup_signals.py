@@ -6,10 +6,10 @@ close ends what it started), the executor can say what it was doing, and `shoal`
 Once the job runs, the runner's own handlers (stop_signals.py) take over.
 
 `sigterm_ignored` keeps a second SIGTERM from cutting short the teardown that follows.
-`sigterm_deferred` covers the moment between the setup and the runner's handlers (the job's
-record being made): a SIGTERM then is remembered, and the runner stops the job as soon as its
-handlers are in place, instead of the launcher dying on the spot with the setup's executor
-(ssh agents, a Slurm allocation) not closed.
+`stops_deferred` covers the moment between the setup and the runner's handlers (the job's
+record being made): a SIGTERM or a Ctrl-C (SIGINT) then is remembered, and the runner stops the
+job as soon as its handlers are in place, instead of the launcher dying on the spot with the
+setup's executor (ssh agents, a Slurm allocation) not closed and the job's record left PENDING.
 
 Installs a handler only on the main thread (elsewhere signals cannot be handled); never blocks.
 """
@@ -37,22 +37,30 @@ def _raise_stopped(_signum: int, _frame: object) -> None:
 
 @contextmanager
 def stop_like_ctrl_c() -> Iterator[None]:
-    """While inside (on the main thread): SIGTERM raises StoppedSettingUp where the thread is.
-    The handler before is put back on leaving."""
+    """While inside (on the main thread): SIGTERM raises StoppedSettingUp where the thread is,
+    and Ctrl-C (SIGINT) KeyboardInterrupt, as Python's own handler does (the one outside may
+    defer it: `stops_deferred`). The handlers before are put back on leaving."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_stopped),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        _put_back(previous)
+
+
+def _put_back(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 @contextmanager
 def sigterm_ignored() -> Iterator[None]:
     """While inside (on the main thread): SIGTERM is ignored, so that the teardown of a setup
-    already stopped is not cut short by a second one (systemd, `timeout`). Ctrl-C still works."""
+    already stopped is not cut short by a second one (systemd, `timeout`). Ctrl-C is left to the
+    handler outside (inside `stops_deferred`, as a launch is: remembered, not raised)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -63,27 +71,29 @@ def sigterm_ignored() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-class DeferredSigterm:
-    """Whether a SIGTERM came while `sigterm_deferred` was in place."""
+class DeferredStop:
+    """The first stop signal (SIGTERM or SIGINT) that came while `stops_deferred` was in place,
+    or None."""
 
     def __init__(self) -> None:
-        self.pending = False
+        self.signal: int | None = None
 
-    def _remember(self, _signum: int, _frame: object) -> None:
-        self.pending = True
+    def _remember(self, signum: int, _frame: object) -> None:
+        if self.signal is None:
+            self.signal = signum
 
 
 @contextmanager
-def sigterm_deferred() -> Iterator[DeferredSigterm]:
-    """While inside (on the main thread): SIGTERM only sets the yielded object's `pending`;
-    handlers installed inside (the setup's, the runner's) take over while they are in place.
-    The handler before is put back on leaving."""
-    deferred = DeferredSigterm()
+def stops_deferred() -> Iterator[DeferredStop]:
+    """While inside (on the main thread): SIGTERM and SIGINT only set the yielded object's
+    `signal`; handlers installed inside (the setup's, the runner's) take over while they are in
+    place. The handlers before are put back on leaving."""
+    deferred = DeferredStop()
     if threading.current_thread() is not threading.main_thread():
         yield deferred
         return
-    previous = signal.signal(signal.SIGTERM, deferred._remember)
+    previous = {sig: signal.signal(sig, deferred._remember) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield deferred
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        _put_back(previous)

@@ -1,7 +1,8 @@
-"""A SIGTERM that reaches the launcher after the job's setup and before the runner's own
-handlers (while the job's record is being made) stops the job as any SIGTERM while it runs
-does, instead of killing the launcher on the spot with its executor not closed (ssh agents, a
-Slurm allocation). The window is held open by holding the records' write lock."""
+"""A SIGTERM or a Ctrl-C (SIGINT) that reaches the launcher after the job's setup and before
+the runner's own handlers (while the job's record is being made) stops the job as that signal
+does while it runs, instead of killing the launcher on the spot with its executor not closed (ssh
+agents, a Slurm allocation) and the job's record left PENDING. The window is held open by
+holding the records' write lock."""
 
 import os
 import signal
@@ -18,7 +19,8 @@ from harness import PY, alive, cleanup, program, recorded_pids, run_ok, start_sh
 pytestmark = pytest.mark.timeout(90)
 
 
-def test_a_sigterm_while_the_job_is_being_recorded_stops_it_cleanly(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_the_job_is_being_recorded_stops_it_cleanly(tmp_path, signum):
     home = tmp_path / "home"
     spec = tmp_path / "job.yaml"
     spec.write_text(f"name: t\nrun: {PY} {program('work.py')} --steps 100000\n"
@@ -30,14 +32,14 @@ def test_a_sigterm_while_the_job_is_being_recorded_stops_it_cleanly(tmp_path):
     try:
         wait_for(lambda: any(home.glob("jobs/*/logs")), 30, "the runner to make the job's folders")
         time.sleep(0.5)  # it waits on the lock now, its signal handlers not yet in place
-        os.kill(launcher.pid, signal.SIGTERM)
+        os.kill(launcher.pid, signum)
         time.sleep(0.5)
-        assert launcher.poll() is None, "the launcher died of the SIGTERM on the spot"
+        assert launcher.poll() is None, f"the launcher died of the {signum.name} on the spot"
         records.execute("ROLLBACK")
         records.close()
         out, _ = launcher.communicate(timeout=60)
         [job] = status(home)
-        assert job["state"] == "KILLED" and job["reason"] == "the launcher got SIGTERM", (job, out.decode())
+        assert job["state"] == "KILLED" and job["reason"] == f"the launcher got {signum.name}", (job, out.decode())
         assert alive(recorded_pids(home)) == []
     finally:
         cleanup(home, launcher)
