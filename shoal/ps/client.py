@@ -222,9 +222,12 @@ class PsClient:
         return self._all([(i, SnapshotRequest(), None) for i in range(self.num_ps)])
 
     def pull_all(self, names: Sequence[Sequence[str]], min_step: int, into: Tensors) -> list[Answer]:
-        """Per ps: PullReply and the values of `names[ps]`, once it reached `min_step`.
-        Values whose name is in `into` are written straight into those arrays."""
-        return self._all([(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps)], into)
+        """Per ps: PullReply and the values of `names[ps]`, once it reached `min_step`; a ps
+        asked for no values (it holds none of the model: more ps than shards) answers at once,
+        as its step never moves. Values whose name is in `into` are written straight into those
+        arrays. Blocks."""
+        return self._all([(i, PullRequest(tuple(names[i]), min_step if names[i] else 0), None)
+                           for i in range(self.num_ps)], into)
 
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
                  hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,

@@ -439,7 +439,8 @@ class TrainingSession:
                              lease_size=lease_size, epochs=epochs, shuffle=shuffle, wait_timeout_s=wait_timeout_s)
 
     def pull(self, min_step: int = 0) -> int:
-        """Refresh `params` from the ps (waiting until every ps reached `min_step`). Blocks.
+        """Refresh `params` from the ps (waiting until every ps that holds a shard reached
+        `min_step`). Blocks.
 
         In sync mode, if the ps tasks answer from different steps (one just finished a step),
         pulls again at the newest, so every worker starts a step from the same parameters.
@@ -447,7 +448,8 @@ class TrainingSession:
         self._require(SessionState.STARTED, "pull")
         answers = self._rehomed_retry(lambda: self.ps.pull_all(self._names_on, min_step, self._targets))
         self._assign(answers)
-        steps = [a.body.step for a in answers]
+        # a ps that holds no shard (more ps than shards) gets no push: its step stays where it was
+        steps = [a.body.step for a, names in zip(answers, self._names_on) if names]
         if self.sync and len(set(steps)) > 1:
             return self.pull(max(steps))
         self._step = max(steps) if self.sync else steps[0]

@@ -25,6 +25,23 @@ def test_mnist_softmax_reaches_90_percent_and_ps_exit_zero(make_cluster, mode):
     assert cluster.kill_all() == []
 
 
+def test_sync_softmax_with_a_ps_that_holds_no_shard_finishes_and_resumes(make_cluster, tmp_path):
+    """Three ps for two variables: ps:2 holds nothing and gets no push, so its step stays 0.
+    The workers' last pull used to wait for it to reach the last step, and failed after the
+    request timeout; the job must end as with two ps, and a checkpoint taken with it resume."""
+    model_dir = tmp_path / "model"
+    for steps in (200, 600):
+        cluster = make_cluster(num_ps=3, num_workers=2)
+        cluster.start_all(["examples/mnist_softmax.py", "--sync", "--steps", str(steps),
+                           "--model_dir", str(model_dir)])
+        codes = cluster.wait_all(timeout=120)
+        assert codes == {"ps:0": 0, "ps:1": 0, "ps:2": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief = cluster.tasks[3]
+    assert re.search(r"restored checkpoint step=200\b", chief.output()), chief.output()[-3000:]
+    assert all(_accuracy(w) >= 0.90 for w in cluster.tasks[3:]), [_accuracy(w) for w in cluster.tasks[3:]]
+    assert cluster.kill_all() == []
+
+
 def _accuracy(task) -> float:
     return float(re.search(r"^accuracy: (\d\.\d+)$", task.output(), re.M).group(1))
 
