@@ -17,6 +17,7 @@ from shoal.ps.replicator import ReplicationOptions
 from shoal.ps.membership import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S
 from shoal.train.options import CheckpointOptions, SyncOptions
+from shoal.train.placement import PlacementStrategy
 from shoal.train.part_size import LINK_PART_BYTES, LOOPBACK_PART_BYTES, PartSize
 from shoal.wire.security import Security
 
@@ -61,6 +62,12 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                         help="send a push in parts of about this many bytes, so the upload of one part overlaps "
                              f"the download of the one before (default: {LOOPBACK_PART_BYTES} when every ps is on "
                              f"loopback, else {LINK_PART_BYTES}; 0: one message per ps)")
+    parser.add_argument("--placement", choices=[p.value for p in PlacementStrategy],
+                        default=PlacementStrategy.GREEDY.value,
+                        help="how variables are put on the ps tasks (every task of the job must say the same): "
+                             "greedy (default) = largest first, by bytes, small ones with others (one request per "
+                             "ps they use per step); round_robin = in the order given, ps 0, 1, 2, ... (TF's "
+                             "replica_device_setter)")
     parser.add_argument("--wire_security", choices=[s.value for s in Security], default=Security.AUTO.value,
                         help="how tasks authenticate to the ps (every task of the job must say the same): auto "
                              "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
@@ -92,7 +99,7 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
                 push_part_bytes=PartSize.AUTO if args.push_part_bytes is None else args.push_part_bytes or None,
                 heartbeat_timeout_s=args.heartbeat_timeout, rehome_lost_ps=args.lost_ps == "rehome",
-                shared_memory=args.wire_shared_memory == "auto")
+                shared_memory=args.wire_shared_memory == "auto", placement=PlacementStrategy(args.placement))
 
 
 def replication_options(args: argparse.Namespace) -> ReplicationOptions:

@@ -16,11 +16,16 @@ from shoal.train.errors import TrainError
 
 DEFAULT_MIN_SHARD_BYTES = 256 << 10
 DEFAULT_PUSH_PART_BYTES = 256 << 10
+REQUEST_COST_BYTES = 64 << 10
+"""What one more request per step costs, counted in bytes, for the greedy placement: a ps that
+holds nothing yet gets a request of its own every step once it holds a shard. On loopback a
+push's round trip costs ~115 us of CPU whatever its size (worker and ps, bench/README.md), the
+copies and update of 64 KiB a few; across hosts 64 KiB is ~0.5 ms of a 1 Gbit/s link."""
 
 
 class PlacementStrategy(Enum):
     ROUND_ROBIN = "round_robin"   # shards go to ps 0, 1, 2, ... in the order variables are given
-    GREEDY = "greedy"             # largest shard first, to the ps holding the fewest bytes (TF's greedy balancer)
+    GREEDY = "greedy"             # largest shard first, where it least raises the ps's load (see `_greedy`)
 
 
 @dataclass(frozen=True)
@@ -127,14 +132,34 @@ def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
 
 
 def _greedy(pieces, num_ps):
+    """Largest shard first, each to the ps (not one holding another shard of its variable, while
+    there is such a ps) where it least raises the busiest ps's load plus the mean load; among
+    equals, the ps left with the least load (TF's greedy balancer), then the lowest index.
+
+    A ps's load is the bytes of its shards, plus REQUEST_COST_BYTES once it holds any: each ps
+    that holds a shard costs a request every step. The busiest ps bounds a step where every ps
+    has a core of its own; the mean is the machine's work where tasks share the cores. So a
+    shard smaller than about half of REQUEST_COST_BYTES joins a ps already used instead of
+    making every push a request longer (the softmax's bias travels with its weights: one
+    request per step instead of two), and larger ones spread over the ps by bytes."""
     load = [0] * num_ps
     holders: dict[str, set[int]] = {}
     assigned = []
     for piece in sorted(pieces, key=lambda p: -p[4]):
         taken = holders.setdefault(piece[0], set())
         candidates = [i for i in range(num_ps) if i not in taken] or list(range(num_ps))
-        ps = min(candidates, key=lambda i: (load[i], i))
-        load[ps] += piece[4]
+
+        def after(i: int) -> list[int]:
+            loads = list(load)
+            loads[i] += piece[4] + (REQUEST_COST_BYTES if not loads[i] else 0)
+            return loads
+
+        def cost(i: int) -> tuple[float, int, int]:
+            loads = after(i)
+            return (max(loads) + sum(loads) / num_ps, loads[i], i)
+
+        ps = min(candidates, key=cost)
+        load = after(ps)
         taken.add(ps)
         assigned.append((piece, ps))
     return assigned

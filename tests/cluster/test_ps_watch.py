@@ -72,7 +72,8 @@ def test_watch_ps_is_refused_on_a_worker_and_twice_on_the_chief(make_cluster):
 
 
 def _three_variables() -> dict[str, np.ndarray]:
-    """Three variables of one size: greedy placement puts one on each of three ps."""
+    """Three variables of one size: round-robin placement puts one on each of three ps (greedy
+    would keep such small ones together)."""
     return {name: np.full((64, 4), k, np.float32) for k, name in enumerate(("a", "b", "c"))}
 
 
@@ -89,6 +90,7 @@ def test_a_watching_chief_rebuilds_a_restarted_ps_by_the_numbering_after_its_ses
     cluster = make_cluster(num_ps=3, num_workers=1, chief=True)
     ps = [start_ps(cluster, i) for i in range(3)]
     with shoal.TrainingSession(config_for(cluster, "chief", 0), _three_variables(), shoal.SGD(0.1),
+                               placement=shoal.PlacementStrategy.ROUND_ROBIN,
                                secret=secret_of(cluster), init_timeout_s=30, ps_recovery_timeout_s=2,
                                min_shard_bytes=1 << 20) as session:
         assert [len(session.placement.on_ps(i)) for i in range(3)] == [1, 1, 1]
@@ -115,6 +117,7 @@ def test_the_sessions_recovery_gets_its_whole_timeout_after_waiting_for_the_watc
     ps = [start_ps(cluster, i) for i in range(2)]
     timeout_s = 8
     with shoal.TrainingSession(config_for(cluster, "chief", 0), _three_variables(), shoal.SGD(0.1),
+                               placement=shoal.PlacementStrategy.ROUND_ROBIN,
                                secret=secret_of(cluster), init_timeout_s=30, ps_recovery_timeout_s=timeout_s,
                                min_shard_bytes=1 << 20) as session:
         assert session.placement.on_ps(1)

@@ -21,6 +21,7 @@ def test_a_resent_closure_push_is_counted_once_when_the_closure_runs_again(make_
     model = {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}
     secret = secret_of(cluster)
     with shoal.TrainingSession(config_for(cluster, "chief", 0), model, shoal.SGD(LR), secret=secret, sync=True,
+                               placement=shoal.PlacementStrategy.ROUND_ROBIN,
                                init_timeout_s=30, min_shard_bytes=1 << 20) as session:
         old = session.placement
         assert [s.name for s in old.on_ps(1)] == ["b"]

@@ -25,10 +25,33 @@ def test_small_variables_are_not_partitioned():
 
 
 def test_greedy_balances_bytes_across_ps():
-    variables = {"a": np.zeros(1000), "b": np.zeros(600), "c": np.zeros(500), "d": np.zeros(100)}
+    variables = {"a": np.zeros(100_000), "b": np.zeros(60_000), "c": np.zeros(50_000), "d": np.zeros(10_000)}
     placement = place_variables(variables, num_ps=2, strategy=PlacementStrategy.GREEDY, min_shard_bytes=1 << 30)
     load = [sum(s.nbytes for s in placement.on_ps(i)) for i in range(2)]
-    assert load == [8800, 8800]
+    assert load == [880_000, 880_000]
+
+
+def test_greedy_keeps_small_variables_on_a_ps_already_used():
+    """The softmax: its bias (40 bytes) goes with its weights, so a push is one request, not two;
+    a third ps stays empty too. A variable too large to share a ps without unbalancing them
+    (here 2 x 300 KB) still gets a ps of its own."""
+    softmax = {"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
+    for num_ps in (2, 3):
+        placement = place_variables(softmax, num_ps=num_ps)
+        assert [(s.name, s.ps) for s in placement.shards] == [("W", 0), ("b", 0)]
+        assert placement.push_parts(None) == ((0, ("W", "b")),)
+    two = place_variables({"w1": np.zeros(300_000, np.uint8), "w2": np.zeros(300_000, np.uint8),
+                           "bias": np.zeros(10, np.float32)}, num_ps=2)
+    assert sorted(s.ps for s in two.shards if s.variable != "bias") == [0, 1]
+    assert len(two.push_parts(None)) == 2
+
+
+def test_greedy_spreads_the_mlp_as_by_bytes_alone():
+    mlp = {"W1": np.zeros((784, 256), np.float32), "b1": np.zeros(256, np.float32),
+           "W2": np.zeros((256, 10), np.float32), "b2": np.zeros(10, np.float32)}
+    placement = place_variables(mlp, num_ps=2)
+    assert [(s.name, s.ps) for s in placement.shards] == [("W1/part_0", 0), ("W1/part_1", 1), ("b1", 1), ("W2", 0),
+                                                          ("b2", 1)]
 
 
 def test_round_robin_assigns_in_declaration_order():
