@@ -110,7 +110,6 @@ class EventFile:
         self._tbx: tuple = ()  # tensorboardX's RecordWriter, Event and scalar, once open
         self._dropped = 0
         self._dropped_paused = 0  # about how many values were dropped since the summaries paused (both threads count)
-        self._stopping = False  # the writer thread took _STOP: a failure now is the last one
         self._pauses = 0  # how often a failed write paused the summaries (the first warns)
         self._first_record_bytes = 0  # the size of an event file that holds its version record
 
@@ -133,7 +132,7 @@ class EventFile:
             self._fail(e)
             return False
         self._state = EventFileState.OPEN
-        self._thread = threading.Thread(target=self._write, args=(records,), daemon=True,
+        self._thread = threading.Thread(target=self._write, args=(records, False), daemon=True,
                                         name=f"summaries {self.logdir}")
         self._thread.start()
         return True
@@ -207,13 +206,13 @@ class EventFile:
             log.warning("summaries to %s were still paused at the end: %d values were dropped since the failed "
                         "write", self.logdir, self._dropped_paused)
 
-    def _write(self, records) -> None:
-        """The writer thread: write into `records` until _STOP; after a write fails with an
-        OSError, pause and go on in a new file once one can be written (`_resume`); any other
-        failure ends the summaries."""
+    def _write(self, records, flushed: bool) -> None:
+        """The writer thread: write into `records` (its version record on disk if `flushed`)
+        until _STOP; after a write fails with an OSError, pause and go on in a new file once one
+        can be written (`_resume`); any other failure ends the summaries."""
         while records is not None:
             try:
-                self._write_file(records)
+                self._write_file(records, flushed)
                 return
             except OSError as e:
                 failure = e
@@ -222,40 +221,43 @@ class EventFile:
                 with suppress(OSError):
                     records.close()
                 return
-            with suppress(OSError):
-                records.close()  # the fd is closed even when its last flush fails
-            with suppress(OSError):
-                if self.path is not None and self.path.stat().st_size < self._first_record_bytes:
-                    self.path.unlink()  # opened on a full disk: not even its version record got there
-            if self._stopping:  # the last flush, at close: nothing more will come to write
-                log.warning("summaries to %s: the last values did not reach the disk: %s", self.logdir,
-                            _reason(failure))
-                return
+            self._discard(records)
             try:
                 records = self._resume() if self._pause(failure) else None
             except Exception as e:  # noqa: BLE001
                 self._fail(e)
                 return
+            flushed = True  # (`_resume` flushed the new file's version record)
 
-    def _write_file(self, records) -> None:
-        """Write each queued value into `records`, flush every `flush_secs`, close it at _STOP.
-        Raises what the file raises."""
+    def _discard(self, records) -> None:
+        """Close `records` after a failed write (the fd is closed even when its flush fails),
+        and remove its file if not even the version record reached the disk (opened on a full
+        disk)."""
+        with suppress(OSError):
+            records.close()
+        with suppress(OSError):
+            if self.path is not None and self.path.stat().st_size < self._first_record_bytes:
+                self.path.unlink()
+
+    def _write_file(self, records, flushed: bool) -> None:
+        """Write each queued value into `records`, flush every `flush_secs`, close it at _STOP
+        (`_finish`). Raises what the file raises before _STOP."""
         _, event, scalar = self._tbx
-        records.flush()  # what was written before this thread took over (the file's version record)
+        if not flushed:
+            records.flush()  # what was written before this thread took over (the file's version record)
         due = None  # when what was written since the last flush must be on disk
         while True:
             try:
                 item = self._queue.get(timeout=None if due is None else max(0.0, due - time.monotonic()))
             except queue.Empty:
                 item = _FLUSH
-            if item is _FLUSH or item is _STOP:
-                self._stopping = item is _STOP
+            if item is _STOP:
+                self._finish(records, flush=due is not None)
+                return
+            if item is _FLUSH:
                 if due is not None:
                     records.flush()
                     due = None
-                if item is _STOP:
-                    records.close()
-                    return
                 continue
             wall_time, tag, value, step = item
             records.write(event(wall_time=wall_time, step=step, summary=scalar(tag, value)).SerializeToString())
@@ -264,6 +266,17 @@ class EventFile:
             elif time.monotonic() >= due:
                 records.flush()
                 due = None
+
+    def _finish(self, records, *, flush: bool) -> None:
+        """At _STOP: flush (with `flush`) and close `records`; a failure now is the last one:
+        nothing more will come to write, so it is said, not retried."""
+        try:
+            if flush:
+                records.flush()
+            records.close()
+        except OSError as e:
+            self._discard(records)
+            log.warning("summaries to %s: the last values did not reach the disk: %s", self.logdir, _reason(e))
 
     def _pause(self, e: OSError) -> bool:
         """OPEN -> PAUSED, with a WARNING the first time and INFO after; False if the file was
