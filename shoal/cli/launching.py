@@ -60,7 +60,8 @@ def launch(spec: JobSpec, args: argparse.Namespace, env: Environment) -> int:
         return _launch(spec, args, env, executor, job_id, DeferredStop())
     # SIGTERM and Ctrl-C from here on are remembered: the setup's handlers and then the runner's
     # take them over while they are in place; one before the runner's stops the job as soon as
-    # they are; one after the job ended (recording its exit code, closing the executor) lets that finish
+    # they are; a SIGTERM after the job ended (recording its exit code, closing the executor) lets
+    # that finish, a Ctrl-C then cuts it short
     with stops_deferred() as stop:
         return _launch(spec, args, env, executor, job_id, stop)
 
@@ -87,6 +88,7 @@ def _launch(spec: JobSpec, args: argparse.Namespace, env: Environment, executor:
         with env.store() as store:
             result = run_job(plan, executor=executor, store=store, out=env.stdout_bytes,
                              live_status=env.is_tty, stop_pending=lambda: stop.signal)
+            stop.stop_deferring_ctrl_c()  # the job ended: Ctrl-C may cut the teardown short again
             code = job_exit_code(result)
             try:
                 store.set_exit_code(plan.job_id, code)

@@ -77,10 +77,19 @@ class DeferredStop:
 
     def __init__(self) -> None:
         self.signal: int | None = None
+        self._previous: dict = {}  # the handlers `stops_deferred` put back on leaving
 
     def _remember(self, signum: int, _frame: object) -> None:
         if self.signal is None:
             self.signal = signum
+
+    def stop_deferring_ctrl_c(self) -> None:
+        """From now on Ctrl-C (SIGINT) acts as before `stops_deferred` (Python's handler raises
+        KeyboardInterrupt): once the job ended, a Ctrl-C cuts its teardown (the last rsync, the
+        wait for scancel) short, as it always did. SIGTERM stays deferred. Does not block."""
+        previous = self._previous.pop(signal.SIGINT, None)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
@@ -92,8 +101,8 @@ def stops_deferred() -> Iterator[DeferredStop]:
     if threading.current_thread() is not threading.main_thread():
         yield deferred
         return
-    previous = {sig: signal.signal(sig, deferred._remember) for sig in (signal.SIGTERM, signal.SIGINT)}
+    deferred._previous = {sig: signal.signal(sig, deferred._remember) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield deferred
     finally:
-        _put_back(previous)
+        _put_back(deferred._previous)

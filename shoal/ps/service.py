@@ -270,8 +270,8 @@ class PsService:
             self._membership_changed([self.membership.finished(task)])
         log.info("%s holds %d shards (%.1f MB), %s, %s%s", self.task_name, len(self.store),
                  self.store.nbytes / 1e6, rule.to_config(), self._training,
-                 "" if len(self.store) else " (the placement put the model on other ps tasks: this one serves"
-                 " the job's requests and stops with it)")
+                 "" if len(self.store) else " (the placement gives it no variable: it answers the job's status"
+                 " and heartbeats, and stops with it)")
         return Reply(request, InitReply(self._created))
 
     def _snapshot(self, request: Request, _message) -> Reply:

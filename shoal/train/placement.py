@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ copies and update of 64 KiB a few; across hosts 64 KiB is ~0.5 ms of a 1 Gbit/s 
 
 class PlacementStrategy(Enum):
     ROUND_ROBIN = "round_robin"   # shards go to ps 0, 1, 2, ... in the order variables are given
-    GREEDY = "greedy"             # largest shard first, where it least raises the ps's load (see `_greedy`)
+    GREEDY = "greedy"             # largest shard first, by bytes and by a request's cost, the better (`_greedy`)
 
 
 @dataclass(frozen=True)
@@ -131,17 +131,33 @@ def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
     return Placement(shards, num_ps)
 
 
-def _greedy(pieces, num_ps):
-    """Largest shard first, each to the ps (not one holding another shard of its variable, while
-    there is such a ps) where it least raises the busiest ps's load plus the mean load; among
-    equals, the ps left with the least load (TF's greedy balancer), then the lowest index.
+def step_cost(loads: Sequence[int], used: Sequence[bool]) -> float:
+    """What the greedy placement minimises, for per-ps shard bytes `loads` (`used`: the ps holds
+    a shard): the busiest ps's load plus the mean load, a used ps counting REQUEST_COST_BYTES
+    more (it gets a request every step). The busiest ps bounds a step where every ps has a core
+    of its own; the mean is the machine's work where tasks share the cores."""
+    costs = [load + REQUEST_COST_BYTES if holds else 0 for load, holds in zip(loads, used)]
+    return max(costs) + sum(costs) / len(costs)
 
-    A ps's load is the bytes of its shards, plus REQUEST_COST_BYTES once it holds any: each ps
-    that holds a shard costs a request every step. The busiest ps bounds a step where every ps
-    has a core of its own; the mean is the machine's work where tasks share the cores. So a
-    shard smaller than about half of REQUEST_COST_BYTES joins a ps already used instead of
-    making every push a request longer (the softmax's bias travels with its weights: one
-    request per step instead of two), and larger ones spread over the ps by bytes."""
+
+def _greedy(pieces, num_ps):
+    """Largest shard first, each to a ps not holding another shard of its variable (while there
+    is one), in two ways: by bytes alone (to the least loaded ps, TF's greedy balancer), and by
+    `step_cost` (to the ps where it least raises it, so a small shard joins a ps already used
+    rather than making every push a request longer: the softmax's bias travels with its weights,
+    one request per step instead of two). The one of lower `step_cost` wins (ties: the second).
+    Taking the better of both keeps many small variables from piling up on one ps, which the
+    second alone would do."""
+    by_bytes = _largest_first(pieces, num_ps, request_cost=0)
+    by_cost = _largest_first(pieces, num_ps, request_cost=REQUEST_COST_BYTES)
+    return min((by_cost, by_bytes), key=lambda assigned: _cost_of(assigned, num_ps))
+
+
+def _largest_first(pieces, num_ps, *, request_cost: int):
+    """Largest piece first, each to the ps where it least raises the busiest ps's load plus the
+    mean load (a ps counting `request_cost` more once it holds a piece); among equals, the ps
+    left with the least load, then the lowest index. With `request_cost` 0 this is the least
+    loaded ps: by bytes alone."""
     load = [0] * num_ps
     holders: dict[str, set[int]] = {}
     assigned = []
@@ -151,7 +167,7 @@ def _greedy(pieces, num_ps):
 
         def after(i: int) -> list[int]:
             loads = list(load)
-            loads[i] += piece[4] + (REQUEST_COST_BYTES if not loads[i] else 0)
+            loads[i] += piece[4] + (request_cost if not loads[i] else 0)
             return loads
 
         def cost(i: int) -> tuple[float, int, int]:
@@ -163,3 +179,11 @@ def _greedy(pieces, num_ps):
         taken.add(ps)
         assigned.append((piece, ps))
     return assigned
+
+
+def _cost_of(assigned, num_ps: int) -> float:
+    loads, used = [0] * num_ps, [False] * num_ps
+    for piece, ps in assigned:
+        loads[ps] += piece[4]
+        used[ps] = True
+    return step_cost(loads, used)

@@ -3,7 +3,10 @@ shards move to the survivors.
 
 Shard boundaries stay as they are (a shard moves whole, with its optimizer state), so only the
 dead ps's shards move; each goes, largest first, to the survivor holding the fewest bytes (ties:
-the lowest index), as the greedy balancer places them at the start. The survivors keep their
+the lowest index), as the greedy balancer places them at the start, among the survivors that
+hold a shard: one that holds none (more ps than the model needs) never got a push, so in sync
+mode its step is still the one it started at, and shards of the job's step cannot join it (ps 0
+always holds a shard, and is never re-homed). The survivors keep their
 order and are numbered 0..n-2, as the worker's PsClient numbers them once it dropped the dead
 ps (`PsClient.drop`). Every task computes the same result from the same placement, so the
 survivors and every worker agree without a metadata service.
@@ -29,12 +32,15 @@ def rehome(placement: Placement, dead: int) -> Placement:
         return ps if ps < dead else ps - 1
 
     load = [0] * survivors
+    holds = [False] * survivors
     for s in placement.shards:
         if s.ps != dead:
             load[renumber(s.ps)] += s.nbytes
+            holds[renumber(s.ps)] = True
+    takers = [i for i in range(survivors) if holds[i]] or list(range(survivors))
     home: dict[str, int] = {}
     for s in sorted((s for s in placement.shards if s.ps == dead), key=lambda s: -s.nbytes):
-        target = min(range(survivors), key=lambda i: (load[i], i))
+        target = min(takers, key=lambda i: (load[i], i))
         load[target] += s.nbytes
         home[s.name] = target
     shards = tuple(ShardPlacement(s.variable, s.name, home[s.name] if s.ps == dead else renumber(s.ps), s.start,

@@ -149,7 +149,7 @@ class Rehoming:
         log.warning("%s: %s did not come back within %gs: its %d shard%s moved to %s (from %s; %s)", self._task,
                     name, self._timeout_s, count, "" if count == 1 else "s", where, source.source,
                     ", ".join(f"{home} at step {step}" for home, _, step in homes) or "nothing to move")
-        if source.why_not_replica:
+        if source.why_not_replica and count:  # (a ps that held nothing lost nothing)
             log.warning("%s: no usable replica of %s: %s; every update to its shards since %s is lost", self._task,
                         name, source.why_not_replica, source.source)
         self._leave(client, ps)

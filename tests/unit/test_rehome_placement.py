@@ -53,3 +53,12 @@ def test_client_drop_renumbers_the_ps_after_the_dropped_one_and_keeps_their_clus
     with pytest.raises(ValueError, match="ps:2"):
         client.drop(0)
     client.close()
+
+
+def test_a_survivor_that_holds_no_shard_takes_none():
+    """Round robin puts the softmax's W on ps 0 and b on ps 1; ps 2 holds nothing, so in sync mode
+    its step never moved from the start: b, re-homed, goes to ps 0 (still the fuller one)."""
+    softmax = place_variables({"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}, 3,
+                              PlacementStrategy.ROUND_ROBIN)
+    assert [(s.name, s.ps) for s in softmax.shards] == [("W", 0), ("b", 1)]
+    assert [(s.name, s.ps) for s in rehome(softmax, 1).shards] == [("W", 0), ("b", 0)]
