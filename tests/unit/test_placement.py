@@ -46,6 +46,15 @@ def test_greedy_keeps_small_variables_on_a_ps_already_used():
     assert len(two.push_parts(None)) == 2
 
 
+def test_greedy_never_piles_many_small_variables_on_one_ps():
+    """Each of 1000 variables of 32 kB is too small to be worth a request of its own, but all of
+    them on ps 0 would leave the other ps idle: by bytes alone wins there."""
+    for num_ps, nbytes in ((2, 32_000), (4, 16_000), (8, 8_000)):
+        placement = place_variables({f"v{i}": np.zeros(nbytes, np.uint8) for i in range(1000)}, num_ps=num_ps)
+        load = [sum(s.nbytes for s in placement.on_ps(i)) for i in range(num_ps)]
+        assert max(load) - min(load) <= nbytes, (num_ps, load)
+
+
 def test_greedy_spreads_the_mlp_as_by_bytes_alone():
     mlp = {"W1": np.zeros((784, 256), np.float32), "b1": np.zeros(256, np.float32),
            "W2": np.zeros((256, 10), np.float32), "b2": np.zeros(10, np.float32)}
