@@ -23,7 +23,7 @@ from shoal.launch.preflight import check_plan
 from shoal.launch.queued_job import QueuedJob
 from shoal.launch.runner import run_job
 from shoal.launch.setup_signals import (DeferredStop, sigterm_ignored, stop_like_ctrl_c, stops_deferred,
-                                       stop_signal_name)
+                                        stop_signal_name)
 from shoal.launch.spec import JobSpec
 
 

@@ -226,8 +226,8 @@ class PsClient:
         asked for no values (it holds none of the model: more ps than shards) answers at once,
         as its step never moves. Values whose name is in `into` are written straight into those
         arrays. Blocks."""
-        return self._all([(i, PullRequest(tuple(names[i]), min_step if names[i] else 0), None)
-                           for i in range(self.num_ps)], into)
+        requests = [(i, PullRequest(tuple(names[i]), min_step if names[i] else 0), None) for i in range(self.num_ps)]
+        return self._all(requests, into)
 
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
                  hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,

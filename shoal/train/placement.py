@@ -131,7 +131,7 @@ def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
     return Placement(shards, num_ps)
 
 
-def step_cost(loads: Sequence[int], used: Sequence[bool]) -> float:
+def _step_cost(loads: Sequence[int], used: Sequence[bool]) -> float:
     """What the greedy placement minimises, for per-ps shard bytes `loads` (`used`: the ps holds
     a shard): the busiest ps's load plus the mean load, a used ps counting REQUEST_COST_BYTES
     more (it gets a request every step). The busiest ps bounds a step where every ps has a core
@@ -143,9 +143,10 @@ def step_cost(loads: Sequence[int], used: Sequence[bool]) -> float:
 def _greedy(pieces, num_ps):
     """Largest shard first, each to a ps not holding another shard of its variable (while there
     is one), in two ways: by bytes alone (to the least loaded ps, TF's greedy balancer), and by
-    `step_cost` (to the ps where it least raises it, so a small shard joins a ps already used
+    `_step_cost` (to the ps where it least raises it, so a small shard joins a ps already used
     rather than making every push a request longer: the softmax's bias travels with its weights,
-    one request per step instead of two). The one of lower `step_cost` wins (ties: the second).
+    one request per step instead of two). The one of lower `_step_cost` wins (ties: the second
+    way).
     Taking the better of both keeps many small variables from piling up on one ps, which the
     second alone would do."""
     by_bytes = _largest_first(pieces, num_ps, request_cost=0)
@@ -186,4 +187,4 @@ def _cost_of(assigned, num_ps: int) -> float:
     for piece, ps in assigned:
         loads[ps] += piece[4]
         used[ps] = True
-    return step_cost(loads, used)
+    return _step_cost(loads, used)

@@ -6,9 +6,8 @@ dead ps's shards move; each goes, largest first, to the survivor holding the few
 the lowest index), as the greedy balancer places them at the start, among the survivors that
 hold a shard: one that holds none (more ps than the model needs) never got a push, so in sync
 mode its step is still the one it started at, and shards of the job's step cannot join it (ps 0
-always holds a shard, and is never re-homed). The survivors keep their
-order and are numbered 0..n-2, as the worker's PsClient numbers them once it dropped the dead
-ps (`PsClient.drop`). Every task computes the same result from the same placement, so the
+always holds a shard, and is never re-homed). The survivors keep their order and are numbered
+0..n-2, as the worker's PsClient numbers them once it dropped the dead ps (`PsClient.drop`). Every task computes the same result from the same placement, so the
 survivors and every worker agree without a metadata service.
 
 Pure: no I/O; thread-safe.
