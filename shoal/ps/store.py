@@ -186,7 +186,9 @@ class ShardStore:
     def check_name(self, name: str) -> Shard:
         shard = self._shards.get(name)
         if shard is None:
-            raise PsError(f"{self.task_name} holds no variable {name!r}; has the chief initialized the model?")
+            raise PsError(f"{self.task_name} holds no variable {name!r}; has the chief initialized the model? (every "
+                          "task places the variables itself: give each the same model, --placement and "
+                          "--push_part_bytes)")
         return shard
 
     def track(self, names, tracker: zmq.MessageTracker | None) -> None:
