@@ -164,13 +164,14 @@ class JobStore:
         return self
 
     def _say_unrecorded_folders(self) -> None:
+        """Tell `note` of the job folders from before that new records do not list."""
         jobs = self.path.parent / "jobs"
         try:
             # a job that ran has its logs folder (one starting now may have its folder already, not that)
             folders = sorted(p.name for p in jobs.iterdir() if (p / "logs").is_dir())
         except OSError:
             return
-        if folders and self._note is not None:
+        if folders:
             with suppress(OSError):  # a note that cannot be said (a closed stderr) costs nothing else
                 self._note(f"shoal: the job records {self.path} are new, but {jobs} holds {len(folders)} job folder(s)"
                            f" from before ({', '.join(folders[:3])}{', ...' if len(folders) > 3 else ''}): the records"

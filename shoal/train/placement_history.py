@@ -140,16 +140,13 @@ def settled_history(client: PsClient, results: Sequence[StatusReply | Exception]
     of a retired ps's shards: the chief hands them out one survivor after another). A ps it
     retires may be gone, or a process started again at its address (it exits once ps 0 tells it
     so): it is not asked. None otherwise."""
-    histories = [job_history([r]) for r in results if isinstance(r, StatusReply)]
-    if not histories:
+    reported = {k: job_history([r]) for k, r in enumerate(results) if isinstance(r, StatusReply)}
+    if not reported:
         return None
-    longest = max(histories, key=len)
+    longest = max(reported.values(), key=len)
     retired = {c.ps for c in longest if c.kind is ChangeKind.RETIRE}
-    for k, result in enumerate(results):
-        if client.ps_id(k) in retired:
-            continue
-        if not isinstance(result, StatusReply) or job_history([result]) != longest:
-            return None
+    if any(reported.get(k) != longest for k in range(len(results)) if client.ps_id(k) not in retired):
+        return None
     return longest
 
 
