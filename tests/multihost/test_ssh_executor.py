@@ -168,6 +168,11 @@ def test_seed_job_over_three_hosts_reaches_90_percent_and_leaves_nothing(shoal, 
     command, *args = [str(hostfile) if a == "HOSTFILE" else a for a in SEED[shape]]
     if mode == "sync":
         args += ["--sync"] if shape.startswith("1ps") else ["-p", "sync=--sync"]
+    elif shape.startswith("2ps"):
+        # worker.1 shares host1 with ps.0, which holds the whole softmax: it pushes far faster than
+        # worker.0 across the link, whose async gradients are then staler; 1000 steps landed at
+        # 0.8956 once in CI, so this shape trains 1500
+        args += ["-p", "steps=1500"]
     out = shoal.run(command, "--ssh-config", shoal.ssh_config, *args, timeout=150)
     assert out.returncode == 0, out.stdout
     job = shoal.job()
