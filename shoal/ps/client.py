@@ -217,16 +217,18 @@ class PsClient:
     def ready_all(self) -> None:
         self._all([(i, ReadyRequest(), None) for i in range(self.num_ps)])
 
-    def snapshot_all(self) -> list[Answer]:
-        """Per ps: SnapshotReply and copies of its values and "<shard>@<slot>" state."""
-        return self._all([(i, SnapshotRequest(), None) for i in range(self.num_ps)])
+    def snapshot_all(self, ps_indices: Sequence[int] | None = None) -> list[Answer]:
+        """Per ps of `ps_indices` (default: every ps), in that order: SnapshotReply and copies
+        of its values and "<shard>@<slot>" state. Blocks."""
+        asked = range(self.num_ps) if ps_indices is None else ps_indices
+        return self._all([(i, SnapshotRequest(), None) for i in asked])
 
     def pull_all(self, names: Sequence[Sequence[str]], min_step: int, into: Tensors) -> list[Answer]:
-        """Per ps: PullReply and the values of `names[ps]`, once it reached `min_step`; a ps
-        asked for no values (it holds none of the model: more ps than shards) answers at once,
-        as its step never moves. Values whose name is in `into` are written straight into those
-        arrays. Blocks."""
-        requests = [(i, PullRequest(tuple(names[i]), min_step if names[i] else 0), None) for i in range(self.num_ps)]
+        """Per ps that `names` gives any name (`names[ps]`), in ps order: PullReply and the
+        values of `names[ps]`, once that ps reached `min_step`. A ps given none (it holds none of
+        the model: more ps than shards) is not asked, so one that died costs the pull nothing.
+        Values whose name is in `into` are written straight into those arrays. Blocks."""
+        requests = [(i, PullRequest(tuple(names[i]), min_step), None) for i in range(self.num_ps) if names[i]]
         return self._all(requests, into)
 
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,

@@ -103,7 +103,9 @@ class Checkpointer:
         """Snapshot every ps (values, optimizer state, step) and write a checkpoint; with
         `export`, also the model alone. Returns the checkpoint's path. Raises CheckpointError."""
         started = time.monotonic()
-        answers = client.snapshot_all()
+        # ps 0 (its lease book) and every ps that holds a shard: one that holds none has nothing
+        # to save, and one of those that died would hold the save up until it is re-homed
+        answers = client.snapshot_all(sorted({0, *(s.ps for s in self._placement.shards)}))
         variables, slots = gather(self._placement, [a.tensors for a in answers])
         if self._local_state is not None:
             variables.update(self._local_state.values())

@@ -448,8 +448,7 @@ class TrainingSession:
         self._require(SessionState.STARTED, "pull")
         answers = self._rehomed_retry(lambda: self.ps.pull_all(self._names_on, min_step, self._targets))
         self._assign(answers)
-        # a ps that holds no shard (more ps than shards) gets no push: its step stays where it was
-        steps = [a.body.step for a, names in zip(answers, self._names_on) if names]
+        steps = [a.body.step for a in answers]  # of the ps that hold a shard, the only ones asked
         if self.sync and len(set(steps)) > 1:
             return self.pull(max(steps))
         self._step = max(steps) if self.sync else steps[0]

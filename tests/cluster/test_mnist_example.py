@@ -42,6 +42,24 @@ def test_sync_softmax_with_a_ps_that_holds_no_shard_finishes_and_resumes(make_cl
     assert cluster.kill_all() == []
 
 
+def test_sync_softmax_ends_at_once_when_a_ps_that_holds_no_shard_died(make_cluster, tmp_path):
+    """ps:2 holds nothing and is SIGKILLed mid-job. Nothing needs it: the last pull and the
+    final checkpoint ask only the ps that hold shards, so the job ends as if it were there. It
+    used to wait --ps_recovery_timeout (here 60 s) at the last pull, then re-home nothing."""
+    cluster = make_cluster(num_ps=3, num_workers=2)
+    cluster.start_all(["examples/mnist_softmax.py", "--sync", "--steps", "4000", "--log_every", "100",
+                       "--ps_recovery_timeout", "60", "--model_dir", str(tmp_path / "model")])
+    chief, other = cluster.tasks[3], cluster.tasks[4]
+    chief.wait_for_output("step=100 ", timeout=60)
+    assert cluster.tasks[2].kill() == -9
+    codes = {t.name: cluster.wait_task(t, timeout=30) for t in cluster.tasks[:2] + cluster.tasks[3:]}
+    assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    assert re.search(r"saved checkpoint step=4000 .*final", chief.output()), chief.output()[-3000:]
+    assert "ps:2" not in chief.output() + other.output(), cluster.dump()
+    assert all(_accuracy(w) >= 0.90 for w in cluster.tasks[3:]), [_accuracy(w) for w in cluster.tasks[3:]]
+    assert cluster.kill_all() == []
+
+
 def _accuracy(task) -> float:
     return float(re.search(r"^accuracy: (\d\.\d+)$", task.output(), re.M).group(1))
 
