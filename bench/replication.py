@@ -76,7 +76,7 @@ def models(big_mib: int) -> dict[str, Model]:
     # round robin: the softmax's bias on ps:1 (the greedy placement keeps the whole softmax on ps:0,
     # and an empty ps:1 would replicate nothing and never step)
     return {"softmax": Model("examples/mnist_softmax.py", 500,
-                             ("--log_every", "1000", "--placement", "round_robin")),
+                             ("--log_every", "1000", "--ps_placement", "round_robin")),
             "mlp": Model("examples/mnist_mlp_torch.py", 200, ("--log_every", "1000")),
             "big": Model("bench/big_model.py", 4, ("--log_every", "50", "--mib", str(big_mib)))}
 

@@ -187,7 +187,7 @@ class ShardStore:
         shard = self._shards.get(name)
         if shard is None:
             raise PsError(f"{self.task_name} holds no variable {name!r}; has the chief initialized the model? (every "
-                          "task places the variables itself: give each the same model, --placement and "
+                          "task places the variables itself: give each the same model, --ps_placement and "
                           "--push_part_bytes)")
         return shard
 

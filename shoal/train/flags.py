@@ -62,7 +62,7 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                         help="send a push in parts of about this many bytes, so the upload of one part overlaps "
                              f"the download of the one before (default: {LOOPBACK_PART_BYTES} when every ps is on "
                              f"loopback, else {LINK_PART_BYTES}; 0: one message per ps)")
-    parser.add_argument("--placement", choices=[p.value for p in PlacementStrategy],
+    parser.add_argument("--ps_placement", choices=[p.value for p in PlacementStrategy],
                         default=PlacementStrategy.GREEDY.value,
                         help="how variables are put on the ps tasks (every task of the job must say the same): "
                              "greedy (default) = largest first, by bytes, small ones with others (one request per "
@@ -99,7 +99,7 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
                 push_part_bytes=PartSize.AUTO if args.push_part_bytes is None else args.push_part_bytes or None,
                 heartbeat_timeout_s=args.heartbeat_timeout, rehome_lost_ps=args.lost_ps == "rehome",
-                shared_memory=args.wire_shared_memory == "auto", placement=PlacementStrategy(args.placement))
+                shared_memory=args.wire_shared_memory == "auto", placement=PlacementStrategy(args.ps_placement))
 
 
 def replication_options(args: argparse.Namespace) -> ReplicationOptions:

