@@ -66,7 +66,8 @@ from bench.usage import UsageSampler, interpolate
 
 EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_torch.py"}
 STEPS = {"softmax": 3000, "mlp": 1000}  # global steps: a few seconds of steady training each
-MODES = {"async": [], "sync": ["--sync"]}
+MODES = {"async": [], "sync": ["--sync"], "async-overlap": ["--overlap_push"]}  # the last: asked for by name
+DEFAULT_MODES = ("async", "sync")
 NOCOMM = "nocomm"  # the no-communication bound's rows: bench/nocomm.py, no ps
 NOCOMM_COPIES = 2  # as many as the job's workers (and this machine's cores)
 NOCOMM_STEPS = {"softmax": 10000, "mlp": 2000}  # local steps per copy: a few seconds each
@@ -233,19 +234,19 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def _table(summary: list[dict]) -> str:
-    rows = [f"{'example':8} {'mode':5} {'examples/s':>10} {'vs TF1':>7} {'(self)':>8} {'1st step s':>10} "
+    rows = [f"{'example':8} {'mode':13} {'examples/s':>10} {'vs TF1':>7} {'(self)':>8} {'1st step s':>10} "
             f"{'ps RSS MB':>9} {'wk RSS MB':>9} {'wk priv MB':>10} {'acc':>6} {'cpu us/ex':>9} {'w/ps':>11} "
             f"{'cpu-bound/s':>11} {'others':>6} {'/nocomm':>7}  goals (3x TF1 / 1.5 s / ps 100 MB / nocomm "
             f"softmax {GOAL_NOCOMM['softmax']}, mlp {GOAL_NOCOMM['mlp']})"]
     for s in summary:
         if not s["ok"]:
-            rows.append(f"{s['example']:8} {s['mode']:5} FAILED (see the JSON 'runs' for the tasks' output)")
+            rows.append(f"{s['example']:8} {s['mode']:13} FAILED (see the JSON 'runs' for the tasks' output)")
             continue
         goals = "/".join({True: "met", False: "MISSED", None: "n/a"}[s.get(k)]
                          for k in ("throughput_goal_met", "first_step_goal_met", "ps_rss_goal_met", "nocomm_goal_met"))
         fraction = f"{s['fraction_of_nocomm']:>7.2f}" if s.get("fraction_of_nocomm") else f"{'':>7}"
         vs_tf1 = f"{s['ratio_vs_tf1']:>6.2f}x" if s["ratio_vs_tf1"] else f"{'n/a':>7}"
-        rows.append(f"{s['example']:8} {s['mode']:5} {s['examples_per_s']:>10} {vs_tf1} "
+        rows.append(f"{s['example']:8} {s['mode']:13} {s['examples_per_s']:>10} {vs_tf1} "
                     f"{s['examples_per_s_self_reported']:>8} {s['first_step_s']:>10.2f} {s['peak_rss_mb_ps']:>9.0f} "
                     f"{s['peak_rss_mb_worker']:>9.0f} {s['peak_private_mb_worker']:>10.0f} {s['accuracy_min']:>6.3f} "
                     f"{s['cpu_us_per_example']:>9.1f} "
@@ -258,7 +259,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="end with one line holding a JSON object")
     parser.add_argument("--examples", default=",".join(EXAMPLES), help=f"comma-separated, of {', '.join(EXAMPLES)}")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of async, sync")
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                        help="comma-separated, of async, sync, async-overlap (async with --overlap_push; default: "
+                             "async,sync)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration (default 3)")
     parser.add_argument("--steps", type=int, default=None,
                         help="global steps per run (default: " + ", ".join(f"{k} {v}" for k, v in STEPS.items()) + ")")

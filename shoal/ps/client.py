@@ -32,6 +32,22 @@ request to every ps waits (a sync push waits for its step); may use `probe_statu
 
 
 @dataclass(frozen=True)
+class SentRequests:
+    """Requests to some ps tasks, queued by one PsClient call; `wait()` once for their answers."""
+
+    client: "PsClient"
+    requests: list
+    sent: list
+    rids: list[int]
+    into: Tensors | None
+
+    def wait(self) -> list[Answer]:
+        """Per request, in order: its answer. A lost ps is recovered and what went to it is sent
+        again (see PsClient). Blocks."""
+        return self.client._collect(self.requests, self.sent, self.rids, self.into)
+
+
+@dataclass(frozen=True)
 class Answer:
     """A decoded reply: its typed fields and the tensors that came with it."""
 
@@ -234,6 +250,12 @@ class PsClient:
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
                  hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,
                  closure: ClosureTag | None = None) -> list[Answer]:
+        """`send_push(...).wait()`: send a push and wait for its answers. Blocks."""
+        return self.send_push(task, step, parts, into, hyper, used, closure=closure).wait()
+
+    def send_push(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
+                  hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,
+                  closure: ClosureTag | None = None) -> "SentRequests":
         """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
         order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
         so a ps updates and answers one part while the next is on its way. Per part:
@@ -244,7 +266,9 @@ class PsClient:
         gradient was computed against (`basis`): resent to a restarted ps after recovery, it is
         dropped as ROLLED_BACK, never applied on top of restored values that may hold it.
         `closure` (the scheduled closure and push this gradient belongs to), if given, travels
-        with every part: a ps applies it at most once. Blocks."""
+        with every part: a ps applies it at most once. Returns once every part is queued (blocks
+        only while zmq has no room); `wait()` on the result for the answers. Other requests may
+        go out and be answered meanwhile."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
         used_at = last[0] if used is not None else -1
         # one request object per part, built once (a push of many parts pays this per part)
@@ -253,7 +277,7 @@ class PsClient:
                                      used=used if k == used_at else None, basis=self._incarnations[ps] or "",
                                      closure=closure), grads)
                     for k, (ps, grads) in enumerate(parts)]
-        return self._all(requests, into)
+        return self._send(requests, into)
 
     def lease(self, request: LeaseRequest) -> LeaseReply:
         """Ask ps 0 for leased positions (a lost ps 0 is recovered as for any request). Blocks."""
@@ -286,6 +310,10 @@ class PsClient:
     def _all(self, requests: list[tuple[int, Any, Tensors | None]], into: Tensors | None = None) -> list[Answer]:
         """Send (ps, request, tensors) and wait for every reply. A lost ps is recovered (see
         the class docstring) and what went to it is sent again. Blocks."""
+        return self._send(requests, into).wait()
+
+    def _send(self, requests: list[tuple[int, Any, Tensors | None]], into: Tensors | None) -> "SentRequests":
+        """Queue (ps, request, tensors) for `SentRequests.wait`. Blocks only while zmq has no room."""
         fields_of: dict[int, dict] = {}  # one header dict per request, however many ps it goes to
         for _, request, _ in requests:
             if id(request) not in fields_of:
@@ -295,6 +323,11 @@ class PsClient:
             rids = [self._rpc[ps].send(request.op.value, fields, tensors, into) for ps, request, fields, tensors in sent]
         except PeerTimeoutError as e:  # zmq had no room to queue one for the timeout
             self._raise_timeout(e)
+        return SentRequests(self, requests, sent, rids, into)
+
+    def _collect(self, requests: list, sent: list, rids: list[int], into: Tensors | None) -> list[Answer]:
+        """Wait for the replies to what `_send` sent, recovering a lost ps and sending again
+        what went to it. Blocks."""
         deadline = None
         progress = self._progress(requests[0][1].op) if self._on_slow is not None else None
         while True:

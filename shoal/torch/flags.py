@@ -38,5 +38,8 @@ class _KeepExisting:
                 raise
             return None  # the program defines this flag itself
 
+    def add_mutually_exclusive_group(self, *args: Any, **kwargs: Any) -> "_KeepExisting":
+        return _KeepExisting(self._target.add_mutually_exclusive_group(*args, **kwargs))
+
     def add_argument_group(self, *args: Any, **kwargs: Any) -> "_KeepExisting":
         return _KeepExisting(self._target.add_argument_group(*args, **kwargs))

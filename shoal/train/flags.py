@@ -24,9 +24,10 @@ from shoal.wire.security import Security
 
 def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """Add --sync, --replicas_to_aggregate, --steps, --model_dir, --log_every, the
-    checkpoint, replication and recovery flags, --heartbeat_timeout, --push_part_bytes, --wire_security
-    and --wire_shared_memory."""
-    parser.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
+    checkpoint, replication and recovery flags, --heartbeat_timeout, --push_part_bytes, --ps_placement,
+    --overlap_push, --wire_security and --wire_shared_memory."""
+    mode = parser.add_mutually_exclusive_group()  # (--overlap_push is for asynchronous training)
+    mode.add_argument("--sync", action="store_true", help="synchronous training (default: asynchronous)")
     parser.add_argument("--replicas_to_aggregate", type=int, default=None,
                         help="with --sync: gradients per step (default: all workers; fewer = backup workers)")
     parser.add_argument("--steps", type=int, default=1000, help="global steps to train (default: 1000)")
@@ -68,6 +69,9 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
                              "greedy (default) = largest first, by bytes, small ones with others (one request per "
                              "ps they use per step); round_robin = in the order given, ps 0, 1, 2, ... (TF's "
                              "replica_device_setter)")
+    mode.add_argument("--overlap_push", action="store_true",
+                        help="asynchronous training: send each gradient and compute the next while the ps applies "
+                             "it (each gradient one step staler; shoal/train/push_overlap.py). Not with --sync")
     parser.add_argument("--wire_security", choices=[s.value for s in Security], default=Security.AUTO.value,
                         help="how tasks authenticate to the ps (every task of the job must say the same): auto "
                              "(default) = plain on loopback, curve (encrypted) between hosts; plain = never "
@@ -99,7 +103,8 @@ def session_options(args: argparse.Namespace) -> dict[str, Any]:
                 ps_recovery_timeout_s=args.ps_recovery_timeout, security=wire_security(args),
                 push_part_bytes=PartSize.AUTO if args.push_part_bytes is None else args.push_part_bytes or None,
                 heartbeat_timeout_s=args.heartbeat_timeout, rehome_lost_ps=args.lost_ps == "rehome",
-                shared_memory=args.wire_shared_memory == "auto", placement=PlacementStrategy(args.ps_placement))
+                shared_memory=args.wire_shared_memory == "auto", placement=PlacementStrategy(args.ps_placement),
+                overlap_push=args.overlap_push)
 
 
 def replication_options(args: argparse.Namespace) -> ReplicationOptions:

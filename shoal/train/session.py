@@ -34,6 +34,7 @@ from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
 from shoal.train.leased_data import LeasedBatch, LeasedBatches
 from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
+from shoal.train.push_overlap import OutgoingPush, PushOverlap
 from shoal.train.ps_watch import DEFAULT_EVERY_S, PsWatch, WatchState
 from shoal.train.part_size import PartSize, part_bytes_for
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
@@ -106,7 +107,7 @@ class TrainingSession:
                  request_timeout_s: float = 60.0, init_timeout_s: float = 120.0, ps_recovery_timeout_s: float = 120.0,
                  security: Security = Security.AUTO, local_state: LocalState | None = None,
                  heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S, rehome_lost_ps: bool = True,
-                 shared_memory: bool = True):
+                 shared_memory: bool = True, overlap_push: bool = False):
         if config.task.job not in ("chief", "worker"):
             raise TrainError(f"{config.task} is not a training replica; only chief and worker tasks train "
                              "(ps tasks run shoal.Server)")
@@ -182,6 +183,11 @@ class TrainingSession:
         self._state = SessionState.NEW
         self._holder = secrets.token_hex(8)  # tells ps 0 this process from an earlier one of the same task
         self._closure_tags = ClosureTags()
+        if overlap_push and self.sync:
+            raise TrainError(f"{self.task}: overlap_push (--overlap_push) is for asynchronous training: a sync "
+                             "step's gradients must all be computed on that step's values; drop it or --sync")
+        self._overlap = PushOverlap(self._send_push, self._finish_push,
+                                    lambda: StepResult(self._step, True)) if overlap_push else None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -202,6 +208,8 @@ class TrainingSession:
             self._close(finished=False, terminated=issubclass(exc_type, TrainingTerminated))
             return
         try:
+            if self._overlap is not None and self._state is SessionState.STARTED:
+                self._overlap.settle()
             if self.checkpointer is not None and self._state is SessionState.STARTED:
                 self._rehomed_retry(lambda: self.checkpointer.save(self.ps, export=self.checkpointer.options.export,
                                                                    reason=SaveReason.FINAL))
@@ -273,6 +281,14 @@ class TrainingSession:
     def _close(self, finished: bool, terminated: bool = False) -> None:
         if self._state is SessionState.CLOSED:
             return
+        if finished and self._overlap is not None and self._state is SessionState.STARTED:
+            try:  # (a program that closes without a last pull)
+                self._overlap.settle()
+            except Exception as e:  # never raises: said, and the ps are told this replica failed
+                log.warning("%s: the push in flight at close failed: %s", self.task, e)
+                finished = False
+        if self._overlap is not None:
+            self._overlap.drop()
         started, self._state = self._state is SessionState.STARTED, SessionState.CLOSED
         if self._watch is not None:
             self._watch.close()
@@ -344,8 +360,20 @@ class TrainingSession:
         the ps tasks answer from different steps, the session goes on at the oldest (a ps still
         there may need this replica's gradient; the others answer the next push stale), unlike
         `pull`, which waits for the newest. Blocks.
+
+        With `overlap_push` (async only; shoal/train/push_overlap.py) the push goes out and
+        returns at once, after the one before it is answered: `params` then holds the values
+        that one brought, and the result is that one's.
         """
         self._require(SessionState.STARTED, "push")
+        outgoing = self._outgoing(grads, hyper, used)
+        if self._overlap is not None:
+            return self._overlap.push(outgoing)
+        return self._finish_push(self._send_push(outgoing))
+
+    def _outgoing(self, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None,
+                  used: LeasedBatch | UsedPositions | None) -> OutgoingPush:
+        """`push`'s gradients checked and made sendable. Does not block."""
         if grads.keys() != self.params.keys():
             missing, extra = self.params.keys() - grads.keys(), grads.keys() - self.params.keys()
             raise TrainError(f"gradients must match the variables: missing {sorted(missing)}, unknown {sorted(extra)}")
@@ -353,13 +381,31 @@ class TrainingSession:
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")
-        parts = [(ps, {sh.name: sh.rows(arrays[sh.variable]) for sh in shards}) for ps, shards in self._push_parts]
         if isinstance(used, LeasedBatch):
             used = used.used
         closure = self._closure_tags.next_tag()
+        if closure is not None and self._overlap is not None:
+            raise TrainError(f"{self.task}: a push of a scheduled closure waits for its answer; overlap_push "
+                             "(--overlap_push) is for between-graph training: leave it off under a coordinator")
+        learning_rate = (next(iter(hyper.values())).learning_rate if hyper
+                         else getattr(self.optimizer, "learning_rate", None))
+        return OutgoingPush(arrays, hyper, used, closure, learning_rate)
+
+    def _send_push(self, push: OutgoingPush) -> OutgoingPush:
+        """Queue `push` to the ps by the current placement. Blocks only while zmq has no room."""
+        push.parts = [(ps, {sh.name: sh.rows(push.arrays[sh.variable]) for sh in shards})
+                      for ps, shards in self._push_parts]
+        push.sent = self.ps.send_push(self.task, self._step, push.parts, self._targets,
+                                      self._shard_hyper(push.hyper) if push.hyper is not None else None, push.used,
+                                      closure=push.closure)
+        return push
+
+    def _finish_push(self, push: OutgoingPush) -> StepResult:
+        """Wait for `push`'s answers and take them in (values, step); then the step's summaries,
+        a grown placement, a due checkpoint and a pending stop. Blocks."""
+        parts, hyper, used, closure, arrays = push.parts, push.hyper, push.used, push.closure, push.arrays
         try:
-            answers = self.ps.push_all(self.task, self._step, parts, self._targets,
-                                       self._shard_hyper(hyper) if hyper is not None else None, used, closure=closure)
+            answers = push.sent.wait()
         except ShardsMoved as moved:  # shards moved to a ps that joined: send those parts to their new home
             resent = self._growing.resend(self.ps, self.task, self._step, moved, parts,
                                           self._shard_hyper(hyper) if hyper is not None else None, used, self._targets,
@@ -396,9 +442,7 @@ class TrainingSession:
             self._params_step = self._step
             result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
         if self.summaries is not None:
-            learning_rate = (next(iter(hyper.values())).learning_rate if hyper
-                             else getattr(self.optimizer, "learning_rate", None))
-            self.summaries.step_done(self._step, learning_rate)
+            self.summaries.step_done(self._step, push.learning_rate)
         if self._chief is not None:  # a ps that joined the job: move shards onto it
             grown = self._growing.check(self.ps)
             if grown is not None:
@@ -446,6 +490,8 @@ class TrainingSession:
         pulls again at the newest, so every worker starts a step from the same parameters.
         """
         self._require(SessionState.STARTED, "pull")
+        if self._overlap is not None and self._overlap.in_flight:
+            self._overlap.settle()
         answers = self._rehomed_retry(lambda: self.ps.pull_all(self._names_on, min_step, self._targets))
         self._assign(answers)
         steps = [a.body.step for a in answers]  # of the ps that hold a shard, the only ones asked
@@ -483,6 +529,8 @@ class TrainingSession:
         if self.checkpointer is None:
             raise TrainError(f"{self.task}: only the chief with a model_dir saves checkpoints; "
                              "pass model_dir (--model_dir) to the chief's session")
+        if self._overlap is not None:
+            self._overlap.settle()
         return self._rehomed_retry(lambda: self.checkpointer.save(self.ps, export=export))
 
     def checkpoint_if_due(self) -> bool:

@@ -54,3 +54,11 @@ def test_a_program_may_keep_a_placement_flag_of_its_own():
     args = parser.parse_args(["--placement", "cuda:1", "--ps_placement", "round_robin"])
     assert args.placement == "cuda:1"
     assert shoal.session_options(args)["placement"] is shoal.PlacementStrategy.ROUND_ROBIN
+
+
+def test_overlap_push_reaches_session_options_and_is_refused_with_sync(capsys):
+    assert shoal.session_options(parse("--overlap_push"))["overlap_push"] is True
+    assert shoal.session_options(parse())["overlap_push"] is False
+    with pytest.raises(SystemExit):
+        parse("--sync", "--overlap_push")
+    assert "not allowed with argument --sync" in capsys.readouterr().err
