@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as `python bench/multihost_throughput.py`
 from bench import REPO, machine  # noqa: E402
 from bench.multihost import plan, report  # noqa: E402
 from bench.multihost.reference import tcp_reference  # noqa: E402
-from bench.multihost.runs import EXAMPLES, RATES_BPS, System, Where, run_config  # noqa: E402
+from bench.multihost.runs import EXAMPLES, MODE_FLAGS, RATES_BPS, System, Where, run_config  # noqa: E402
 from bench.multihost.sampler import Link  # noqa: E402
 
 DEFAULT_EXAMPLES = {"softmax": 250_000, "mlp": 50_000}  # a window of ~3 s at the rates seen here
@@ -50,7 +50,7 @@ def _list(text: str) -> list[str]:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="softmax,mlp")
-    parser.add_argument("--modes", default="async,sync")
+    parser.add_argument("--modes", default="async,sync", help="of async, sync, async-overlap (--overlap_push)")
     parser.add_argument("--shapes", default="1ps+2w,2ps+2w,2ps+2w/colocated",
                         help="ps+workers, one task per host; NpsNw/colocated: one ps and one worker per host")
     parser.add_argument("--links", default=",".join(plan.LINKS), help=f"of {', '.join(plan.LINKS)}")
@@ -75,9 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     bad = [m for m in _list(args.models) if m not in EXAMPLES]
     bad += [link for link in _list(args.links) + _list(args.plain_links) + _list(args.whole_push_links)
             if link not in plan.LINKS]
+    bad += [mode for mode in _list(args.modes) if mode not in MODE_FLAGS]
     if bad or set(_list(args.models)) - set(args.examples):
-        parser.error(f"unknown model or link {bad}, or a model without --examples; models: {', '.join(EXAMPLES)}, "
-                     f"links: {', '.join(plan.LINKS)}")
+        parser.error(f"unknown model, mode or link {bad}, or a model without --examples; models: "
+                     f"{', '.join(EXAMPLES)}, modes: {', '.join(MODE_FLAGS)}, links: {', '.join(plan.LINKS)}")
     return args
 
 

@@ -46,7 +46,8 @@ EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_t
 # agent and the launcher; one per step would cost the 2 cores more than the training).
 LOG_EVERY = {"softmax": 10, "mlp": 4}
 RATES_BPS = {"1gbit": 1e9 / 8, "10gbit": 1e10 / 8}  # tc's units are SI: 1gbit = 10^9 bit/s
-SHOAL_LINE = re.compile(r"^\S+\.(worker\.\d+) \| (?:\S+ )?step=\d+ loss=\S+ examples/s=\d+(?: checkpoints=\d+)?$")
+# a progress line, of shoal.ProgressReporter (examples/s, then step_ms=... p95_ms=... applied=...) or an example's own
+SHOAL_LINE = re.compile(r"^\S+\.(worker\.\d+) \| (?:\S+ )?step=\d+ loss=\S+ examples/s=\d+(?: \S+=\S+)*$")
 DDP_LINE = re.compile(r"^step=\d+ examples=(\d+)$")
 ACCURACY = re.compile(r"accuracy: (\d+\.\d+)$")
 ROLES = ("ps", "worker", "agent", "sshd", "launcher", "other")
@@ -108,6 +109,10 @@ class Where:
     ddp_python: str
 
 
+MODE_FLAGS = {"async": [], "sync": ["--sync"], "async-overlap": ["--overlap_push"]}
+"""The example's flags per mode (`--modes`)."""
+
+
 def steps_for(config: Config, examples: int) -> int:
     """Global steps that train about `examples` examples: a Shoal async step is one worker's
     batch, a sync step (and a DDP step) every worker's."""
@@ -121,7 +126,7 @@ def shoal_argv(config: Config, where: Where, examples: int) -> tuple[str, ...]:
         hosts = ["--hosts", ",".join(where.names[:config.hosts]), "--ssh-config", where.ssh_config]
     program = ["python", EXAMPLES[config.model], "--steps", str(steps_for(config, examples)),
                "--log_every", str(LOG_EVERY[config.model])]
-    program += ["--sync"] if config.mode == "sync" else []
+    program += MODE_FLAGS[config.mode]
     # On loopback AUTO is PLAIN already; between hosts AUTO is CURVE unless told otherwise.
     program += ["--wire_security", "plain"] if config.security == "plain" and config.hosts else []
     program += ["--push_part_bytes", "0"] if config.push == "whole" else []

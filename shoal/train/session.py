@@ -49,6 +49,7 @@ from shoal.train.summaries import TaskSummaries
 from shoal.train.waiting import LOG_EVERY_S
 from shoal.wire import JobSecret, Security, WireError
 from shoal.wire.endpoint import is_on_this_host
+from shoal.wire.sockio import ZERO_COPY_MIN_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -207,9 +208,13 @@ class TrainingSession:
         if exc_type is not None:
             self._close(finished=False, terminated=issubclass(exc_type, TrainingTerminated))
             return
-        try:
-            if self._overlap is not None and self._state is SessionState.STARTED:
+        if self._overlap is not None and self._state is SessionState.STARTED:
+            try:
                 self._overlap.settle()
+            except BaseException as e:  # the last push failed: the ps hear that this replica failed
+                self._close(finished=False, terminated=isinstance(e, TrainingTerminated))
+                raise
+        try:
             if self.checkpointer is not None and self._state is SessionState.STARTED:
                 self._rehomed_retry(lambda: self.checkpointer.save(self.ps, export=self.checkpointer.options.export,
                                                                    reason=SaveReason.FINAL))
@@ -273,6 +278,8 @@ class TrainingSession:
     def end_job(self) -> None:
         """Stop every ps now, even if other workers have not finished (chief only, usually)."""
         self._require(SessionState.STARTED, "end_job")
+        if self._overlap is not None:
+            self._overlap.drop()  # the ps stop now: nobody waits for its answer
         try:
             self.ps.shutdown_all(self.task, 5.0)
         finally:
@@ -284,9 +291,10 @@ class TrainingSession:
         if finished and self._overlap is not None and self._state is SessionState.STARTED:
             try:  # (a program that closes without a last pull)
                 self._overlap.settle()
-            except Exception as e:  # never raises: said, and the ps are told this replica failed
-                log.warning("%s: the push in flight at close failed: %s", self.task, e)
-                finished = False
+            except (Exception, TrainingTerminated) as e:  # said, and the ps hear that this replica failed
+                finished, terminated = False, isinstance(e, TrainingTerminated)
+                if not terminated:
+                    log.warning("%s: the push in flight at close failed: %s", self.task, e)
         if self._overlap is not None:
             self._overlap.drop()
         started, self._state = self._state is SessionState.STARTED, SessionState.CLOSED
@@ -378,6 +386,8 @@ class TrainingSession:
             missing, extra = self.params.keys() - grads.keys(), grads.keys() - self.params.keys()
             raise TrainError(f"gradients must match the variables: missing {sorted(missing)}, unknown {sorted(extra)}")
         arrays = {name: _as_sendable(g, self.params[name].dtype) for name, g in grads.items()}
+        if self._overlap is not None:  # zmq sends big arrays without a copy, after push returned: keep them apart
+            arrays = {name: g.copy() if g.nbytes >= ZERO_COPY_MIN_BYTES else g for name, g in arrays.items()}
         for name, g in arrays.items():
             if g.shape != self.params[name].shape:
                 raise TrainError(f"gradient of {name!r} has shape {g.shape}, the variable has {self.params[name].shape}")

@@ -34,6 +34,9 @@ _rids = itertools.count(1)
 # (a refusal, a lost connection), checks its deadline and reports progress.
 WATCH_EVERY_MS = 50
 
+MAX_DROPPED = 64
+"""How many requests dropped by a reset a client remembers, for a late wait on one (see `reset`)."""
+
 # zmq pings the peer every HEARTBEAT_IVL and drops the connection if nothing comes back within
 # HEARTBEAT_TIMEOUT, so a peer whose machine vanished (no FIN, no RST) is noticed as lost.
 HEARTBEAT_IVL_MS = 2000
@@ -78,6 +81,9 @@ class RpcClient:
         self._pending: dict[int, str] = {}
         self._replies: dict[int, Message] = {}
         self._into: dict[int, Any] = {}
+        # requests dropped by a reset while someone may still wait for them (another request's
+        # failure reset the connection): a wait for one raises PeerLostError at once
+        self._dropped: dict[int, str] = {}
         self._area = SharedArea() if shared_memory and supported() else None  # if the server is here: first use
         self._offered: set[int] = set()  # requests sent while the area waited for the server's answer
         self._bell: Doorbell | None = None  # the line to the server, once it named one
@@ -385,6 +391,10 @@ class RpcClient:
 
     def _check_watch(self, rid: int, timeout_s: float) -> None:
         """Raise (and reset) if the monitor said the server refused us or the connection went."""
+        op = self._dropped.pop(rid, None)
+        if op is not None:
+            raise PeerLostError(f"lost the connection to {self.peer_name} at {self.address} while it handled "
+                                f"{op!r}: it was reset when another request failed", self.peer_name)
         watch = self._watch
         if watch is not None and (watch.refusal is not None or watch.lost):
             self._fail(rid, timeout_s)
@@ -407,6 +417,7 @@ class RpcClient:
         refusal = self._watch.refusal if self._watch is not None else None
         lost = self._watch is not None and self._watch.lost
         self.reset()
+        self._dropped.pop(rid, None)  # (raised for right here)
         if lost and refusal is None:
             raise PeerLostError(f"lost the connection to {self.peer_name} at {self.address} while it handled "
                                 f"{op!r} (did the task die?)", self.peer_name)
@@ -418,8 +429,12 @@ class RpcClient:
 
     def reset(self) -> None:
         """Drop the connection and anything queued on it (a late reply or a queued request
-        must never be delivered after we gave up on it). The next send reconnects."""
+        must never be delivered after we gave up on it). The next send reconnects. A wait
+        for a request that was out raises PeerLostError (the last MAX_DROPPED are remembered)."""
         self.close()
+        self._dropped.update(self._pending)
+        for rid in list(self._dropped)[:-MAX_DROPPED]:
+            del self._dropped[rid]
         self._pending.clear()
         self._replies.clear()
         self._into.clear()

@@ -43,6 +43,25 @@ def test_killed_ps_started_again_is_restored_and_training_reaches_90_percent(mak
         assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
 
 
+def test_ps0_killed_with_pushes_in_flight_and_leases_is_restored_and_training_finishes(make_cluster, tmp_path):
+    """With --overlap_push a push to ps:0 (the whole softmax, the lease book) is in flight between
+    steps, and leases go to ps:0 meanwhile: killed and started again, ps:0 is rebuilt and the job
+    finishes, whichever wait sees it go. (When a lease's wait sees it, the push dropped by that
+    reset is called lost at once: test_wire_wait_all.py holds that race still.)"""
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), *OVERLAP]
+    cluster.start_all(argv)
+    cluster.wait_for(lambda: cluster.tasks[2].highest_step() >= 300 and cluster.tasks[3].highest_step() > 0,
+                     90, "the chief at step 300, worker:1 training")
+    cluster.tasks[0].kill()
+    cluster.start("ps", 0, argv)
+    codes = cluster.wait_all(timeout=90)  # (well under the 60 s request timeout per lost push, twice)
+    assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    chief, other = cluster.tasks[2].output(), cluster.tasks[3].output()
+    assert "rebuilt ps:0" in chief and "lost ps:0" in other, cluster.dump()
+    for log in (chief, other):
+        assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
+
 def test_workers_fail_clearly_when_a_lost_ps_never_comes_back(make_cluster, tmp_path):
     cluster = make_cluster(num_ps=2, num_workers=2)
     cluster.start_all([*PROGRAM, "--model_dir", str(tmp_path / "model"), "--ps_recovery_timeout", "3",

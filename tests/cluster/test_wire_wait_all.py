@@ -148,3 +148,30 @@ def test_a_server_that_died_between_requests_fails_the_next_one_at_once_not_at_t
         assert time.monotonic() - started < 5, "the server's end was noticed only at the timeout"
     finally:
         client.close()
+
+
+def test_a_request_dropped_when_another_one_failed_is_reported_lost_at_once_not_at_the_timeout(make_cluster):
+    """Two requests out on one connection (an overlapped push, then a lease): the server goes,
+    the wait for the second fails and resets the connection, and the server comes back. A wait
+    for the first, whose reply can never come now, raises PeerLostError at once (so the ps
+    client recovers and resends it), not PeerTimeoutError after the request timeout."""
+    cluster = make_cluster(num_ps=1, num_workers=0)
+    (client,) = echo_servers(cluster)  # a 20 s request timeout
+    try:
+        ask([client], 0)
+        os.killpg(cluster.tasks[0].proc.pid, signal.SIGSTOP)  # alive but silent: the first stays unanswered
+        first = client.send("echo", tensors={"x": np.zeros(3)})
+        second = client.send("echo", tensors={"x": np.ones(3)})
+        os.killpg(cluster.tasks[0].proc.pid, signal.SIGKILL)
+        cluster.tasks[0].proc.wait(10)
+        with pytest.raises(PeerLostError):
+            client.wait(second)
+        cluster.start("ps", 0, [ECHO, client.address, "--security", Security.PLAIN.value]).wait_for_output(
+            "serving", 30)
+        ask([client], 1)  # the new connection serves
+        started = time.monotonic()
+        with pytest.raises(PeerLostError, match=r"while it handled 'echo': it was reset when another request failed"):
+            client.wait(first)
+        assert time.monotonic() - started < 2
+    finally:
+        client.close()
