@@ -3,7 +3,7 @@ job on loopback and to PyTorch DDP (gloo) on the same hosts and links (issue 11)
 
     sudo .venv/bin/python -m bench.multihost_throughput [--json]        # ~20 min, as root
     python -m bench.multihost_throughput --dry-run                      # the schedule; runs nothing
-        [--models softmax,mlp] [--modes async,sync] [--shapes 1ps+2w,2ps+2w,2ps+2w/colocated]
+        [--models softmax,mlp] [--modes async,sync,async-overlap] [--shapes 1ps+2w,2ps+2w,2ps+2w/colocated]
         [--links 1gbit,10gbit,unshaped] [--plain-links 1gbit,unshaped] [--whole-push-links 1gbit]
         [--ddp-workers 2,4]
         [--no-loopback] [--rounds 2] [--examples softmax=250000,mlp=50000] [--out DIR] [--out-name NAME]
