@@ -7,7 +7,7 @@ import pytest
 
 from bench.jobrun import Task
 from bench.multihost import plan, report
-from bench.multihost.runs import Config, System, measure, shoal_argv, steps_for, Where
+from bench.multihost.runs import Config, System, measure, progress, shoal_argv, steps_for, Where
 from bench.multihost.sampler import Sampled
 
 
@@ -136,3 +136,16 @@ def test_whole_push_twins_run_only_on_their_links_and_send_one_message_per_ps():
     whole = shoal_argv(configs[1], where, 40_000)
     assert whole[whole.index("--push_part_bytes") + 1] == "0"
     assert "--push_part_bytes" not in shoal_argv(configs[0], where, 40_000)
+
+
+def test_progress_counts_the_progress_reporters_lines_with_their_step_times():
+    """The softmax's lines (shoal.ProgressReporter) carry step_ms=, p95_ms=, applied= after
+    examples/s=: they were not counted, and every softmax run was reported FAILED."""
+    config = Config(System.SHOAL_SSH, "softmax", "async", 1, 2, "1gbit", "curve")
+    lines = [(1.0, "mh.worker.0 | worker:0 step=10 loss=0.3 examples/s=9000 step_ms=0.4 p95_ms=0.9 applied=10/10"),
+             (1.1, "mh.worker.1 | worker:1 step=20 loss=0.3 examples/s=9000"),
+             (1.2, "mh.worker.0 | worker:0 step=30 loss=0.3 examples/s=9000 checkpoints=2"),
+             (1.3, "mh.worker.0 | worker:0 step=40 loss=0.2 final"),
+             (1.4, "mh.ps.0 | ps:0 step=40 loss=0.2 examples/s=9000")]
+    times, per_line = progress(config, [_task("shoal", lines)])
+    assert times == {"worker.0": [1.0, 1.2], "worker.1": [1.1]} and per_line == 10 * 100
