@@ -37,7 +37,6 @@ class OutgoingPush:
     hyper: Mapping[str, Hyper] | None
     used: UsedPositions | None
     closure: ClosureTag | None
-    learning_rate: float | None
     parts: list[tuple[int, dict[str, np.ndarray]]] | None = None
     sent: Any = None  # the PsClient's SentRequests
 

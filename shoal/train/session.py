@@ -397,9 +397,7 @@ class TrainingSession:
         if closure is not None and self._overlap is not None:
             raise TrainError(f"{self.task}: a push of a scheduled closure waits for its answer; overlap_push "
                              "(--overlap_push) is for between-graph training: leave it off under a coordinator")
-        learning_rate = (next(iter(hyper.values())).learning_rate if hyper
-                         else getattr(self.optimizer, "learning_rate", None))
-        return OutgoingPush(arrays, hyper, used, closure, learning_rate)
+        return OutgoingPush(arrays, hyper, used, closure)
 
     def _send_push(self, push: OutgoingPush) -> OutgoingPush:
         """Queue `push` to the ps by the current placement. Blocks only while zmq has no room."""
@@ -452,7 +450,9 @@ class TrainingSession:
             self._params_step = self._step
             result = StepResult(self._step, all(a.body.outcome is PushOutcome.APPLIED for a in answers))
         if self.summaries is not None:
-            self.summaries.step_done(self._step, push.learning_rate)
+            learning_rate = (next(iter(hyper.values())).learning_rate if hyper
+                             else getattr(self.optimizer, "learning_rate", None))
+            self.summaries.step_done(self._step, learning_rate)
         if self._chief is not None:  # a ps that joined the job: move shards onto it
             grown = self._growing.check(self.ps)
             if grown is not None:
