@@ -106,8 +106,8 @@ class Replicator:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"shoal-replicate-ps{self.source}", daemon=True)
             self._thread.start()
-            log.info("ps:%d replicates its shards to ps:%d at %s every %s", self.source, self.successor,
-                     self._address, _interval(self.options))
+            log.info("ps:%d replicates the shards it holds (if any) to ps:%d at %s every %s", self.source,
+                     self.successor, self._address, _interval(self.options))
         return self
 
     def due(self, step: int) -> bool:
