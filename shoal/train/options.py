@@ -31,7 +31,9 @@ class CheckpointOptions:
 @dataclass(frozen=True)
 class StepResult:
     global_step: int
-    applied: bool  # False when the ps dropped this gradient as stale (sync mode, backup workers)
+    # False when the ps dropped this gradient as stale (sync mode, backup workers); None when not
+    # known yet (the first push of an overlapped session: shoal/train/push_overlap.py)
+    applied: bool | None
 
 
 class SessionState(Enum):

@@ -10,11 +10,11 @@ staler than without the overlap, as if one more worker trained. Asynchronous tra
 synchronous step's gradients must all be computed on that step's values.
 
 What a push returns, with the overlap, is the result of the push before it (the first returns
-the step it was sent at, as applied). So `should_stop` learns of the last step one push late, and
-each worker sends one gradient past `max_steps`. `pull`, a checkpoint and the end of the session
-wait for the push in flight first. A gradient of 2 MiB or more is copied before it goes (zmq sends
-such a frame without a copy, maybe after `push` returned; the program may reuse its buffer). Not
-thread-safe: the session's thread only.
+the step it was sent at, and `applied=None`: not known yet). So `should_stop` learns of the last
+step one push late, and each worker sends one gradient past `max_steps`. `pull`, a checkpoint
+and the end of the session wait for the push in flight first. A gradient of 2 MiB or more is
+copied before it goes (zmq sends such a frame without a copy, maybe after `push` returned; the
+program may reuse its buffer). Not thread-safe: the session's thread only.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class TrainingSession:
             raise TrainError(f"{self.task}: overlap_push (--overlap_push) is for asynchronous training: a sync "
                              "step's gradients must all be computed on that step's values; drop it or --sync")
         self._overlap = PushOverlap(self._send_push, self._finish_push,
-                                    lambda: StepResult(self._step, True)) if overlap_push else None
+                                    lambda: StepResult(self._step, None)) if overlap_push else None
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ def test_a_push_returns_before_its_answer_and_the_next_one_takes_it_in(make_clus
     start = variables()
     with _session(cluster, overlap_push=True) as session:
         first = session.push(grads(1.0))
-        assert first.global_step == 0  # nothing answered yet: the step it was sent at
+        assert first.global_step == 0 and first.applied is None  # nothing answered yet: the step it was sent at
         np.testing.assert_array_equal(session.params["w"], start["w"])  # its values not taken in yet
         second = session.push(grads(2.0))
         assert second.global_step == 1 and second.applied  # the first push's answer
