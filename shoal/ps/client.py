@@ -36,15 +36,14 @@ class SentRequests:
     """Requests to some ps tasks, queued by one PsClient call; `wait()` once for their answers."""
 
     client: "PsClient"
-    requests: list
-    sent: list
+    sent: list  # (ps, request, header fields, tensors) per request
     rids: list[int]
     into: Tensors | None
 
     def wait(self) -> list[Answer]:
         """Per request, in order: its answer. A lost ps is recovered and what went to it is sent
         again (see PsClient). Blocks."""
-        return self.client._collect(self.requests, self.sent, self.rids, self.into)
+        return self.client._collect(self.sent, self.rids, self.into)
 
 
 @dataclass(frozen=True)
@@ -323,13 +322,13 @@ class PsClient:
             rids = [self._rpc[ps].send(request.op.value, fields, tensors, into) for ps, request, fields, tensors in sent]
         except PeerTimeoutError as e:  # zmq had no room to queue one for the timeout
             self._raise_timeout(e)
-        return SentRequests(self, requests, sent, rids, into)
+        return SentRequests(self, sent, rids, into)
 
-    def _collect(self, requests: list, sent: list, rids: list[int], into: Tensors | None) -> list[Answer]:
+    def _collect(self, sent: list, rids: list[int], into: Tensors | None) -> list[Answer]:
         """Wait for the replies to what `_send` sent, recovering a lost ps and sending again
         what went to it. Blocks."""
         deadline = None
-        progress = self._progress(requests[0][1].op) if self._on_slow is not None else None
+        progress = self._progress(sent[0][1].op) if self._on_slow is not None else None
         while True:
             try:
                 replies = wait_all([(self._rpc[s[0]], rid) for s, rid in zip(sent, rids)], self.timeout_s,

