@@ -31,6 +31,13 @@ from shoal.train.waiting import LOG_EVERY_S
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LEASE_BATCHES = 32
+"""Batches per lease request by default. A lease is one round trip to ps 0 that the step waits
+for; at 8 batches the softmax's worker spent 14.5 us of its 255 us step on it, and 32 made the
+2 ps + 2 workers softmax 3-9% faster (bench/README.md, "Larger leases"). Larger leases only make
+the tail of the last epoch (one worker still holding positions) longer; a worker that leaves
+gives its leases back either way."""
+
 
 class LeaseWaitError(TrainError):
     """No position was free for longer than the wait allows (the tasks holding them are named)."""
@@ -98,7 +105,7 @@ class LeasedBatches:
     """An iterator of `LeasedBatch`es of up to `batch_size` examples of a data set of
     `num_examples`, leased from ps 0 through `client` for `task` (`holder`: random per process,
     so ps 0 tells a restarted worker from the one before), `lease_size` positions per lease
-    request (default 8 batches). The data set (`num_examples`, `seed`) must be the same on every
+    request (default 32 batches). The data set (`num_examples`, `seed`) must be the same on every
     worker. With `epochs`, iteration ends once epochs 0..epochs-1 are consumed by the job (a
     batch may be smaller at the very end); a job restored in epoch k continues it. A batch is
     smaller than `batch_size` only at that end or when no position is free (ps 0 opens the next
@@ -120,7 +127,7 @@ class LeasedBatches:
             raise TrainError(f"num_examples must be an int >= 1, got {num_examples!r}")
         if not (isinstance(batch_size, int) and 1 <= batch_size):
             raise TrainError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        lease_size = lease_size if lease_size is not None else 8 * batch_size
+        lease_size = lease_size if lease_size is not None else DEFAULT_LEASE_BATCHES * batch_size
         if not (isinstance(lease_size, int) and lease_size >= 1):
             raise TrainError(f"lease_size must be an int >= 1, got {lease_size!r}")
         if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):
