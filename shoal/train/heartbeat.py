@@ -8,7 +8,9 @@ process that is frozen (SIGSTOP) or gone stops them, which is the point.
 
 A heartbeat that is not answered (a ps restarting, a slow network) is not an error: the next
 one goes out on time. A reply saying the replica joined again after the first means the ps
-had dropped it (or restarted): logged as a warning.
+had dropped it (or restarted): logged as a warning, and the ps's address kept for
+`take_rejoined` (the chief rebuilds a restarted ps that no push of its reaches:
+shoal/train/idle_ps.py).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Heartbeats:
         self._versions: dict[str, int] = {}  # per ps address, the membership version of its last reply
         self._lock = threading.Lock()  # guards `addresses` and `_dropped`, which the session's thread changes
         self._dropped: frozenset[str] = frozenset()
+        self._rejoined: frozenset[str] = frozenset()  # addresses of the ps that counted this replica joining again
         self.live_members: int | None = None  # how many replicas ps 0 counts as training, last we heard
 
     def start(self) -> "Heartbeats":
@@ -84,6 +87,16 @@ class Heartbeats:
         as training. Does not block; thread-safe."""
         with self._lock:
             self._dropped = self._dropped | {address}
+
+    def take_rejoined(self) -> frozenset[str]:
+        """The addresses of the ps tasks whose membership this replica joined again (the ps had
+        dropped it, or restarted) since the last call; emptied. Does not block; thread-safe, and
+        cheap when there are none (a read, no lock)."""
+        if not self._rejoined:
+            return frozenset()
+        with self._lock:
+            rejoined, self._rejoined = self._rejoined, frozenset()
+        return rejoined
 
     def stop(self) -> None:
         """Stop sending. Waits up to 1 s for the thread (it waits between heartbeats, so it
@@ -131,6 +144,8 @@ class Heartbeats:
                 log.warning("%s rejoined %s's membership (v%d, %d training): it had been dropped after %gs "
                             "without a heartbeat, or the ps restarted", self.task, client.peer_name, reply.version,
                             reply.members, self.timeout_s)
+                with self._lock:
+                    self._rejoined = self._rejoined | {client.address}
             self._versions[client.address] = reply.version
             if client.address == self.addresses[0]:  # ps 0, never re-homed
                 self.live_members = reply.members

@@ -31,6 +31,7 @@ from shoal.train.closure_tags import ClosureTags
 from shoal.train.errors import TrainError
 from shoal.ps.membership import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from shoal.train.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_S, Heartbeats
+from shoal.train.idle_ps import IdlePsRestarts
 from shoal.train.leased_data import LeasedBatch, LeasedBatches
 from shoal.train.local_state import LocalState
 from shoal.train.options import CheckpointOptions, SessionState, StepResult, SyncOptions
@@ -178,6 +179,9 @@ class TrainingSession:
         # a ps added to the running job: the chief moves shards onto it, every worker follows
         self._growing = Growing(self.task, str(config.chief_task), self._book, self._chief,
                                 on_joined=self._heartbeats.add, wait_s=request_timeout_s * 2 + MOVE_GRACE_S)
+        # a restarted ps that holds no shard gets no push: the chief learns of it from its heartbeats
+        self._idle_ps = IdlePsRestarts(self.task, self._heartbeats.take_rejoined, self._chief.rebuild_ps,
+                                       self._recovering) if self._chief is not None else None
         self._targets = {s.name: s.rows(self.params[s.variable]) for s in self.placement.shards}
         self._step = 0
         self._params_step = 0  # the step of the values in `params` (the last pull, or push with its reply)
@@ -410,7 +414,8 @@ class TrainingSession:
 
     def _finish_push(self, push: OutgoingPush) -> StepResult:
         """Wait for `push`'s answers and take them in (values, step); then the step's summaries,
-        a grown placement, a due checkpoint and a pending stop. Blocks."""
+        a grown placement, a restarted ps that holds nothing, a due checkpoint and a pending stop.
+        Blocks."""
         parts, hyper, used, closure, arrays = push.parts, push.hyper, push.used, push.closure, push.arrays
         try:
             answers = push.sent.wait()
@@ -457,6 +462,7 @@ class TrainingSession:
             grown = self._growing.check(self.ps)
             if grown is not None:
                 self._use_placement(grown)
+            self._idle_ps.check(self.ps, self.placement)
         if self.checkpointer is not None:
             self._rehomed_retry(lambda: self.checkpointer.save_if_due(self.ps, self._step))
         self._stop.stop(self._step, self._save_on_term if self.checkpointer is not None else None)

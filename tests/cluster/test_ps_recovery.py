@@ -92,3 +92,28 @@ def test_a_worker_still_waiting_for_the_chief_fails_clearly_when_a_lost_ps_never
     assert time.monotonic() - lost_at < 15
     output = waiting.output()
     assert "lost the connection to ps:1 at 127.0.0.1:" in output and "did not come back within 3s" in output, output
+
+
+def test_a_restarted_ps_that_holds_nothing_is_made_ready_again_so_a_worker_started_later_trains(make_cluster):
+    """The greedy placement puts the whole softmax on ps:0, so ps:1 holds nothing and gets no
+    push. Killed and started again, it came back uninitialized and nobody noticed: the chief
+    learns of a restarted ps from its pushes. A worker started after that (here worker:1,
+    killed and started again) then waited for the chief to initialize ps:1 until its init
+    timeout (120 s) and failed. The chief now learns of it from its heartbeats (ps:1 counts it
+    as joining again) and makes it ready, holding nothing, at once."""
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    argv = ["examples/mnist_softmax.py", "--steps", "200000", "--log_every", "200", "--heartbeat_timeout", "2"]
+    cluster.start_all(argv)
+    chief = cluster.tasks[2]
+    cluster.wait_for(lambda: chief.highest_step() >= 400 and cluster.tasks[3].highest_step() > 0, 90,
+                     "the chief at step 400, worker:1 training")
+    cluster.tasks[1].kill()
+    cluster.tasks[3].kill()
+    cluster.start("ps", 1, argv)
+    chief.wait_for_output("ps:1 holds no variables; restarting it at step", timeout=20)
+    late = cluster.start("worker", 1, argv)
+    late.wait_for_output("worker:1 starts at global step", timeout=30)
+    late.wait_for_output(" loss=", timeout=30)  # its first progress line: it trains
+    assert "waiting for the chief" not in late.output(), late.output()[-3000:]
+    assert chief.proc.poll() is None, cluster.dump()
+    assert sorted(cluster.kill_all()) == ["ps:0", "ps:1", "worker:0", "worker:1"]  # the job ran on

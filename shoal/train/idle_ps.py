@@ -1,0 +1,71 @@
+"""`IdlePsRestarts`: the chief makes a restarted ps that holds no shard ready again.
+
+A training chief learns that a ps restarted from its own pushes: the push fails, or meets a ps
+that is not initialized, and the chief rebuilds it (shoal/train/recovery.py). A ps that holds
+no shard (more ps than the placement uses: the seed job's softmax is one request per step, to
+ps 0) gets no push, so once restarted it stayed uninitialized, and a worker that started after
+that (restarted by the launcher, say) waited for the chief to initialize it until its
+`init_timeout_s`, then failed.
+
+The chief's heartbeats reach every ps: a restarted one counts the chief as joining again
+(`Heartbeats.take_rejoined`). After each step the chief asks each such ps that holds no shard
+for its status and, if it is not ready, initializes it with nothing (at the others' step, with
+their membership) and marks it ready, as its recovery does for such a ps.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractContextManager
+from typing import Callable
+
+from shoal.ps.client import PsClient
+from shoal.train.placement import Placement
+from shoal.wire import WireError
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 2.0
+"""How long the status of a ps that just answered a heartbeat may take."""
+
+
+class IdlePsRestarts:
+    """Chief only. `check(client, placement)` after each step: cheap when no ps counted the
+    chief as joining again; otherwise one status round trip per such ps that holds no shard,
+    plus its initialization when it restarted. Blocks that long; the session's thread only.
+
+    `rejoined()` returns (and forgets) the addresses of the ps that counted this replica as
+    joining again; `rebuild(client, ps)` initializes a restarted ps (ChiefDuties.rebuild_ps);
+    `serialize` is held around it (the session's recovery lock: a ps watch may rebuild too).
+    """
+
+    def __init__(self, task: str, rejoined: Callable[[], frozenset[str]],
+                 rebuild: Callable[[PsClient, int], None], serialize: AbstractContextManager) -> None:
+        self._task = task
+        self._rejoined = rejoined
+        self._rebuild = rebuild
+        self._serialize = serialize
+        self._pending: frozenset[str] = frozenset()  # rejoined, and not probed yet (the probe failed)
+
+    def check(self, client: PsClient, placement: Placement) -> None:
+        """Make ready each ps that holds no shard, counted the chief as joining again, and is not
+        ready (it restarted). A ps that does not answer now is asked again at the next check."""
+        pending = self._pending | self._rejoined()
+        if not pending:
+            return
+        self._pending = frozenset()
+        for ps, address in enumerate(client.addresses):
+            if address not in pending or ps == 0 or placement.on_ps(ps):  # ps 0 holds the lease book
+                continue
+            try:
+                status = client.probe_status(ps, timeout_s=PROBE_TIMEOUT_S)
+            except WireError as e:
+                log.debug("%s: ps:%d at %s counted this task joining again but does not answer a status now (%s); "
+                          "asking again after the next step", self._task, client.ps_id(ps), address, e)
+                self._pending |= {address}
+                continue
+            if status.ready:
+                continue  # it had dropped the chief for a missed heartbeat, and serves on
+            with self._serialize:
+                self._rebuild(client, ps)
+            client.set_incarnation(ps, status.incarnation)

@@ -1,0 +1,94 @@
+"""IdlePsRestarts: which ps the chief asks after a rejoin, and which it rebuilds."""
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from shoal.train.idle_ps import IdlePsRestarts
+from shoal.train.placement import PlacementStrategy, place_variables
+from shoal.wire import PeerTimeoutError
+
+ADDRESSES = ("h:1", "h:2", "h:3")
+# the softmax's two variables on ps 0 (one request per step): ps 1 and ps 2 hold nothing
+PLACEMENT = place_variables({"W": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}, 3,
+                            PlacementStrategy.GREEDY)
+
+
+@dataclass
+class Status:
+    ready: bool
+    incarnation: str
+
+
+class Client:
+    """The PsClient calls IdlePsRestarts makes, answering from `statuses` (an exception: raised)."""
+
+    def __init__(self, statuses):
+        self.addresses = ADDRESSES
+        self.statuses = statuses
+        self.probed: list[int] = []
+        self.incarnations: dict[int, str] = {}
+
+    def ps_id(self, ps):
+        return ps
+
+    def probe_status(self, ps, timeout_s):
+        self.probed.append(ps)
+        answer = self.statuses[ps]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def set_incarnation(self, ps, incarnation):
+        self.incarnations[ps] = incarnation
+
+
+def _restarts(rejoined_each_check):
+    queue = list(rejoined_each_check)
+    rebuilt: list[int] = []
+    restarts = IdlePsRestarts("worker:0", lambda: frozenset(queue.pop(0)) if queue else frozenset(),
+                              lambda client, ps: rebuilt.append(ps), threading.Lock())
+    return restarts, rebuilt
+
+
+def test_the_placement_leaves_ps_1_and_2_empty():
+    assert [bool(PLACEMENT.on_ps(i)) for i in range(3)] == [True, False, False]
+
+
+def test_nothing_is_asked_while_no_ps_counted_the_chief_joining_again():
+    restarts, rebuilt = _restarts([()])
+    client = Client({})
+    restarts.check(client, PLACEMENT)
+    assert client.probed == [] and rebuilt == []
+
+
+def test_a_restarted_empty_ps_is_rebuilt_and_its_new_incarnation_remembered():
+    restarts, rebuilt = _restarts([("h:2",)])
+    client = Client({1: Status(ready=False, incarnation="new")})
+    restarts.check(client, PLACEMENT)
+    assert client.probed == [1] and rebuilt == [1] and client.incarnations == {1: "new"}
+
+
+def test_a_ps_that_only_dropped_the_chief_and_is_ready_is_left_alone():
+    restarts, rebuilt = _restarts([("h:3",)])
+    client = Client({2: Status(ready=True, incarnation="same")})
+    restarts.check(client, PLACEMENT)
+    assert client.probed == [2] and rebuilt == []
+
+
+def test_ps_0_and_ps_holding_shards_are_left_to_the_pushes():
+    restarts, rebuilt = _restarts([("h:1",)])
+    client = Client({0: Status(ready=False, incarnation="new")})
+    restarts.check(client, PLACEMENT)
+    assert client.probed == [] and rebuilt == []
+
+
+def test_a_ps_that_does_not_answer_the_status_is_asked_again_at_the_next_check():
+    restarts, rebuilt = _restarts([("h:2",), ()])
+    client = Client({1: PeerTimeoutError("no answer")})
+    restarts.check(client, PLACEMENT)
+    assert client.probed == [1] and rebuilt == []
+    client.statuses[1] = Status(ready=False, incarnation="new")
+    restarts.check(client, PLACEMENT)
+    assert client.probed == [1, 1] and rebuilt == [1]
