@@ -61,13 +61,13 @@ import time
 from pathlib import Path
 
 from bench import REPO, free_ports, machine, median
+from bench.example_modes import MODE_FLAGS
 from bench.jobrun import Job, Launch, Output, Task, clean_env
 from bench.usage import UsageSampler, interpolate
 
 EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_torch.py"}
 STEPS = {"softmax": 3000, "mlp": 1000}  # global steps: a few seconds of steady training each
-MODES = {"async": [], "sync": ["--sync"], "async-overlap": ["--overlap_push"]}  # the last: asked for by name
-DEFAULT_MODES = ("async", "sync")
+DEFAULT_MODES = ("async", "sync")  # async-overlap is asked for by name
 NOCOMM = "nocomm"  # the no-communication bound's rows: bench/nocomm.py, no ps
 NOCOMM_COPIES = 2  # as many as the job's workers (and this machine's cores)
 NOCOMM_STEPS = {"softmax": 10000, "mlp": 2000}  # local steps per copy: a few seconds each
@@ -92,7 +92,7 @@ def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path 
     ports = free_ports(4)
     spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:2]], "worker": [f"127.0.0.1:{p}" for p in ports[2:]]}
     secret = secrets.token_hex(16)
-    argv = (EXAMPLES[example], "--steps", str(steps), "--log_every", "1", *MODES[mode])
+    argv = (EXAMPLES[example], "--steps", str(steps), "--log_every", "1", *MODE_FLAGS[mode])
     job = Job(UsageSampler())
     spies = Job()  # py-spy ends by itself when its target exits, then writes its file
     try:
@@ -278,8 +278,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     examples = [e for e in args.examples.split(",") if e]
     modes = [m for m in args.modes.split(",") if m]
-    if not set(examples) <= set(EXAMPLES) or not set(modes) <= set(MODES):
-        parser.error(f"--examples must be of {', '.join(EXAMPLES)} and --modes of {', '.join(MODES)}")
+    if not set(examples) <= set(EXAMPLES) or not set(modes) <= set(MODE_FLAGS):
+        parser.error(f"--examples must be of {', '.join(EXAMPLES)} and --modes of {', '.join(MODE_FLAGS)}")
 
     skipped = [e for e in examples if not (REPO / EXAMPLES[e]).exists()]
     examples = [e for e in examples if e not in skipped]

@@ -37,7 +37,8 @@ if __package__ in (None, ""):  # run as `python bench/multihost_throughput.py`
 from bench import REPO, machine  # noqa: E402
 from bench.multihost import plan, report  # noqa: E402
 from bench.multihost.reference import tcp_reference  # noqa: E402
-from bench.multihost.runs import EXAMPLES, MODE_FLAGS, RATES_BPS, System, Where, run_config  # noqa: E402
+from bench.example_modes import MODE_FLAGS  # noqa: E402
+from bench.multihost.runs import EXAMPLES, RATES_BPS, System, Where, run_config  # noqa: E402
 from bench.multihost.sampler import Link  # noqa: E402
 
 DEFAULT_EXAMPLES = {"softmax": 250_000, "mlp": 50_000}  # a window of ~3 s at the rates seen here

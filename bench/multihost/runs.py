@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
+from bench.example_modes import MODE_FLAGS
 from bench.jobrun import Job, Launch, Output, Task, clean_env
 from bench.multihost.sampler import DIRECTIONS, Link, RunSampler, Sampled
 from bench.usage import interpolate
@@ -107,10 +108,6 @@ class Where:
     shoal_home: Path
     mnist_dir: Path
     ddp_python: str
-
-
-MODE_FLAGS = {"async": [], "sync": ["--sync"], "async-overlap": ["--overlap_push"]}
-"""The example's flags per mode (`--modes`)."""
 
 
 def steps_for(config: Config, examples: int) -> int:
