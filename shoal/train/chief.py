@@ -148,7 +148,7 @@ class ChiefDuties:
         # the replicas still training, as the other ps count them (None: no other ps answered)
         members = tuple(sorted({t for s in others for t in s.members})) if others else None
         if ps != 0 and not self._placement.on_ps(ps):  # ps 0 also holds the lease book
-            log.info("%s: ps:%d holds no variables; restarting it at step %d", self._task, ps,
+            log.info("%s: ps:%d holds no variables; restarting it at step %d", self._task, client.ps_id(ps),
                      max([s.step for s in others] + [self._current_step()]))
             client.init(ps, self._init_request(max([s.step for s in others] + [self._current_step()]), done,
                                                members=members), {})

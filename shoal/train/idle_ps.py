@@ -31,12 +31,18 @@ PROBE_TIMEOUT_S = 2.0
 
 class IdlePsRestarts:
     """Chief only. `check(client, placement)` after each step: cheap when no ps counted the
-    chief as joining again; otherwise one status round trip per such ps that holds no shard,
-    plus its initialization when it restarted. Blocks that long; the session's thread only.
+    chief as joining again; otherwise, per such ps that holds no shard, one status round trip
+    (at most PROBE_TIMEOUT_S), plus its initialization when it restarted. Blocks that long; the
+    session's thread only.
+
+    A ps that does not answer the status, or whose initialization fails, is left: it died again,
+    and a process started there later counts the chief as joining again, which brings it back
+    here. So a ps that keeps dying costs the chief one probe per restart, never one per step.
 
     `rejoined()` returns (and forgets) the addresses of the ps that counted this replica as
     joining again; `rebuild(client, ps)` initializes a restarted ps (ChiefDuties.rebuild_ps);
-    `serialize` is held around it (the session's recovery lock: a ps watch may rebuild too).
+    `serialize` is held around the probe and the rebuild (the session's recovery lock: a ps
+    watch may rebuild too).
     """
 
     def __init__(self, task: str, rejoined: Callable[[], frozenset[str]],
@@ -45,27 +51,26 @@ class IdlePsRestarts:
         self._rejoined = rejoined
         self._rebuild = rebuild
         self._serialize = serialize
-        self._pending: frozenset[str] = frozenset()  # rejoined, and not probed yet (the probe failed)
 
     def check(self, client: PsClient, placement: Placement) -> None:
         """Make ready each ps that holds no shard, counted the chief as joining again, and is not
-        ready (it restarted). A ps that does not answer now is asked again at the next check."""
-        pending = self._pending | self._rejoined()
-        if not pending:
+        ready (it restarted). Never raises for a ps that fails meanwhile (logged)."""
+        rejoined = self._rejoined()
+        if not rejoined:
             return
-        self._pending = frozenset()
         for ps, address in enumerate(client.addresses):
-            if address not in pending or ps == 0 or placement.on_ps(ps):  # ps 0 holds the lease book
+            if address not in rejoined or ps == 0 or placement.on_ps(ps):  # ps 0 holds the lease book
                 continue
-            try:
-                status = client.probe_status(ps, timeout_s=PROBE_TIMEOUT_S)
-            except WireError as e:
-                log.debug("%s: ps:%d at %s counted this task joining again but does not answer a status now (%s); "
-                          "asking again after the next step", self._task, client.ps_id(ps), address, e)
-                self._pending |= {address}
-                continue
-            if status.ready:
-                continue  # it had dropped the chief for a missed heartbeat, and serves on
+            name = f"ps:{client.ps_id(ps)}"
             with self._serialize:
-                self._rebuild(client, ps)
+                try:
+                    status = client.probe_status(ps, timeout_s=PROBE_TIMEOUT_S)
+                    if status.ready:
+                        continue  # it had dropped the chief for a missed heartbeat, and serves on
+                    self._rebuild(client, ps)
+                except WireError as e:
+                    log.warning("%s: %s at %s restarted and holds no variables, but failed before it was made ready "
+                                "(%s); a process started there again will be (nothing of training is lost with it)",
+                                self._task, name, address, e)
+                    continue
             client.set_incarnation(ps, status.incarnation)

@@ -32,11 +32,24 @@ from shoal.train.waiting import LOG_EVERY_S
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_BATCHES = 32
-"""Batches per lease request by default. A lease is one round trip to ps 0 that the step waits
-for; at 8 batches the softmax's worker spent 14.5 us of its 255 us step on it, and 32 made the
-2 ps + 2 workers softmax 3-9% faster (bench/README.md, "Larger leases"). Larger leases only make
-the tail of the last epoch (one worker still holding positions) longer; a worker that leaves
-gives its leases back either way."""
+"""Batches per lease request by default, on a data set large enough (`default_lease_size`). A
+lease is one round trip to ps 0 that the step waits for; at 8 batches the softmax's worker spent
+14.5 us of its 255 us step on it, and 32 made the 2 ps + 2 workers softmax 5-19% faster
+(bench/README.md, "Larger leases")."""
+
+MIN_LEASES_PER_EPOCH = 16
+"""By default a lease holds at most this fraction of an epoch: ps 0 caps a lease at N / the
+workers leasing so far, which is all of N for the first worker to ask, and a small data set
+must not go to it whole."""
+
+
+def default_lease_size(num_examples: int, batch_size: int) -> int:
+    """Positions per lease request when none is given: DEFAULT_LEASE_BATCHES batches, at most a
+    MIN_LEASES_PER_EPOCH-th of the data set, at least one batch. A larger lease makes the tail
+    of the last epoch longer (a worker still holding positions while the others finish), and
+    after ps 0 restarts, the positions the workers held are leased again (used twice in that
+    epoch); a worker that leaves gives its leases back either way."""
+    return max(batch_size, min(DEFAULT_LEASE_BATCHES * batch_size, num_examples // MIN_LEASES_PER_EPOCH))
 
 
 class LeaseWaitError(TrainError):
@@ -105,8 +118,8 @@ class LeasedBatches:
     """An iterator of `LeasedBatch`es of up to `batch_size` examples of a data set of
     `num_examples`, leased from ps 0 through `client` for `task` (`holder`: random per process,
     so ps 0 tells a restarted worker from the one before), `lease_size` positions per lease
-    request (default 32 batches). The data set (`num_examples`, `seed`) must be the same on every
-    worker. With `epochs`, iteration ends once epochs 0..epochs-1 are consumed by the job (a
+    request (default `default_lease_size`: 32 batches, at most a 16th of the data set). The
+    data set (`num_examples`, `seed`) must be the same on every worker. With `epochs`, iteration ends once epochs 0..epochs-1 are consumed by the job (a
     batch may be smaller at the very end); a job restored in epoch k continues it. A batch is
     smaller than `batch_size` only at that end or when no position is free (ps 0 opens the next
     epoch while others hold the rest, so that is the end of the epochs asked for, or the book's
@@ -127,7 +140,7 @@ class LeasedBatches:
             raise TrainError(f"num_examples must be an int >= 1, got {num_examples!r}")
         if not (isinstance(batch_size, int) and 1 <= batch_size):
             raise TrainError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        lease_size = lease_size if lease_size is not None else DEFAULT_LEASE_BATCHES * batch_size
+        lease_size = lease_size if lease_size is not None else default_lease_size(num_examples, batch_size)
         if not (isinstance(lease_size, int) and lease_size >= 1):
             raise TrainError(f"lease_size must be an int >= 1, got {lease_size!r}")
         if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):

@@ -493,8 +493,8 @@ class TrainingSession:
         free positions of the epoch, a worker that leaves gives its own back, and the epoch and
         the position are in the chief's checkpoints. Push each batch's gradient with
         `used=batch`. Every worker must pass the same `num_examples` and `seed`. Iterating
-        blocks on ps 0 (one request per `lease_size` positions, default 32 batches); not
-        thread-safe (the session's thread only)."""
+        blocks on ps 0 (one request per `lease_size` positions, default 32 batches, at most a
+        16th of the data set); not thread-safe (the session's thread only)."""
         return LeasedBatches(self.ps, self.task, self._holder, num_examples, batch_size, seed=seed,
                              lease_size=lease_size, epochs=epochs, shuffle=shuffle, wait_timeout_s=wait_timeout_s)
 

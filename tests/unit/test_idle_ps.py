@@ -7,7 +7,7 @@ import numpy as np
 
 from shoal.train.idle_ps import IdlePsRestarts
 from shoal.train.placement import PlacementStrategy, place_variables
-from shoal.wire import PeerTimeoutError
+from shoal.wire import PeerLostError, PeerTimeoutError
 
 ADDRESSES = ("h:1", "h:2", "h:3")
 # the softmax's two variables on ps 0 (one request per step): ps 1 and ps 2 hold nothing
@@ -84,11 +84,26 @@ def test_ps_0_and_ps_holding_shards_are_left_to_the_pushes():
     assert client.probed == [] and rebuilt == []
 
 
-def test_a_ps_that_does_not_answer_the_status_is_asked_again_at_the_next_check():
-    restarts, rebuilt = _restarts([("h:2",), ()])
+def test_a_ps_that_does_not_answer_is_left_until_it_counts_the_chief_joining_again():
+    """A ps that died again costs one probe, not one per step: a process started there later
+    counts the chief as joining again, which brings it back."""
+    restarts, rebuilt = _restarts([("h:2",), (), (), ("h:2",)])
     client = Client({1: PeerTimeoutError("no answer")})
     restarts.check(client, PLACEMENT)
     assert client.probed == [1] and rebuilt == []
     client.statuses[1] = Status(ready=False, incarnation="new")
     restarts.check(client, PLACEMENT)
+    restarts.check(client, PLACEMENT)
+    assert client.probed == [1], "a ps that did not answer is not asked again at every step"
+    restarts.check(client, PLACEMENT)
     assert client.probed == [1, 1] and rebuilt == [1]
+
+
+def test_a_rebuild_that_fails_is_logged_and_does_not_fail_the_chiefs_step():
+    def failing(client, ps):
+        raise PeerLostError("lost the connection to ps:1 while it handled 'init'", "ps:1")
+
+    restarts = IdlePsRestarts("worker:0", lambda: frozenset({"h:2", "h:3"}), failing, threading.Lock())
+    client = Client({1: Status(ready=False, incarnation="new"), 2: Status(ready=False, incarnation="new2")})
+    restarts.check(client, PLACEMENT)  # no exception
+    assert client.probed == [1, 2] and client.incarnations == {}
