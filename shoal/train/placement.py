@@ -17,10 +17,10 @@ from shoal.train.errors import TrainError
 DEFAULT_MIN_SHARD_BYTES = 256 << 10
 DEFAULT_PUSH_PART_BYTES = 256 << 10
 REQUEST_COST_BYTES = 64 << 10
-"""What one more request per step costs, counted in bytes, for the greedy placement: a ps that
-holds nothing yet gets a request of its own every step once it holds a shard. On loopback a
-push's round trip costs ~115 us of CPU whatever its size (worker and ps, bench/README.md), the
-copies and update of 64 KiB a few; across hosts 64 KiB is ~0.5 ms of a 1 Gbit/s link."""
+"""What one more request per step costs, counted in bytes, for the greedy placement (the
+default; shoal/train/shard_costs.py picks by where the ps are): a ps that holds nothing yet
+gets a request of its own every step once it holds a shard. Across hosts 64 KiB is ~0.5 ms of
+a 1 Gbit/s link, and a request's fixed CPU (~115 us, worker and ps) less than that."""
 
 
 class PlacementStrategy(Enum):
@@ -96,11 +96,12 @@ class Placement:
 def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
                     strategy: PlacementStrategy = PlacementStrategy.GREEDY,
                     min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
-                    part_bytes: int | None = None) -> Placement:
+                    part_bytes: int | None = None, request_cost_bytes: int = REQUEST_COST_BYTES) -> Placement:
     """Partition variables larger than 2 x `min_shard_bytes` along their first axis into at
     most `num_ps` shards of at least `min_shard_bytes`, and assign shards to ps tasks. With
     `part_bytes`, a variable is also cut into shards of at most about `part_bytes` (so a push
-    can travel in parts, see `Placement.push_parts`)."""
+    can travel in parts, see `Placement.push_parts`). GREEDY counts `request_cost_bytes` for
+    each ps that holds a shard (see `_greedy`)."""
     if part_bytes is not None and part_bytes < 1:
         raise TrainError(f"push part size {part_bytes} must be a positive number of bytes (or None: one part per ps)")
     if num_ps < 1:
@@ -124,23 +125,23 @@ def place_variables(variables: Mapping[str, np.ndarray], num_ps: int,
     if strategy is PlacementStrategy.ROUND_ROBIN:
         assigned = [(p, i % num_ps) for i, p in enumerate(pieces)]
     else:
-        assigned = _greedy(pieces, num_ps)
+        assigned = _greedy(pieces, num_ps, request_cost_bytes)
     order = {p[1]: i for i, p in enumerate(pieces)}
     shards = tuple(sorted((ShardPlacement(v, n, ps, a, b, nb) for (v, n, a, b, nb), ps in assigned),
                           key=lambda s: order[s.name]))
     return Placement(shards, num_ps)
 
 
-def _step_cost(loads: Sequence[int], used: Sequence[bool]) -> float:
+def _step_cost(loads: Sequence[int], used: Sequence[bool], request_cost: int) -> float:
     """What the greedy placement minimises, for per-ps shard bytes `loads` (`used`: the ps holds
-    a shard): the busiest ps's load plus the mean load, a used ps counting REQUEST_COST_BYTES
-    more (it gets a request every step). The busiest ps bounds a step where every ps has a core
-    of its own; the mean is the machine's work where tasks share the cores."""
-    costs = [load + REQUEST_COST_BYTES if holds else 0 for load, holds in zip(loads, used)]
+    a shard): the busiest ps's load plus the mean load, a used ps counting `request_cost` more
+    (it gets a request every step). The busiest ps bounds a step where every ps has a core of
+    its own; the mean is the machine's work where tasks share the cores."""
+    costs = [load + request_cost if holds else 0 for load, holds in zip(loads, used)]
     return max(costs) + sum(costs) / len(costs)
 
 
-def _greedy(pieces, num_ps):
+def _greedy(pieces, num_ps, request_cost: int):
     """Largest shard first, each to a ps not holding another shard of its variable (while there
     is one), in two ways: by bytes alone (to the least loaded ps, TF's greedy balancer), and by
     `_step_cost` (to the ps where it least raises it, so a small shard joins a ps already used
@@ -150,8 +151,8 @@ def _greedy(pieces, num_ps):
     Taking the better of both keeps many small variables from piling up on one ps, which the
     second alone would do."""
     by_bytes = _largest_first(pieces, num_ps, request_cost=0)
-    by_cost = _largest_first(pieces, num_ps, request_cost=REQUEST_COST_BYTES)
-    return min((by_cost, by_bytes), key=lambda assigned: _cost_of(assigned, num_ps))
+    by_cost = _largest_first(pieces, num_ps, request_cost=request_cost)
+    return min((by_cost, by_bytes), key=lambda assigned: _cost_of(assigned, num_ps, request_cost))
 
 
 def _largest_first(pieces, num_ps, *, request_cost: int):
@@ -182,9 +183,9 @@ def _largest_first(pieces, num_ps, *, request_cost: int):
     return assigned
 
 
-def _cost_of(assigned, num_ps: int) -> float:
+def _cost_of(assigned, num_ps: int, request_cost: int) -> float:
     loads, used = [0] * num_ps, [False] * num_ps
     for piece, ps in assigned:
         loads[ps] += piece[4]
         used[ps] = True
-    return _step_cost(loads, used)
+    return _step_cost(loads, used, request_cost)

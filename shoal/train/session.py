@@ -38,8 +38,9 @@ from shoal.train.options import CheckpointOptions, SessionState, StepResult, Syn
 from shoal.train.push_overlap import OutgoingPush, PushOverlap
 from shoal.train.ps_watch import DEFAULT_EVERY_S, PsWatch, WatchState
 from shoal.train.part_size import PartSize, part_bytes_for
-from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, Placement, PlacementStrategy, place_variables
+from shoal.train.placement import Placement, PlacementStrategy, place_variables
 from shoal.train.recovery import PsRecovery, wait_for_chief, wait_for_ps
+from shoal.train.shard_costs import shard_costs_for
 from shoal.train.growing import Growing
 from shoal.train.placement_history import (PlacementBook, PlacementChanged, apply_history, learn_history,
                                            settled_history)
@@ -81,6 +82,9 @@ class TrainingSession:
     A push travels in parts of about `push_part_bytes` (None: one message per ps); large
     variables are cut into shards of that size. AUTO picks by where the ps tasks are
     (shoal/train/part_size.py): 4 MiB parts when every ps is on loopback, 256 KiB otherwise.
+    A variable of 2 x `min_shard_bytes` or more is cut into a shard per ps, and the greedy
+    placement counts a request's cost in bytes; None picks both by where the ps are
+    (shoal/train/shard_costs.py): on one machine a model of a few megabytes sits on one ps.
 
     `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
     (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
@@ -102,7 +106,7 @@ class TrainingSession:
     def __init__(self, config: ClusterConfig, variables: Mapping[str, Any], optimizer: UpdateRule, *,
                  secret: JobSecret, sync: bool | SyncOptions = False, max_steps: int | None = None,
                  placement: PlacementStrategy = PlacementStrategy.GREEDY,
-                 min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES,
+                 min_shard_bytes: int | None = None,
                  push_part_bytes: int | None | PartSize = PartSize.AUTO,
                  model_dir: str | os.PathLike | None = None, checkpoints: CheckpointOptions = CheckpointOptions(),
                  summary_every_steps: int = 100,
@@ -133,8 +137,9 @@ class TrainingSession:
         self._first_ps = _first_ps(config)
         self._chief: ChiefDuties | None = None
         self.checkpointer: Checkpointer | None = None
-        self._use_placement(place_variables(self.params, config.num_ps, placement, min_shard_bytes,
-                                            self._push_part_bytes))
+        costs = shard_costs_for(min_shard_bytes, config.ps_addresses)
+        self._use_placement(place_variables(self.params, config.num_ps, placement, costs.min_shard_bytes,
+                                            self._push_part_bytes, costs.request_cost_bytes))
         self.model_dir = Path(model_dir) if model_dir else None
         self.request_timeout_s = request_timeout_s
         self.init_timeout_s = init_timeout_s
