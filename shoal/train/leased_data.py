@@ -126,10 +126,7 @@ class LeasedBatches:
     cap of open epochs): a wait with positions in hand could hold up the very push the others
     wait for. With `epochs`, iteration also ends when no position is free and every one still
     out is this task's own (batches taken but not pushed: nothing can come back to wait for);
-    without, that raises LeaseWaitError at once. With `epochs` in a sync job (`sync`), it ends
-    as soon as no position is free: a sync step needs every worker's gradient, so waiting for
-    the positions another worker holds would wait for a worker that waits for this one (the
-    other trains the rest; this one's session then ends, and the steps follow the membership). With no free position and none in hand, it
+    without, that raises LeaseWaitError at once. With no free position and none in hand, it
     waits (asking again every `poll_s`) up to `wait_timeout_s`, then raises LeaseWaitError
     naming the holders. `shuffle=False` gives the
     positions themselves as indices. Blocks on ps 0; not thread-safe.
@@ -137,7 +134,7 @@ class LeasedBatches:
 
     def __init__(self, client: PsClient, task: str, holder: str, num_examples: int, batch_size: int, *,
                  seed: int = 0, lease_size: int | None = None, epochs: int | None = None, shuffle: bool = True,
-                 sync: bool = False, wait_timeout_s: float = 300.0, poll_s: float = 0.2,
+                 wait_timeout_s: float = 300.0, poll_s: float = 0.2,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
         if not (isinstance(num_examples, int) and num_examples >= 1):
             raise TrainError(f"num_examples must be an int >= 1, got {num_examples!r}")
@@ -152,7 +149,6 @@ class LeasedBatches:
         self._request = LeaseRequest(task, holder, num_examples, seed, lease_size, epochs)
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self._ends_when_none_free = sync and epochs is not None
         self.wait_timeout_s = wait_timeout_s
         self.poll_s = poll_s
         self._sleep, self._clock = sleep, clock
@@ -229,8 +225,6 @@ class LeasedBatches:
                 return False
             if waiting_with:
                 return False  # a short batch now: waiting might hold up the push of what is in hand
-            if self._ends_when_none_free:
-                return False  # the last epoch's rest is held by others, whose sync steps need this worker
             if reply.held_by == (self._request.task,):
                 if self._request.until_epoch is not None:
                     return False  # the end: what is still out is in this worker's hands (not yet pushed)

@@ -501,8 +501,7 @@ class TrainingSession:
         blocks on ps 0 (one request per `lease_size` positions, default 32 batches, at most a
         16th of the data set); not thread-safe (the session's thread only)."""
         return LeasedBatches(self.ps, self.task, self._holder, num_examples, batch_size, seed=seed,
-                             lease_size=lease_size, epochs=epochs, shuffle=shuffle, sync=self.sync,
-                             wait_timeout_s=wait_timeout_s)
+                             lease_size=lease_size, epochs=epochs, shuffle=shuffle, wait_timeout_s=wait_timeout_s)
 
     def pull(self, min_step: int = 0) -> int:
         """Refresh `params` from the ps (waiting until every ps that holds a shard reached

@@ -70,20 +70,3 @@ def test_resumed_job_continues_the_epoch_at_the_saved_position(make_cluster, tmp
     after = logged_positions(second_out)
     assert max(after.values()) == 1
     assert set(after) == set(range(N)) - set(before)  # the rest of the epoch, not from 0
-
-
-def test_sync_workers_with_epochs_end_the_last_epoch_without_waiting_on_each_other(make_cluster, tmp_path):
-    """In sync mode a step needs every worker's gradient. Near the end of the last epoch asked
-    for, one worker held the last lease while the other, with nothing free to lease, waited for
-    those positions (up to 300 s, then LeaseWaitError), and the first waited for its gradient:
-    neither moved. The worker that finds nothing free in the last epoch now ends its pass; the
-    other trains the rest, and every position is consumed once."""
-    out = tmp_path / "out"
-    out.mkdir()
-    cluster = make_cluster(num_ps=2, num_workers=2)
-    cluster.start_all([PROGRAM, "--sync", "--epochs", "1", "--out", str(out)])
-    codes = cluster.wait_all(timeout=60)
-    assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
-    assert epoch_summary(cluster.tasks[0].output(), 0)[0] == N, cluster.tasks[0].output()[-3000:]
-    seen = logged_positions(out)
-    assert set(seen) == set(range(N)) and max(seen.values()) == 1, sorted(set(range(N)) - set(seen))[:10]
