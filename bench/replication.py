@@ -74,10 +74,11 @@ class Model:
 
 def models(big_mib: int) -> dict[str, Model]:
     # round robin: the softmax's bias on ps:1 (the greedy placement keeps the whole softmax on ps:0,
-    # and an empty ps:1 would replicate nothing and never step)
+    # and an empty ps:1 would replicate nothing and never step); 256 KiB parts: the MLP's first
+    # layer cut over both ps, as across hosts (on loopback the whole MLP would sit on ps:0)
     return {"softmax": Model("examples/mnist_softmax.py", 500,
                              ("--log_every", "1000", "--ps_placement", "round_robin")),
-            "mlp": Model("examples/mnist_mlp_torch.py", 200, ("--log_every", "1000")),
+            "mlp": Model("examples/mnist_mlp_torch.py", 200, ("--log_every", "1000", "--push_part_bytes", "262144")),
             "big": Model("bench/big_model.py", 4, ("--log_every", "50", "--mib", str(big_mib)))}
 
 

@@ -82,9 +82,10 @@ class TrainingSession:
     A push travels in parts of about `push_part_bytes` (None: one message per ps); large
     variables are cut into shards of that size. AUTO picks by where the ps tasks are
     (shoal/train/part_size.py): 4 MiB parts when every ps is on loopback, 256 KiB otherwise.
-    A variable of 2 x `min_shard_bytes` or more is cut into a shard per ps, and the greedy
-    placement counts a request's cost in bytes; None picks both by where the ps are
-    (shoal/train/shard_costs.py): on one machine a model of a few megabytes sits on one ps.
+    A variable of 2 x `min_shard_bytes` or more is cut across ps (shards of at least
+    `min_shard_bytes`, at most one per ps), and the greedy placement counts a request's cost in
+    bytes; None picks both by where the ps are (shoal/train/shard_costs.py): on one machine a
+    model of a few megabytes sits on one ps.
 
     `local_state` (optional) holds tensors this worker keeps itself that belong in checkpoints
     (a PyTorch module's buffers, see shoal/train/local_state.py): the chief's are saved with
