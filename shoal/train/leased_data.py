@@ -119,8 +119,9 @@ class LeasedBatches:
     `num_examples`, leased from ps 0 through `client` for `task` (`holder`: random per process,
     so ps 0 tells a restarted worker from the one before), `lease_size` positions per lease
     request (default `default_lease_size`: 32 batches, at most a 16th of the data set). The
-    data set (`num_examples`, `seed`) must be the same on every worker. With `epochs`, iteration ends once epochs 0..epochs-1 are consumed by the job (a
-    batch may be smaller at the very end); a job restored in epoch k continues it. A batch is
+    data set (`num_examples`, `seed`) must be the same on every worker. With `epochs`,
+    iteration ends once epochs 0..epochs-1 are consumed by the job (a batch may be smaller at
+    the very end); a job restored in epoch k continues it. A batch is
     smaller than `batch_size` only at that end or when no position is free (ps 0 opens the next
     epoch while others hold the rest, so that is the end of the epochs asked for, or the book's
     cap of open epochs): a wait with positions in hand could hold up the very push the others
