@@ -10,6 +10,7 @@ import torch.utils.data
 
 from shoal.torch.errors import TorchTrainError
 from shoal.torch.job import Job
+from shoal.train.leased_data import default_lease_size
 
 
 class LeasedBatchSampler(torch.utils.data.Sampler[torch.Tensor]):
@@ -30,11 +31,12 @@ class LeasedBatchSampler(torch.utils.data.Sampler[torch.Tensor]):
     `num_workers=0` (the DataLoader's default: no read-ahead, so the positions handed out since
     the last step are the ones its gradient used). Every worker must pass the same data set and
     `seed`. One pass runs `epochs` epochs of the job (None: no end; stop by steps); with
-    `epochs`, the last batch may be short. `lease_size` positions per request to ps 0. Blocks
-    on ps 0 while leasing; not thread-safe.
+    `epochs`, the last batch may be short. `lease_size` positions per request to ps 0 (None:
+    `default_lease_size`, 32 batches, at most a 16th of the data set). Blocks on ps 0 while
+    leasing; not thread-safe.
     """
 
-    def __init__(self, dataset: Sized, job: Job, batch_size: int, *, seed: int = 0, lease_size: int = 1024,
+    def __init__(self, dataset: Sized, job: Job, batch_size: int, *, seed: int = 0, lease_size: int | None = None,
                  epochs: int | None = None, shuffle: bool = True):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TorchTrainError(f"LeasedBatchSampler batch_size must be a positive integer, got {batch_size!r}")
@@ -42,7 +44,7 @@ class LeasedBatchSampler(torch.utils.data.Sampler[torch.Tensor]):
         self.job = job
         self.batch_size = batch_size
         self.seed = seed
-        self.lease_size = lease_size
+        self.lease_size = lease_size if lease_size is not None else default_lease_size(self.num_examples, batch_size)
         self.epochs = epochs
         self.shuffle = shuffle
 

@@ -8,6 +8,7 @@ import torch.utils.data
 
 from shoal.torch.errors import TorchTrainError
 from shoal.torch.job import Job
+from shoal.train.leased_data import default_lease_size
 
 
 class LeasedSampler(torch.utils.data.Sampler[int]):
@@ -24,15 +25,17 @@ class LeasedSampler(torch.utils.data.Sampler[int]):
     `num_workers=0`, the default). Every worker must pass the same data set and `seed`. One pass
     runs `epochs` epochs of the job (None: no end; stop by steps), continuing the epoch a
     checkpoint saved; with `epochs`, a pass may end with a short batch at the very end, when no
-    position is free and some are handed out for this step (waiting could hold up their push). `lease_size` positions per request to ps 0. Not thread-safe.
+    position is free and some are handed out for this step (waiting could hold up their push).
+    `lease_size` positions per request to ps 0 (None: 1024, at most a 16th of the data set).
+    Not thread-safe.
     """
 
-    def __init__(self, dataset: Sized, job: Job, *, seed: int = 0, lease_size: int = 1024,
+    def __init__(self, dataset: Sized, job: Job, *, seed: int = 0, lease_size: int | None = None,
                  epochs: int | None = None, shuffle: bool = True):
         self.num_examples = len(dataset)
         self.job = job
         self.seed = seed
-        self.lease_size = lease_size
+        self.lease_size = lease_size if lease_size is not None else default_lease_size(self.num_examples, 1, 1024)
         self.epochs = epochs
         self.shuffle = shuffle
 

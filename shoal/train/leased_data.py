@@ -43,13 +43,14 @@ workers leasing so far, which is all of N for the first worker to ask, and a sma
 must not go to it whole."""
 
 
-def default_lease_size(num_examples: int, batch_size: int) -> int:
-    """Positions per lease request when none is given: DEFAULT_LEASE_BATCHES batches, at most a
-    MIN_LEASES_PER_EPOCH-th of the data set, at least one batch. A larger lease makes the tail
-    of the last epoch longer (a worker still holding positions while the others finish), and
-    after ps 0 restarts, the positions the workers held are leased again (used twice in that
-    epoch); a worker that leaves gives its leases back either way."""
-    return max(batch_size, min(DEFAULT_LEASE_BATCHES * batch_size, num_examples // MIN_LEASES_PER_EPOCH))
+def default_lease_size(num_examples: int, batch_size: int, positions: int | None = None) -> int:
+    """Positions per lease request when none is given: DEFAULT_LEASE_BATCHES batches (or
+    `positions`), at most a MIN_LEASES_PER_EPOCH-th of the data set, at least one batch. A
+    larger lease makes the tail of the last epoch longer (a worker still holding positions while
+    the others finish), and after ps 0 restarts, the positions the workers held are leased again
+    (used twice in that epoch); a worker that leaves gives its leases back either way."""
+    wanted = DEFAULT_LEASE_BATCHES * batch_size if positions is None else positions
+    return max(batch_size, min(wanted, num_examples // MIN_LEASES_PER_EPOCH))
 
 
 class LeaseWaitError(TrainError):

@@ -12,3 +12,8 @@ from shoal.train.leased_data import default_lease_size
 ])
 def test_default_lease_size(num_examples, batch_size, expected):
     assert default_lease_size(num_examples, batch_size) == expected
+
+
+def test_a_position_count_replaces_the_32_batches_and_keeps_the_cap():
+    assert default_lease_size(60000, 1, 1024) == 1024  # LeasedSampler's, one position at a time
+    assert default_lease_size(1797, 1, 1024) == 112
