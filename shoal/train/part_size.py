@@ -25,7 +25,7 @@ from typing import Sequence
 
 from shoal.train.placement import DEFAULT_PUSH_PART_BYTES
 from shoal.wire import CHUNK_BYTES
-from shoal.wire.endpoint import is_loopback
+from shoal.wire.endpoint import all_loopback
 
 LINK_PART_BYTES = DEFAULT_PUSH_PART_BYTES
 """Parts when any ps is on another host (or named by a name that is not a loopback one)."""
@@ -46,6 +46,6 @@ def part_bytes_for(requested: int | None | PartSize, ps_addresses: Sequence[str]
     every task of the job decides the same."""
     if requested is not PartSize.AUTO:
         return requested
-    if ps_addresses and all(is_loopback(address) for address in ps_addresses):
+    if all_loopback(ps_addresses):
         return LOOPBACK_PART_BYTES
     return LINK_PART_BYTES

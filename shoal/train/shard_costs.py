@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from shoal.train.placement import DEFAULT_MIN_SHARD_BYTES, REQUEST_COST_BYTES
-from shoal.wire.endpoint import is_loopback
+from shoal.wire.endpoint import all_loopback
 
 LOOPBACK_MIN_SHARD_BYTES = 1 << 20
 LOOPBACK_REQUEST_COST_BYTES = 1 << 20
@@ -40,7 +40,7 @@ def shard_costs_for(min_shard_bytes: int | None, ps_addresses: Sequence[str]) ->
     request's cost by where the ps are: the loopback ones when every address in `ps_addresses`
     is a loopback one, else the defaults. Decided on the addresses' text (no lookups), so every
     task of the job decides the same."""
-    local = bool(ps_addresses) and all(is_loopback(address) for address in ps_addresses)
+    local = all_loopback(ps_addresses)
     if min_shard_bytes is None:
         min_shard_bytes = LOOPBACK_MIN_SHARD_BYTES if local else DEFAULT_MIN_SHARD_BYTES
     return ShardCosts(min_shard_bytes, LOOPBACK_REQUEST_COST_BYTES if local else REQUEST_COST_BYTES)

@@ -53,6 +53,12 @@ def is_loopback(address: str) -> bool:
     return (mapped or ip).is_loopback
 
 
+def all_loopback(addresses) -> bool:
+    """Whether `addresses` is not empty and every one is a loopback one (`is_loopback`): the
+    job's tasks on one machine, as every task decides alike from the cluster spec's text."""
+    return bool(addresses) and all(is_loopback(address) for address in addresses)
+
+
 def is_on_this_host(address: str) -> bool:
     """Whether `address` reaches a server in this network namespace: a loopback address, or one
     held by an interface here (a host's own address, as the SSH executor writes into TF_CONFIG
