@@ -254,7 +254,7 @@ class PsClient:
 
     def send_push(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
                   hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,
-                  closure: ClosureTag | None = None) -> "SentRequests":
+                  closure: ClosureTag | None = None, empty: bool = False) -> "SentRequests":
         """Send a push in `parts` ((ps, gradients of some of its shards), each ps's parts in
         order; see `Placement.push_parts`). All parts are sent before any reply is awaited,
         so a ps updates and answers one part while the next is on its way. Per part:
@@ -265,7 +265,9 @@ class PsClient:
         gradient was computed against (`basis`): resent to a restarted ps after recovery, it is
         dropped as ROLLED_BACK, never applied on top of restored values that may hold it.
         `closure` (the scheduled closure and push this gradient belongs to), if given, travels
-        with every part: a ps applies it at most once. Returns once every part is queued (blocks
+        with every part: a ps applies it at most once. `empty` (sync; each part a ps with no
+        gradients): this replica has no data for the step (PushRequest.empty). Returns once
+        every part is queued (blocks
         only while zmq has no room); `wait()` on the result for the answers. Other requests may
         go out and be answered meanwhile."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
@@ -274,7 +276,7 @@ class PsClient:
         requests = [(ps, PushRequest(task, step, ends_step=last[ps] == k,
                                      hyper=None if hyper is None else {n: hyper[n] for n in grads},
                                      used=used if k == used_at else None, basis=self._incarnations[ps] or "",
-                                     closure=closure), grads)
+                                     closure=closure, empty=empty), grads)
                     for k, (ps, grads) in enumerate(parts)]
         return self._send(requests, into)
 

@@ -567,7 +567,10 @@ class PushRequest:
     asynchronous ps of another incarnation (restarted, its values rolled back by the failover)
     drops the part as ROLLED_BACK instead of applying it. `closure`, if not None, names the scheduled closure and push this gradient belongs to (every part of the push
     carries it): a ps that already applied those shards for that tag answers DUPLICATE with the
-    current values instead of applying them again (shoal/ps/closure_ledger.py); absent when None."""
+    current values instead of applying them again (shoal/ps/closure_ledger.py); absent when None.
+    `empty` (sync only; no tensors, one part per ps that holds shards): the replica has no data
+    for this step and counts toward its quorum for every shard of the ps with no gradient
+    (shoal/ps/sync.py); the reply carries every shard's values. Absent when False."""
 
     op = Op.PUSH
     task: str
@@ -578,9 +581,12 @@ class PushRequest:
     used: UsedPositions | None = None
     basis: str = ""
     closure: ClosureTag | None = None
+    empty: bool = False
 
     def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"task": self.task, "step": self.step, "pull": self.pull, "ends_step": self.ends_step}
+        if self.empty:
+            fields["empty"] = True
         if self.basis:
             fields["basis"] = self.basis
         if self.hyper is not None:
@@ -599,7 +605,7 @@ class PushRequest:
                    _bool(fields, where, "ends_step", True), _hyper(fields, where, "hyper"),
                    None if used is None else UsedPositions.decode(used, where),
                    _str(fields, where, "basis", 64, allow_empty=True) if "basis" in fields else "",
-                   None if closure is None else ClosureTag.decode(closure, where))
+                   None if closure is None else ClosureTag.decode(closure, where), _bool(fields, where, "empty", False))
 
 
 @dataclass(frozen=True)

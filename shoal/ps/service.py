@@ -315,6 +315,8 @@ class PsService:
         checked = self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         self.membership.seen(message.task, self._clock())
+        if message.empty:
+            return self._empty_push(request, message)
         if self._sync is None and message.basis and message.basis != self.incarnation:
             # computed on values of an earlier process of this ps, which a failover rolled back: the
             # restored values may already hold it (it reached the replica), so it is never applied
@@ -358,6 +360,37 @@ class PsService:
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
         if message.hyper is not None:
             self._sync_hyper.update(message.hyper)
+        self._apply_completed_shards()
+        if self._sync.step > message.step:
+            self._sync_watch.step_completed()
+        else:
+            self._sync_watch.gradient_arrived(self._sync.step, self._clock())
+            self._give_up_stuck_step()
+        return DEFERRED
+
+    def _empty_push(self, request: Request, message: PushRequest) -> Reply | Deferred:
+        """A sync replica with no data for this step (its leases ran out while the others finish
+        theirs): it counts toward the step's quorum for every shard here and adds nothing
+        (shoal/ps/sync.py); answered, with every shard's values, once the step is applied."""
+        if self._sync is None:
+            raise PsError(f"{message.task} pushed empty, which only a sync step takes; {self.task_name} trains "
+                          "asynchronously: start every task with the same --sync")
+        if request.tensors:
+            raise PsError(f"{message.task}'s empty push carries {len(request.tensors)} tensors; an empty push "
+                          "carries none")
+        if message.step > self._sync.step:
+            raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
+                          f"{self._sync.step}; pull before pushing")
+        shards = tuple(self.store.names())
+        names = list(shards) if message.pull else []
+        if not shards:  # (sent by an older placement) nothing here for it to count toward
+            return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
+        outcome = self._sync.add_empty(message.task, message.step, shards)
+        if outcome is PushOutcome.DUPLICATE:
+            return self._reply_values(_Waiting(request, names, 0, outcome))
+        if outcome is PushOutcome.STALE:
+            return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
+        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, shards))
         self._apply_completed_shards()
         if self._sync.step > message.step:
             self._sync_watch.step_completed()

@@ -6,6 +6,12 @@ yet); one that shrinks (a member left) at once, so the current step completes wi
 member that left. Each shard's update is the average
 of the gradients actually summed for it.
 
+A replica with no data for a step (its leases ran out while others finish theirs, at the end of
+the epochs asked for) pushes *empty* (`add_empty`): it counts toward the quorum of every shard
+of the step and adds nothing to the average, so the others' steps never wait on it. A shard
+whose step every counted replica pushed empty is marked applied with no update (no optimizer
+step on a zero gradient: momentum or Adam state does not move).
+
 Each shard is aggregated on its own, as TensorFlow's SyncReplicasOptimizer keeps one
 accumulator per variable: a shard's update is applied as soon as `replicas` distinct tasks
 pushed it for the current step, so a push that travels in parts (one message per group of
@@ -38,6 +44,7 @@ class SyncAggregator:
         self._sums: dict[str, np.ndarray] = {}
         self._contributors: dict[str, set[str]] = {}
         self._applied: set[str] = set()  # shards whose update of this step is applied
+        self._empty: dict[str, set[str]] = {}  # per shard, the contributors that pushed nothing
 
     def add(self, task: str, step: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
         """Count a push of some shards. APPLIED: it completed every one of its shards (their
@@ -58,17 +65,34 @@ class SyncAggregator:
         complete = all(len(self._contributors[name]) >= self.replicas for name in grads)
         return PushOutcome.APPLIED if complete else PushOutcome.ACCUMULATED
 
+    def add_empty(self, task: str, step: int, shards: Collection[str]) -> PushOutcome:
+        """Count `task` for the current step of every shard of `shards` (all the ps holds) with
+        no gradient: it has no data for this step. Outcomes as `add`'s."""
+        if step < self.step or any(name in self._applied for name in shards):
+            return PushOutcome.STALE
+        if any(task in self._contributors.get(name, ()) for name in shards):
+            return PushOutcome.DUPLICATE
+        for name in shards:
+            self._contributors.setdefault(name, set()).add(task)
+            self._empty.setdefault(name, set()).add(task)
+        complete = all(len(self._contributors[name]) >= self.replicas for name in shards)
+        return PushOutcome.APPLIED if complete else PushOutcome.ACCUMULATED
+
     def take(self, shards: Collection[str]) -> dict[str, np.ndarray]:
-        """The averaged gradients of the shards that every replica pushed, marked applied.
+        """The averaged gradients of the shards that every replica pushed, marked applied (a
+        shard every replica pushed empty is marked applied and not returned: no update).
         When all of `shards` (every shard the ps holds) are applied, the step advances."""
-        ready = {name: total for name, total in self._sums.items()
-                 if len(self._contributors[name]) >= self.replicas}
-        for name, total in ready.items():
-            total /= len(self._contributors[name])
-            del self._sums[name]
+        complete = [name for name, tasks in self._contributors.items()
+                    if len(tasks) >= self.replicas and name not in self._applied]
+        ready = {}
+        for name in complete:
+            total = self._sums.pop(name, None)
+            if total is not None:  # some gradient came: the average of those that did
+                total /= len(self._contributors[name]) - len(self._empty.get(name, ()))
+                ready[name] = total
             self._applied.add(name)
         if self._applied.issuperset(shards):
-            self._sums, self._contributors, self._applied = {}, {}, set()
+            self._sums, self._contributors, self._applied, self._empty = {}, {}, set(), {}
             self.step += 1
             self.replicas = self._next_replicas
         return ready
@@ -95,6 +119,7 @@ class SyncAggregator:
         for name in names:
             self._sums.pop(name, None)
             self._contributors.pop(name, None)
+            self._empty.pop(name, None)
             self._applied.discard(name)
 
     def applied(self, names: Iterable[str], step: int) -> bool:
@@ -124,3 +149,4 @@ class SyncAggregator:
         applied this step stay applied)."""
         self._sums = {}
         self._contributors = {}
+        self._empty = {}

@@ -130,13 +130,16 @@ class LeasedBatches:
     out is this task's own (batches taken but not pushed: nothing can come back to wait for);
     without, that raises LeaseWaitError at once. With no free position and none in hand, it
     waits (asking again every `poll_s`) up to `wait_timeout_s`, then raises LeaseWaitError
-    naming the holders. `shuffle=False` gives the
-    positions themselves as indices. Blocks on ps 0; not thread-safe.
+    naming the holders. With `idle_step` (the session gives it in sync training without backup
+    workers, where every step waits for this worker's gradient) it calls `idle_step()` instead
+    of each pause: the worker takes part in the others' steps with no gradient until positions
+    come back or the epochs are consumed, and the wait's clock restarts after each such step.
+    `shuffle=False` gives the positions themselves as indices. Blocks on ps 0; not thread-safe.
     """
 
     def __init__(self, client: PsClient, task: str, holder: str, num_examples: int, batch_size: int, *,
                  seed: int = 0, lease_size: int | None = None, epochs: int | None = None, shuffle: bool = True,
-                 wait_timeout_s: float = 300.0, poll_s: float = 0.2,
+                 wait_timeout_s: float = 300.0, poll_s: float = 0.2, idle_step: Callable[[], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
         if not (isinstance(num_examples, int) and num_examples >= 1):
             raise TrainError(f"num_examples must be an int >= 1, got {num_examples!r}")
@@ -153,6 +156,7 @@ class LeasedBatches:
         self.shuffle = shuffle
         self.wait_timeout_s = wait_timeout_s
         self.poll_s = poll_s
+        self._idle_step = idle_step
         self._sleep, self._clock = sleep, clock
         self._held: deque[_Held] = deque()
         self._orders: dict[int, np.ndarray] = {}
@@ -217,6 +221,7 @@ class LeasedBatches:
         if self._exhausted:
             return False
         deadline, logged = self._clock() + self.wait_timeout_s, self._clock()
+        idle_steps = 0
         while True:
             reply = self._client.lease(self._request)
             if reply.state is LeaseState.GRANTED:
@@ -240,6 +245,15 @@ class LeasedBatches:
                 raise LeaseWaitError(f"{self._request.task} found no free position of epoch {reply.epoch} for "
                                      f"{self.wait_timeout_s:.0f}s; the rest are held by {holders}. Is it running? "
                                      "(a worker that left gives its positions back)")
+            if self._idle_step is not None:
+                if idle_steps == 0:
+                    log.info("%s: no data position free in epoch %d (the rest are held by %s); it takes part in "
+                             "the sync steps with no gradient until some come back or the epoch is consumed",
+                             self._request.task, reply.epoch, holders)
+                self._idle_step()  # the others' step goes on; then ask again
+                idle_steps += 1
+                deadline = self._clock() + self.wait_timeout_s
+                continue
             if now - logged >= LOG_EVERY_S:
                 log.info("%s: waiting for data positions; the rest of epoch %d are held by %s",
                          self._request.task, reply.epoch, holders)

@@ -502,7 +502,23 @@ class TrainingSession:
         blocks on ps 0 (one request per `lease_size` positions, default 32 batches, at most a
         16th of the data set); not thread-safe (the session's thread only)."""
         return LeasedBatches(self.ps, self.task, self._holder, num_examples, batch_size, seed=seed,
-                             lease_size=lease_size, epochs=epochs, shuffle=shuffle, wait_timeout_s=wait_timeout_s)
+                             lease_size=lease_size, epochs=epochs, shuffle=shuffle, wait_timeout_s=wait_timeout_s,
+                             idle_step=self._push_empty if self._steps_need_every_replica() else None)
+
+    def _steps_need_every_replica(self) -> bool:
+        """Sync training with no backup workers: a step waits for a gradient of every replica."""
+        return self.sync and (self._elastic_sync or self.training.replicas >= self.config.num_replicas)
+
+    def _push_empty(self) -> None:
+        """Take part in the current sync step with no gradient: this replica has no data for it
+        (its leases ran out while other replicas finish theirs), and the step must not wait for
+        it. Each ps holding shards counts it and averages the others' gradients; the values
+        after the step arrive as after a push. Blocks until the step is applied."""
+        self._require(SessionState.STARTED, "push")
+        parts = [(ps, {}) for ps in dict.fromkeys(ps for ps, _ in self._push_parts)]
+        push = OutgoingPush({}, None, None, None, parts)
+        push.sent = self.ps.send_push(self.task, self._step, parts, self._targets, empty=True)
+        self._finish_push(push)
 
     def pull(self, min_step: int = 0) -> int:
         """Refresh `params` from the ps (waiting until every ps that holds a shard reached

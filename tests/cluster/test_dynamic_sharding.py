@@ -70,3 +70,30 @@ def test_resumed_job_continues_the_epoch_at_the_saved_position(make_cluster, tmp
     after = logged_positions(second_out)
     assert max(after.values()) == 1
     assert set(after) == set(range(N)) - set(before)  # the rest of the epoch, not from 0
+
+
+def test_sync_workers_with_epochs_train_the_tail_of_the_last_epoch_together(make_cluster, tmp_path):
+    """In sync mode without backup workers a step needs every worker's gradient. Near the end of
+    the last epoch asked for, one worker held the last lease while the other, with nothing free
+    to lease, waited for those positions (up to 300 s, then LeaseWaitError), and the first waited
+    for its gradient: neither moved (the job failed at the step's request timeout). The worker
+    with no data now takes part in the steps with no gradient, so the other trains the tail;
+    every position is consumed once, and the chief's final checkpoint holds the whole epoch (a
+    job resumed from it finds nothing left to train)."""
+    out, resumed_out, model_dir = tmp_path / "out", tmp_path / "resumed", tmp_path / "model"
+    out.mkdir()
+    resumed_out.mkdir()
+    cluster = make_cluster(num_ps=2, num_workers=2)
+    cluster.start_all([PROGRAM, "--sync", "--epochs", "1", "--out", str(out), "--model_dir", str(model_dir)])
+    codes = cluster.wait_all(timeout=60)
+    assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    assert epoch_summary(cluster.tasks[0].output(), 0) == (N, 0, 0), cluster.tasks[0].output()[-3000:]
+    seen = logged_positions(out)
+    assert set(seen) == set(range(N)) and max(seen.values()) == 1, sorted(set(range(N)) - set(seen))[:10]
+    idled = [t.name for t in cluster.tasks[2:] if "takes part in the sync steps with no gradient" in t.output()]
+    assert idled, cluster.dump()  # the tail happened, and was trained through
+
+    resumed = make_cluster(num_ps=2, num_workers=2)
+    resumed.start_all([PROGRAM, "--sync", "--epochs", "1", "--out", str(resumed_out), "--model_dir", str(model_dir)])
+    assert set(resumed.wait_all(timeout=60).values()) == {0}, resumed.dump()
+    assert not logged_positions(resumed_out), resumed.dump()  # the final checkpoint had the whole epoch

@@ -24,6 +24,7 @@ EXAMPLES = [
     PushRequest("worker:0", 2, hyper={"W/part_0": Hyper(0.1, 1e-4), "b": Hyper(0.05)}),
     DoneRequest("chief:0"), DoneReply(2), FailedRequest("worker:0"), ShutdownRequest("worker:0"),
     PushRequest("worker:1", 4, closure=ClosureTag("3f2a.17", 2)),
+    PushRequest("worker:1", 6, empty=True),
 ]
 
 
