@@ -68,13 +68,14 @@ class CatchUp:
         """Whether every one of `names` lags (a push of exactly lagging shards)."""
         return bool(names) and self._names.issuperset(names)
 
-    def add(self, task: str, step: int, grads: Mapping[str, np.ndarray],
-            hyper: Mapping[str, Hyper] | None) -> tuple[PushOutcome, dict[str, np.ndarray], dict[str, Hyper] | None]:
+    def add(self, task: str, step: int, grads: Mapping[str, np.ndarray], hyper: Mapping[str, Hyper] | None,
+            empty: bool = False) -> tuple[PushOutcome, dict[str, np.ndarray], dict[str, Hyper] | None]:
         """Count `task`'s gradient of the lagging step for some lagging shards. Returns its
-        outcome (as SyncAggregator.add), the averaged gradients now complete (apply them; those
-        shards no longer lag) and their hyper-parameters (None unless every one came with one)."""
+        outcome (as SyncAggregator.add; `empty`: the task had no data for the step), the averaged
+        gradients now complete (apply them; those shards no longer lag) and their
+        hyper-parameters (None unless every one came with one)."""
         assert self._sync is not None
-        outcome = self._sync.add(task, step, grads)
+        outcome = self._sync.add(task, step, grads, empty)
         if hyper is not None:
             self._hyper.update(hyper)
         ready = self._sync.take(self._names) if outcome is PushOutcome.APPLIED else {}

@@ -248,9 +248,9 @@ class PsClient:
 
     def push_all(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
                  hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,
-                 closure: ClosureTag | None = None) -> list[Answer]:
+                 closure: ClosureTag | None = None, empty: bool = False) -> list[Answer]:
         """`send_push(...).wait()`: send a push and wait for its answers. Blocks."""
-        return self.send_push(task, step, parts, into, hyper, used, closure=closure).wait()
+        return self.send_push(task, step, parts, into, hyper, used, closure=closure, empty=empty).wait()
 
     def send_push(self, task: str, step: int, parts: Sequence[tuple[int, Tensors]], into: Tensors,
                   hyper: Mapping[str, Hyper] | None = None, used: UsedPositions | None = None, *,
@@ -265,8 +265,8 @@ class PsClient:
         gradient was computed against (`basis`): resent to a restarted ps after recovery, it is
         dropped as ROLLED_BACK, never applied on top of restored values that may hold it.
         `closure` (the scheduled closure and push this gradient belongs to), if given, travels
-        with every part: a ps applies it at most once. `empty` (sync; each part a ps with no
-        gradients): this replica has no data for the step (PushRequest.empty). Returns once
+        with every part: a ps applies it at most once. `empty` (sync): the gradients are zeros
+        standing for no data for this step (PushRequest.empty). Returns once
         every part is queued (blocks
         only while zmq has no room); `wait()` on the result for the answers. Other requests may
         go out and be answered meanwhile."""

@@ -568,9 +568,9 @@ class PushRequest:
     drops the part as ROLLED_BACK instead of applying it. `closure`, if not None, names the scheduled closure and push this gradient belongs to (every part of the push
     carries it): a ps that already applied those shards for that tag answers DUPLICATE with the
     current values instead of applying them again (shoal/ps/closure_ledger.py); absent when None.
-    `empty` (sync only; no tensors, one part per ps that holds shards): the replica has no data
-    for this step and counts toward its quorum for every shard of the ps with no gradient
-    (shoal/ps/sync.py); the reply carries every shard's values. Absent when False."""
+    `empty` (sync only): the replica has no data for this step, and the gradients (zeros, sent
+    by the placement as any push's) stand for none: the ps does not wait for them and does not
+    average them in (shoal/ps/sync.py). Absent when False."""
 
     op = Op.PUSH
     task: str

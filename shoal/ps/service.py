@@ -261,7 +261,7 @@ class PsService:
             self._training = message.training
             if message.training.mode is Mode.SYNC:
                 self._backups = max(0, len(self.replica_names) - message.training.replicas)
-                self._sync = SyncAggregator(self._quorum(), step=message.step)
+                self._sync = SyncAggregator(self._quorum(), step=message.step, backups=self._backups)
             else:
                 self._async_step = message.step
             self._phase = Phase.CREATED
@@ -307,6 +307,9 @@ class PsService:
             return Reply(request, PushReply(self.step, PushOutcome.MOVED, moved=moved))
         for name, grad in grads.items():
             self.store.check(name, grad.shape, grad.dtype)
+        if message.empty and self._sync is None:
+            raise PsError(f"{message.task} pushed empty (no data for a sync step), which only a sync ps takes; "
+                          f"{self.task_name} trains asynchronously: start every task with the same --sync")
         if message.hyper is not None and message.hyper.keys() != grads.keys():
             raise PsError(f"{message.task}'s push names a learning rate for {sorted(message.hyper)[:5]} but pushes "
                           f"{sorted(grads)[:5]}; a push carries hyper-parameters for exactly its shards")
@@ -315,8 +318,6 @@ class PsService:
         checked = self._leases.check_push(message)  # bad `used` positions refuse the push before it counts
         names = list(grads) if message.pull else []
         self.membership.seen(message.task, self._clock())
-        if message.empty:
-            return self._empty_push(request, message)
         if self._sync is None and message.basis and message.basis != self.incarnation:
             # computed on values of an earlier process of this ps, which a failover rolled back: the
             # restored values may already hold it (it reached the replica), so it is never applied
@@ -348,7 +349,7 @@ class PsService:
         if message.step > self._sync.step:
             raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
                           f"{self._sync.step}; pull before pushing")
-        outcome = self._sync.add(message.task, message.step, grads)
+        outcome = self._sync.add(message.task, message.step, grads, empty=message.empty)
         self._leases.account(message, outcome, message.step, checked)
         if outcome is PushOutcome.DUPLICATE:
             return self._reply_values(_Waiting(request, names, 0, outcome))
@@ -360,37 +361,6 @@ class PsService:
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
         if message.hyper is not None:
             self._sync_hyper.update(message.hyper)
-        self._apply_completed_shards()
-        if self._sync.step > message.step:
-            self._sync_watch.step_completed()
-        else:
-            self._sync_watch.gradient_arrived(self._sync.step, self._clock())
-            self._give_up_stuck_step()
-        return DEFERRED
-
-    def _empty_push(self, request: Request, message: PushRequest) -> Reply | Deferred:
-        """A sync replica with no data for this step (its leases ran out while the others finish
-        theirs): it counts toward the step's quorum for every shard here and adds nothing
-        (shoal/ps/sync.py); answered, with every shard's values, once the step is applied."""
-        if self._sync is None:
-            raise PsError(f"{message.task} pushed empty, which only a sync step takes; {self.task_name} trains "
-                          "asynchronously: start every task with the same --sync")
-        if request.tensors:
-            raise PsError(f"{message.task}'s empty push carries {len(request.tensors)} tensors; an empty push "
-                          "carries none")
-        if message.step > self._sync.step:
-            raise PsError(f"{message.task} pushed for step {message.step} but {self.task_name} is at step "
-                          f"{self._sync.step}; pull before pushing")
-        shards = tuple(self.store.names())
-        names = list(shards) if message.pull else []
-        if not shards:  # (sent by an older placement) nothing here for it to count toward
-            return self._reply_values(_Waiting(request, names, 0, PushOutcome.APPLIED))
-        outcome = self._sync.add_empty(message.task, message.step, shards)
-        if outcome is PushOutcome.DUPLICATE:
-            return self._reply_values(_Waiting(request, names, 0, outcome))
-        if outcome is PushOutcome.STALE:
-            return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
-        self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, shards))
         self._apply_completed_shards()
         if self._sync.step > message.step:
             self._sync_watch.step_completed()
@@ -546,7 +516,7 @@ class PsService:
                         waited_for, len(lost))
             self._release()
             return None
-        outcome, ready, hyper = self._catch_up.add(message.task, message.step, grads, message.hyper)
+        outcome, ready, hyper = self._catch_up.add(message.task, message.step, grads, message.hyper, message.empty)
         if outcome is PushOutcome.DUPLICATE:
             return self._reply_values(_Waiting(request, names, 0, outcome))
         if ready:

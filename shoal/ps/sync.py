@@ -7,10 +7,12 @@ member that left. Each shard's update is the average
 of the gradients actually summed for it.
 
 A replica with no data for a step (its leases ran out while others finish theirs, at the end of
-the epochs asked for) pushes *empty* (`add_empty`): it counts toward the quorum of every shard
-of the step and adds nothing to the average, so the others' steps never wait on it. A shard
-whose step every counted replica pushed empty is marked applied with no update (no optimizer
-step on a zero gradient: momentum or Adam state does not move).
+the epochs asked for) pushes *empty* (`add(..., empty=True)`): it is not one of the gradients
+the step waits for, and it lowers what the step needs: a shard completes with `replicas` minus
+(empty pushes beyond the `backups`) real gradients, which is every live replica that has data
+when there are more without data than backups, and the average is of the real ones. A shard
+whose step nobody brought a gradient to (every live replica pushed empty) is marked applied
+with no update (no optimizer step on a zero gradient: momentum or Adam state does not move).
 
 Each shard is aggregated on its own, as TensorFlow's SyncReplicasOptimizer keeps one
 accumulator per variable: a shard's update is applied as soon as `replicas` distinct tasks
@@ -38,6 +40,7 @@ class SyncAggregator:
 
     replicas: int
     step: int = 0
+    backups: int = 0  # live replicas the step does not wait for (replicas + backups = live members)
 
     def __post_init__(self) -> None:
         self._next_replicas = self.replicas
@@ -46,48 +49,45 @@ class SyncAggregator:
         self._applied: set[str] = set()  # shards whose update of this step is applied
         self._empty: dict[str, set[str]] = {}  # per shard, the contributors that pushed nothing
 
-    def add(self, task: str, step: int, grads: Mapping[str, np.ndarray]) -> PushOutcome:
-        """Count a push of some shards. APPLIED: it completed every one of its shards (their
-        averages wait in `take()`); ACCUMULATED: some still wait for other replicas; STALE: it
-        was computed before this step, or one of its shards was already applied this step;
-        DUPLICATE: `task` already pushed one of these shards this step."""
+    def add(self, task: str, step: int, grads: Mapping[str, np.ndarray], empty: bool = False) -> PushOutcome:
+        """Count a push of some shards (`empty`: the task has no data for this step; `grads` are
+        not summed). APPLIED: it completed every one of its shards (their averages wait in
+        `take()`); ACCUMULATED: some still wait for other replicas; STALE: it was computed
+        before this step, or one of its shards was already applied this step; DUPLICATE:
+        `task` already pushed one of these shards this step."""
         if step < self.step or any(name in self._applied for name in grads):
             return PushOutcome.STALE
         if any(task in self._contributors.get(name, ()) for name in grads):
             return PushOutcome.DUPLICATE
         for name, grad in grads.items():
-            total = self._sums.get(name)
-            if total is None:
-                self._sums[name] = np.array(grad, copy=True)
+            if empty:
+                self._empty.setdefault(name, set()).add(task)
             else:
-                total += grad
+                total = self._sums.get(name)
+                if total is None:
+                    self._sums[name] = np.array(grad, copy=True)
+                else:
+                    total += grad
             self._contributors.setdefault(name, set()).add(task)
-        complete = all(len(self._contributors[name]) >= self.replicas for name in grads)
+        complete = all(self._missing(name) <= 0 for name in grads)
         return PushOutcome.APPLIED if complete else PushOutcome.ACCUMULATED
 
-    def add_empty(self, task: str, step: int, shards: Collection[str]) -> PushOutcome:
-        """Count `task` for the current step of every shard of `shards` (all the ps holds) with
-        no gradient: it has no data for this step. Outcomes as `add`'s."""
-        if step < self.step or any(name in self._applied for name in shards):
-            return PushOutcome.STALE
-        if any(task in self._contributors.get(name, ()) for name in shards):
-            return PushOutcome.DUPLICATE
-        for name in shards:
-            self._contributors.setdefault(name, set()).add(task)
-            self._empty.setdefault(name, set()).add(task)
-        complete = all(len(self._contributors[name]) >= self.replicas for name in shards)
-        return PushOutcome.APPLIED if complete else PushOutcome.ACCUMULATED
+    def _missing(self, name: str) -> int:
+        """How many more real gradients shard `name` needs this step: `replicas`, less the empty
+        pushes beyond the backups, less those that came."""
+        empties = len(self._empty.get(name, ()))
+        needed = self.replicas - max(0, empties - self.backups)
+        return needed - (len(self._contributors.get(name, ())) - empties)
 
     def take(self, shards: Collection[str]) -> dict[str, np.ndarray]:
-        """The averaged gradients of the shards that every replica pushed, marked applied (a
-        shard every replica pushed empty is marked applied and not returned: no update).
-        When all of `shards` (every shard the ps holds) are applied, the step advances."""
-        complete = [name for name, tasks in self._contributors.items()
-                    if len(tasks) >= self.replicas and name not in self._applied]
+        """The averaged gradients of the shards that have all they need (`add`), marked applied
+        (a shard no real gradient came to is marked applied and not returned: no update). When
+        all of `shards` (every shard the ps holds) are applied, the step advances."""
+        complete = [name for name in self._contributors if name not in self._applied and self._missing(name) <= 0]
         ready = {}
         for name in complete:
             total = self._sums.pop(name, None)
-            if total is not None:  # some gradient came: the average of those that did
+            if total is not None:  # the average of the real gradients
                 total /= len(self._contributors[name]) - len(self._empty.get(name, ()))
                 ready[name] = total
             self._applied.add(name)
@@ -142,7 +142,7 @@ class SyncAggregator:
         """How many replicas the least complete shard of this step still waits for."""
         if not self._contributors:
             return self.replicas
-        return self.replicas - min(len(tasks) for tasks in self._contributors.values())
+        return max(self._missing(name) for name in self._contributors)
 
     def abandon(self) -> None:
         """Drop the current step's partial sums (the step stays where it is; shards already

@@ -11,7 +11,7 @@ thread-safe: the training loop's thread only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from shoal.train.leased_data import LeasedBatch, merge_used
 
@@ -26,14 +26,19 @@ class LeaseLink:
 
     def __init__(self) -> None:
         self.session: TrainingSession | None = None
+        self.values_changed: Callable[[], None] | None = None
         self._handed: list[LeasedBatch] = []  # whole pieces handed since the last step
         self._handed_count = 0
         self._run: LeasedBatch | None = None  # the lease the sampler hands examples from
         self._run_from = 0  # its first example not yet reported as used
         self._run_cursor = 0  # its examples handed out so far
 
-    def attach(self, session: "TrainingSession") -> None:
+    def attach(self, session: "TrainingSession", values_changed: Callable[[], None] | None = None) -> None:
+        """Lease through `session`; `values_changed()` brings the session's values into the
+        model after a sync step this worker took part in with no data (a sampler waiting for
+        positions: `TrainingSession.leased_batches`)."""
         self.session = session
+        self.values_changed = values_changed
 
     def begin_run(self, run: LeasedBatch) -> None:
         """The sampler will hand out `run`'s examples in order, `hand` for each; what is

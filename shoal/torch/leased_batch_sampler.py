@@ -55,7 +55,8 @@ class LeasedBatchSampler(torch.utils.data.Sampler[torch.Tensor]):
                                   "session; create shoal.torch.DistributedOptimizer(..., job) before iterating the "
                                   "DataLoader")
         stream = link.session.leased_batches(self.num_examples, 1, seed=self.seed, lease_size=self.lease_size,
-                                             epochs=self.epochs, shuffle=self.shuffle)
+                                             epochs=self.epochs, shuffle=self.shuffle,
+                                             after_idle_step=link.values_changed)
         pieces: list[np.ndarray] = []  # the batch being assembled, when it spans leases
         wanted = self.batch_size
         while True:

@@ -45,7 +45,8 @@ class LeasedSampler(torch.utils.data.Sampler[int]):
             raise TorchTrainError(f"{self.job.task}: LeasedSampler leases through the DistributedOptimizer's session; "
                                   "create shoal.torch.DistributedOptimizer(..., job) before iterating the DataLoader")
         stream = link.session.leased_batches(self.num_examples, 1, seed=self.seed, lease_size=self.lease_size,
-                                             epochs=self.epochs, shuffle=self.shuffle)
+                                             epochs=self.epochs, shuffle=self.shuffle,
+                                             after_idle_step=link.values_changed)
         while True:
             # positions handed out for this step are in hand: with none free, a short batch (the
             # pass ends) rather than a wait that this very step's push may be holding up

@@ -81,7 +81,7 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
         """Connect, initialize or wait for the chief, and make the model hold the ps values. Blocks."""
         self.session.start()
         self.binding.attach(self.session.params)
-        self.job.leases.attach(self.session)  # a LeasedSampler leases through this session
+        self.job.leases.attach(self.session, self._values_changed)  # a LeasedSampler leases through this session
         self.global_step = self.session.global_step
         atexit.register(self._at_exit)
         return self
@@ -126,6 +126,12 @@ class ParameterServerOptimizer(torch.optim.Optimizer):
         self.binding.refresh(self.session.params)
         self.global_step = result.global_step
         return loss
+
+    def _values_changed(self) -> None:
+        """The session's values moved without a step of this optimizer (a sync step its sampler
+        took part in with no data): into the model, and the global step with them."""
+        self.binding.refresh(self.session.params)
+        self.global_step = self.session.global_step
 
     def pull(self) -> int:
         """Bring the ps's current values into the model now (in async mode other replicas keep

@@ -196,15 +196,17 @@ class Growing:
     def resend(self, client: PsClient, task: str, step: int, moved: ShardsMoved,
                parts: Sequence[tuple[int, Mapping[str, np.ndarray]]], hyper: Mapping[str, Hyper] | None,
                used: UsedPositions | None, into: Mapping[str, np.ndarray], *,
-               closure: ClosureTag | None = None) -> list[Answer]:
+               closure: ClosureTag | None = None, empty: bool = False) -> list[Answer]:
         """A push was answered MOVED: follow the new placement and send the parts answered MOVED
-        again by it (`regroup_moved_parts`, `resend_moved_parts`), following again if shards moved
-        once more meanwhile. Returns the answers of the parts sent. Blocks."""
+        again by it (`regroup_moved_parts`, `resend_moved_parts`; `empty` as the push was),
+        following again if shards moved once more meanwhile. Returns the answers of the parts
+        sent. Blocks."""
         while True:
             self.follow(client, moved)
             again, used_again = regroup_moved_parts(self._book.placement, moved, parts, used)
             try:
-                return resend_moved_parts(client, task, step, again, hyper, used_again, into, closure=closure)
+                return resend_moved_parts(client, task, step, again, hyper, used_again, into, closure=closure,
+                                          empty=empty)
             except ShardsMoved as once_more:  # its parts are positions in `again`
                 moved, parts, used = once_more, again, used_again
 
@@ -263,14 +265,15 @@ def regroup_moved_parts(placement: Placement, moved: ShardsMoved,
 
 def resend_moved_parts(client: PsClient, task: str, step: int, again: Sequence[tuple[int, Mapping[str, np.ndarray]]],
                        hyper: Mapping[str, Hyper] | None, used: UsedPositions | None, into: Mapping[str, np.ndarray],
-                       *, closure: ClosureTag | None = None) -> list[Answer]:
-    """Send the parts `regroup_moved_parts` made (`again`, with its `used`) for `step`. Blocks;
-    raises ShardsMoved if shards moved again meanwhile (`Growing.resend` follows and retries)."""
+                       *, closure: ClosureTag | None = None, empty: bool = False) -> list[Answer]:
+    """Send the parts `regroup_moved_parts` made (`again`, with its `used`) for `step` (`empty`:
+    zeros standing for no data, PushRequest.empty). Blocks; raises ShardsMoved if shards moved
+    again meanwhile (`Growing.resend` follows and retries)."""
     if not again:
         return []
     return client.push_all(task, step, again, into,
                            {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used,
-                           closure=closure)
+                           closure=closure, empty=empty)
 
 
 def _size(nbytes: int) -> str:

@@ -130,10 +130,10 @@ class LeasedBatches:
     out is this task's own (batches taken but not pushed: nothing can come back to wait for);
     without, that raises LeaseWaitError at once. With no free position and none in hand, it
     waits (asking again every `poll_s`) up to `wait_timeout_s`, then raises LeaseWaitError
-    naming the holders. With `idle_step` (the session gives it in sync training without backup
-    workers, where every step waits for this worker's gradient) it calls `idle_step()` instead
-    of each pause: the worker takes part in the others' steps with no gradient until positions
-    come back or the epochs are consumed, and the wait's clock restarts after each such step.
+    naming the holders. With `idle_step` (the session gives it in sync training, where a step
+    may wait for this worker) it calls `idle_step()` instead of each pause: the worker takes
+    part in the others' steps with no data until positions come back or the epochs are
+    consumed, and the wait's clock restarts after each such step.
     `shuffle=False` gives the positions themselves as indices. Blocks on ps 0; not thread-safe.
     """
 
@@ -248,7 +248,7 @@ class LeasedBatches:
             if self._idle_step is not None:
                 if idle_steps == 0:
                     log.info("%s: no data position free in epoch %d (the rest are held by %s); it takes part in "
-                             "the sync steps with no gradient until some come back or the epoch is consumed",
+                             "the sync steps with no data until some come back or the epoch is consumed",
                              self._request.task, reply.epoch, holders)
                 self._idle_step()  # the others' step goes on; then ask again
                 idle_steps += 1

@@ -39,6 +39,7 @@ class OutgoingPush:
     closure: ClosureTag | None
     parts: list[tuple[int, dict[str, np.ndarray]]] | None = None
     sent: Any = None  # the PsClient's SentRequests
+    empty: bool = False  # zeros standing for no data for a sync step (PushRequest.empty)
 
 
 class PushOverlap:

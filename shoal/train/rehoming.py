@@ -244,17 +244,18 @@ class Rehoming:
 
 def resend_moved(client: PsClient, task: str, step: int, moved: PsRehomed, gradients: Mapping[str, np.ndarray],
                  hyper: Mapping[str, Hyper] | None, into: Mapping[str, np.ndarray], *,
-                 closure: ClosureTag | None = None) -> None:
+                 closure: ClosureTag | None = None, empty: bool = False) -> None:
     """Sync: send `task`'s gradients (variable -> gradient) of `step`, the step in flight when
     ps `moved.ps` was re-homed, for the shards that moved, to their new ps: what went to the lost
     ps, which may never have counted it. Their new ps counts each task's gradient of a step once
     (shoal/ps/adoption.py: applied already, part of its step, or catching up). `hyper` (shard ->
     Hyper), if given, as the push had it. `closure`, the push's closure tag (coordinator
     closures), if it had one: the new ps's ledger then knows these shards applied for it, so a
-    re-run of the closure is answered DUPLICATE, not applied again. Blocks until the new ps
+    re-run of the closure is answered DUPLICATE, not applied again. `empty`: the gradients are
+    zeros standing for no data (PushRequest.empty), as the push's were. Blocks until the new ps
     answered (the step is done there)."""
     shards = {s.name: s for s in moved.placement.shards}
     parts = [(ps, {name: shards[name].rows(gradients[shards[name].variable]) for name in names})
              for ps, names in sorted(moved.moved.items())]
     if parts:
-        client.push_all(task, step, parts, into, hyper, closure=closure)
+        client.push_all(task, step, parts, into, hyper, closure=closure, empty=empty)

@@ -135,6 +135,7 @@ class TrainingSession:
         self._elastic_sync = sync is True or (isinstance(sync, SyncOptions) and sync.replicas_to_aggregate is None)
         self.max_steps = max_steps
         self._push_part_bytes = part_bytes_for(push_part_bytes, config.ps_addresses)
+        self._zeros: dict[str, np.ndarray] | None = None  # `_push_empty`'s gradients, made at its first
         self._first_ps = _first_ps(config)
         self._chief: ChiefDuties | None = None
         self.checkpointer: Checkpointer | None = None
@@ -415,7 +416,7 @@ class TrainingSession:
                       for ps, shards in self._push_parts]
         push.sent = self.ps.send_push(self.task, self._step, push.parts, self._targets,
                                       self._shard_hyper(push.hyper) if push.hyper is not None else None, push.used,
-                                      closure=push.closure)
+                                      closure=push.closure, empty=push.empty)
         return push
 
     def _finish_push(self, push: OutgoingPush) -> StepResult:
@@ -428,7 +429,7 @@ class TrainingSession:
         except ShardsMoved as moved:  # shards moved to a ps that joined: send those parts to their new home
             resent = self._growing.resend(self.ps, self.task, self._step, moved, parts,
                                           self._shard_hyper(hyper) if hyper is not None else None, used, self._targets,
-                                          closure=closure)
+                                          closure=closure, empty=push.empty)
             self._use_placement(self._book.placement)
             self.pull(min_step=self._step + 1 if self.sync else 0)
             result = StepResult(self._step, all(a.body.outcome in (PushOutcome.APPLIED, PushOutcome.DUPLICATE)
@@ -437,7 +438,8 @@ class TrainingSession:
             self._use_placement(moved.placement)
             if self.sync:  # the gradients that went to the lost ps, resent for the step in flight
                 resend_moved(self.ps, self.task, self._step, moved, arrays,
-                             self._shard_hyper(hyper) if hyper is not None else None, self._targets, closure=closure)
+                             self._shard_hyper(hyper) if hyper is not None else None, self._targets, closure=closure,
+                             empty=push.empty)
                 self.pull(min_step=self._step + 1)
             else:  # async: the replica may hold them already; never applied twice
                 self.pull()
@@ -492,33 +494,38 @@ class TrainingSession:
         return loss, self.push(grads, used=used)
 
     def leased_batches(self, num_examples: int, batch_size: int, *, seed: int = 0, lease_size: int | None = None,
-                       epochs: int | None = None, shuffle: bool = True,
-                       wait_timeout_s: float = 300.0) -> LeasedBatches:
+                       epochs: int | None = None, shuffle: bool = True, wait_timeout_s: float = 300.0,
+                       after_idle_step: Callable[[], None] | None = None) -> LeasedBatches:
         """Batches of example indices leased from ps 0 (dynamic data sharding; see
         shoal/train/leased_data.py and docs/dynamic-sharding.md): every worker asks for the next
         free positions of the epoch, a worker that leaves gives its own back, and the epoch and
         the position are in the chief's checkpoints. Push each batch's gradient with
         `used=batch`. Every worker must pass the same `num_examples` and `seed`. Iterating
         blocks on ps 0 (one request per `lease_size` positions, default 32 batches, at most a
-        16th of the data set); not thread-safe (the session's thread only)."""
+        16th of the data set); not thread-safe (the session's thread only).
+
+        In sync training a worker with no free position takes part in the others' steps with no
+        data while it waits (`_push_empty`): `params` may change during `next()`. It calls
+        `after_idle_step()`, if given, after each such step, so a model that holds a copy of
+        `params` (on a GPU) takes the new values in."""
+        def idle_step() -> None:
+            self._push_empty()
+            if after_idle_step is not None:
+                after_idle_step()
         return LeasedBatches(self.ps, self.task, self._holder, num_examples, batch_size, seed=seed,
                              lease_size=lease_size, epochs=epochs, shuffle=shuffle, wait_timeout_s=wait_timeout_s,
-                             idle_step=self._push_empty if self._steps_need_every_replica() else None)
-
-    def _steps_need_every_replica(self) -> bool:
-        """Sync training with no backup workers: a step waits for a gradient of every replica."""
-        return self.sync and (self._elastic_sync or self.training.replicas >= self.config.num_replicas)
+                             idle_step=idle_step if self.sync else None)
 
     def _push_empty(self) -> None:
-        """Take part in the current sync step with no gradient: this replica has no data for it
-        (its leases ran out while other replicas finish theirs), and the step must not wait for
-        it. Each ps holding shards counts it and averages the others' gradients; the values
-        after the step arrive as after a push. Blocks until the step is applied."""
+        """Take part in the current sync step with no data: this replica's leases ran out while
+        other replicas finish theirs, and a step that waits for every replica must not wait for
+        it. Zeros go out by the placement as a push's gradients would, marked empty: each ps
+        counts them toward the step, not into its average (shoal/ps/sync.py). The values after
+        the step arrive as after a push. Blocks until the step is applied."""
         self._require(SessionState.STARTED, "push")
-        parts = [(ps, {}) for ps in dict.fromkeys(ps for ps, _ in self._push_parts)]
-        push = OutgoingPush({}, None, None, None, parts)
-        push.sent = self.ps.send_push(self.task, self._step, parts, self._targets, empty=True)
-        self._finish_push(push)
+        if self._zeros is None:
+            self._zeros = {name: np.zeros_like(value) for name, value in self.params.items()}
+        self._finish_push(self._send_push(OutgoingPush(self._zeros, None, None, None, empty=True)))
 
     def pull(self, min_step: int = 0) -> int:
         """Refresh `params` from the ps (waiting until every ps that holds a shard reached

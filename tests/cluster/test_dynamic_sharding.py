@@ -8,6 +8,8 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 PROGRAM = "tests/cluster/programs/leased_digits.py"
 N = 1797  # sklearn's digits
 
@@ -72,28 +74,34 @@ def test_resumed_job_continues_the_epoch_at_the_saved_position(make_cluster, tmp
     assert set(after) == set(range(N)) - set(before)  # the rest of the epoch, not from 0
 
 
-def test_sync_workers_with_epochs_train_the_tail_of_the_last_epoch_together(make_cluster, tmp_path):
+@pytest.mark.parametrize("spread", [False, True], ids=["on-ps0", "over-both-ps"])
+def test_sync_workers_with_epochs_train_the_tail_of_the_last_epoch_together(make_cluster, tmp_path, spread):
     """In sync mode without backup workers a step needs every worker's gradient. Near the end of
     the last epoch asked for, one worker held the last lease while the other, with nothing free
     to lease, waited for those positions (up to 300 s, then LeaseWaitError), and the first waited
     for its gradient: neither moved (the job failed at the step's request timeout). The worker
-    with no data now takes part in the steps with no gradient, so the other trains the tail;
+    with no data now takes part in the steps with no data, so the other trains the tail;
     every position is consumed once, and the chief's final checkpoint holds the whole epoch (a
     job resumed from it finds nothing left to train)."""
     out, resumed_out, model_dir = tmp_path / "out", tmp_path / "resumed", tmp_path / "model"
     out.mkdir()
     resumed_out.mkdir()
     cluster = make_cluster(num_ps=2, num_workers=2)
-    cluster.start_all([PROGRAM, "--sync", "--epochs", "1", "--out", str(out), "--model_dir", str(model_dir)])
+    spreading = ["--round_robin"] if spread else []  # W on one ps, b on the other: an empty push to each
+    cluster.start_all([PROGRAM, "--sync", "--epochs", "1", "--out", str(out), "--model_dir", str(model_dir),
+                       *spreading])
     codes = cluster.wait_all(timeout=60)
     assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
     assert epoch_summary(cluster.tasks[0].output(), 0) == (N, 0, 0), cluster.tasks[0].output()[-3000:]
     seen = logged_positions(out)
     assert set(seen) == set(range(N)) and max(seen.values()) == 1, sorted(set(range(N)) - set(seen))[:10]
-    idled = [t.name for t in cluster.tasks[2:] if "takes part in the sync steps with no gradient" in t.output()]
+    if spread:
+        assert "ps:1 holds 1 shards" in cluster.tasks[1].output(), cluster.tasks[1].output()[-2000:]
+    idled = [t.name for t in cluster.tasks[2:] if "takes part in the sync steps with no data" in t.output()]
     assert idled, cluster.dump()  # the tail happened, and was trained through
 
     resumed = make_cluster(num_ps=2, num_workers=2)
-    resumed.start_all([PROGRAM, "--sync", "--epochs", "1", "--out", str(resumed_out), "--model_dir", str(model_dir)])
+    resumed.start_all([PROGRAM, "--sync", "--epochs", "1", "--out", str(resumed_out), "--model_dir", str(model_dir),
+                       *spreading])
     assert set(resumed.wait_all(timeout=60).values()) == {0}, resumed.dump()
     assert not logged_positions(resumed_out), resumed.dump()  # the final checkpoint had the whole epoch

@@ -4,7 +4,10 @@ buffers; the MNIST example reaches 0.95 with two workers and runs alone under pl
 a program that forgets finish() still ends the job."""
 
 import importlib.util
+import os
 import re
+import signal
+import time
 
 import pytest
 
@@ -15,6 +18,7 @@ from safetensors.torch import load_file  # noqa: E402
 from tests.cluster.harness import REPO, run_alone  # noqa: E402
 
 PROGRAM = "tests/cluster/programs/torch_bn.py"
+TAIL_PROGRAM = "tests/cluster/programs/torch_leased_tail.py"
 spec = importlib.util.spec_from_file_location("torch_bn", REPO / PROGRAM)
 torch_bn = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(torch_bn)
@@ -97,3 +101,55 @@ def test_mnist_example_trains_alone_under_plain_python(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     model.load_state_dict(load_file(tmp_path / "model" / "export" / "model.safetensors"), strict=True)
     model.load_state_dict(torch.load(tmp_path / "model" / "model.pt"), strict=True)  # the program's own save
+
+
+def test_sync_workers_train_the_tail_of_an_epoch_of_leased_batches_together(make_cluster):
+    """shoal.torch in sync mode with `LeasedBatchSampler(..., epochs=1)`: a worker whose sampler
+    finds no free position takes part in the others' steps with no data, so nobody waits on the
+    other; both end at the job's last step with the epoch consumed once."""
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    cluster.start_all([TAIL_PROGRAM, "--sync"])
+    codes = cluster.wait_all(timeout=90)
+    assert codes == {"ps:0": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    ps0 = cluster.tasks[0].output()
+    assert "epoch 0 complete: 640 positions consumed exactly once, 0 requeued, 0 lost" in ps0, ps0[-3000:]
+    workers = [t.output() for t in cluster.tasks[1:]]
+    assert any("takes part in the sync steps with no data" in out for out in workers), cluster.dump()
+    ends = [re.search(r"done after \d+ steps at global step (\d+)", out) for out in workers]
+    assert all(ends) and ends[0].group(1) == ends[1].group(1), cluster.dump()
+
+
+def test_a_worker_that_took_part_in_steps_with_no_data_trains_the_positions_that_come_back_on_current_values(
+        make_cluster):
+    """The worker holding the rest of the epoch dies while the other takes part in its steps with
+    no data: once the dead one is dropped (heartbeat), its positions come back to the survivor,
+    which trains them. Its model holds a copy of the values (as on a GPU), and the steps it took
+    part in changed them: they must have reached the model before its next gradient."""
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    cluster.start_all([TAIL_PROGRAM, "--sync", "--step_sleep", "0.3", "--lease_size", "96", "--heartbeat_timeout",
+                       "2"])  # leases of 6 batches: a tail of 4 steps
+    idle = wait_for_any(cluster.tasks[1:], "takes part in the sync steps with no data", timeout=60)
+    holder = next(t for t in cluster.tasks[1:] if t is not idle)
+    steps = len(re.findall(r"stepped \d+", holder.output()))
+    holder.wait_for_output(f"stepped {steps + 2}\n", timeout=30)  # steps the idle worker took part in, with no data
+    os.killpg(holder.proc.pid, signal.SIGKILL)
+    assert holder.wait(timeout=10) == -signal.SIGKILL
+    assert idle.wait(timeout=60) == 0, cluster.dump()
+    after = idle.output().split("takes part in the sync steps with no data", 1)[1]
+    assert "stepped" in after, cluster.dump()  # it trained again: positions came back
+    assert "stale model" not in idle.output(), cluster.dump()
+    ps0 = cluster.tasks[0].output()
+    consumed, requeued = re.search(r"epoch 0 complete: (\d+) positions consumed exactly once, (\d+) requeued",
+                                   ps0).groups()
+    assert int(consumed) == 640 and int(requeued) > 0, ps0[-3000:]
+
+
+def wait_for_any(tasks, text: str, timeout: float):
+    """The first of `tasks` whose output shows `text`, within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for task in tasks:
+            if text in task.output():
+                return task
+        time.sleep(0.05)
+    raise AssertionError(f"none of {[t.name for t in tasks]} printed {text!r} within {timeout}s")

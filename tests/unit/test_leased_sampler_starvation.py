@@ -31,7 +31,7 @@ class Session:
     desk: LeaseDesk
     task: str
 
-    def leased_batches(self, num_examples, batch_size, **kw):
+    def leased_batches(self, num_examples, batch_size, after_idle_step=None, **kw):  # (async: no idle steps)
         return LeasedBatches(DeskClient(self.desk), self.task, f"holder-{self.task}", num_examples, batch_size,
                              wait_timeout_s=0.0, sleep=lambda s: None, **kw)
 

@@ -1,25 +1,53 @@
 """A sync replica with no data for a step pushes empty (the tail of the last epoch asked for):
-it counts toward the step's quorum, adds nothing to the average, and a step nobody brought a
-gradient to moves nothing. Its LeasedBatches takes part in steps instead of pausing."""
+zeros sent as any push's gradients, marked empty. The step does not wait for them and does not
+average them in; a step nobody brought a gradient to moves nothing; with backup workers the
+empty pushes lower what the step needs instead of filling it. Its LeasedBatches takes part in
+steps instead of pausing."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 
 from shoal.ps.errors import PsError
-from shoal.ps.protocol import (ASYNC, LeaseReply, LeaseState, Mode, PushOutcome, PushReply, PushRequest,
-                               TrainingMode)
+from shoal.ps.optimizers import Momentum, SGD
+from shoal.ps.protocol import (ASYNC, InitRequest, LeaseReply, LeaseState, Mode, PushOutcome, PushReply, PushRequest,
+                               ReadyRequest, ReleaseRequest, TrainingMode)
+from shoal.ps.service import PsService
 from shoal.ps.sync import SyncAggregator
 from shoal.train.leased_data import LeasedBatches, LeaseWaitError
-from tests.unit.test_ps_service import make_service, push, request
+from shoal.train.placement import PlacementStrategy, place_variables
+from shoal.train.rehome_placement import rehome
+from shoal.train.rehoming import PsRehomed, resend_moved
+from shoal.wire import Message, Request
 
-SYNC2 = TrainingMode(Mode.SYNC, 2)
+_rids = itertools.count(1)
+ZEROS = {"w": np.zeros(3, np.float32)}
 
 
-def test_an_empty_push_counts_toward_the_quorum_and_the_average_is_of_the_gradients_that_came():
+def request(message, tensors=None):
+    header = dict(message.fields(), op=message.op.value, rid=next(_rids), v=2, t=[])
+    return Request(b"peer", Message(header, dict(tensors or {})))
+
+
+def sync_service(replicas=2, aggregate=None, rule=SGD(1.0), shards=("w",)):
+    service = PsService("ps:0", replicas, lambda reason: None)
+    service.handle(request(InitRequest(rule.to_config(), TrainingMode(Mode.SYNC, aggregate or replicas)),
+                           {name: np.zeros(3, np.float32) for name in shards}))
+    service.handle(request(ReadyRequest()))
+    return service
+
+
+def push(service, task, step, value=None, empty=False, shards=("w",)):
+    tensors = {name: np.full(3, 0.0 if value is None else value, np.float32) for name in shards}
+    return service.handle(request(PushRequest(task, step, empty=empty), tensors))
+
+
+def test_an_empty_push_lowers_what_the_step_needs_and_the_average_is_of_the_gradients_that_came():
     agg = SyncAggregator(replicas=2)
-    assert agg.add_empty("worker:0", 0, ("w", "b")) is PushOutcome.ACCUMULATED
+    assert agg.add("worker:0", 0, {"w": np.zeros(2), "b": np.zeros(1)}, empty=True) is PushOutcome.ACCUMULATED
     assert agg.add("worker:1", 0, {"w": np.array([2.0, 4.0]), "b": np.array([1.0])}) is PushOutcome.APPLIED
     ready = agg.take({"w", "b"})
     np.testing.assert_array_equal(ready["w"], [2.0, 4.0])  # not halved by the replica that had no data
@@ -29,23 +57,42 @@ def test_an_empty_push_counts_toward_the_quorum_and_the_average_is_of_the_gradie
 
 def test_a_step_every_replica_pushed_empty_advances_with_no_update():
     agg = SyncAggregator(replicas=2, step=3)
-    agg.add_empty("worker:0", 3, ("w",))
-    assert agg.add_empty("worker:1", 3, ("w",)) is PushOutcome.APPLIED
-    assert agg.take({"w"}) == {}  # nothing to apply: no optimizer step on a zero gradient
+    agg.add("worker:0", 3, {"w": np.zeros(1)}, empty=True)
+    assert agg.add("worker:1", 3, {"w": np.zeros(1)}, empty=True) is PushOutcome.APPLIED
+    assert agg.take({"w"}) == {}  # nothing to apply
     assert agg.step == 4 and agg.applied(("w",), 3)
 
 
 def test_an_empty_push_twice_in_a_step_is_a_duplicate_and_one_for_an_old_step_is_stale():
     agg = SyncAggregator(replicas=2, step=5)
-    agg.add_empty("worker:0", 5, ("w",))
-    assert agg.add_empty("worker:0", 5, ("w",)) is PushOutcome.DUPLICATE
+    agg.add("worker:0", 5, {"w": np.zeros(1)}, empty=True)
+    assert agg.add("worker:0", 5, {"w": np.zeros(1)}, empty=True) is PushOutcome.DUPLICATE
     assert agg.add("worker:0", 5, {"w": np.ones(1)}) is PushOutcome.DUPLICATE
-    assert agg.add_empty("worker:1", 4, ("w",)) is PushOutcome.STALE
+    assert agg.add("worker:1", 4, {"w": np.zeros(1)}, empty=True) is PushOutcome.STALE
 
 
-def test_the_ps_answers_an_empty_push_with_the_step_of_the_others_gradients_and_its_values():
-    service, _ = make_service(training=SYNC2)
-    assert service.handle(request(PushRequest("worker:0", 0, empty=True))) == []  # waits for the step
+def test_with_a_backup_worker_empty_pushes_do_not_fill_the_quorum_in_place_of_the_gradient_that_has_data():
+    """3 workers, 2 gradients per step (1 backup). Two run out of data: the step needs the third's
+    gradient, not any two pushes (two empty ones would drop it as stale, step after step)."""
+    service = sync_service(replicas=3, aggregate=2)
+    for step in range(3):
+        assert push(service, "worker:0", step, empty=True) == []
+        assert push(service, "worker:1", step, empty=True) == []
+        replies = push(service, "worker:2", step, 1.0)
+        assert [r.body.outcome for r in replies] == [PushOutcome.APPLIED] * 3
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -3.0))  # each step applied its gradient
+
+
+def test_with_a_backup_worker_one_empty_push_leaves_the_step_waiting_for_the_two_that_have_data():
+    agg = SyncAggregator(replicas=2, backups=1)
+    agg.add("worker:0", 0, {"w": np.zeros(1)}, empty=True)
+    assert agg.add("worker:1", 0, {"w": np.ones(1)}) is PushOutcome.ACCUMULATED  # as without the empty push
+    assert agg.add("worker:2", 0, {"w": np.ones(1)}) is PushOutcome.APPLIED
+
+
+def test_the_ps_answers_an_empty_push_with_the_step_of_the_others_gradients():
+    service = sync_service()
+    assert push(service, "worker:0", 0, empty=True) == []  # waits for the step
     replies = push(service, "worker:1", 0, 3.0)
     assert {r.request.header["task"] for r in replies} == {"worker:0", "worker:1"}
     assert all(r.body == PushReply(1, PushOutcome.APPLIED) for r in replies)
@@ -53,24 +100,45 @@ def test_the_ps_answers_an_empty_push_with_the_step_of_the_others_gradients_and_
     np.testing.assert_array_equal(empty_reply.tensors["w"], np.full(3, -3.0))  # worker:1's gradient, whole
 
 
-def test_a_sync_step_both_replicas_pushed_empty_leaves_the_values_as_they_were():
-    service, _ = make_service(training=SYNC2)
-    service.handle(request(PushRequest("worker:0", 0, empty=True)))
-    replies = service.handle(request(PushRequest("worker:1", 0, empty=True)))
-    assert [r.body.step for r in replies] == [1, 1]
-    np.testing.assert_array_equal(replies[0].tensors["w"], np.zeros(3))
+def test_a_step_nobody_brought_a_gradient_to_moves_no_value_even_with_momentum():
+    service = sync_service(rule=Momentum(learning_rate=1.0, momentum=0.5))
+    push(service, "worker:0", 0, 1.0)
+    (reply, _) = push(service, "worker:1", 0, 1.0)
+    np.testing.assert_array_equal(reply.tensors["w"], np.full(3, -1.0))  # velocity 1 now
+    push(service, "worker:0", 1, empty=True)
+    replies = push(service, "worker:1", 1, empty=True)
+    assert [r.body.step for r in replies] == [2, 2]
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -1.0))  # a zero gradient would move it
 
 
 def test_an_async_ps_refuses_an_empty_push_naming_the_fix():
-    service, _ = make_service(training=ASYNC)
-    with pytest.raises(PsError, match="only a sync step takes.*same --sync"):
-        service.handle(request(PushRequest("worker:0", 0, empty=True)))
+    service = PsService("ps:0", 2, lambda reason: None)
+    service.handle(request(InitRequest(SGD(1.0).to_config(), ASYNC), dict(ZEROS)))
+    service.handle(request(ReadyRequest()))
+    with pytest.raises(PsError, match="only a sync ps takes.*same --sync"):
+        push(service, "worker:0", 0, empty=True)
 
 
-def test_an_empty_push_that_carries_tensors_is_refused():
-    service, _ = make_service(training=SYNC2)
-    with pytest.raises(PsError, match="empty push carries 1 tensors"):
-        service.handle(request(PushRequest("worker:0", 0, empty=True), {"w": np.ones(3, np.float32)}))
+def test_an_empty_push_of_a_shard_that_moved_away_is_answered_moved():
+    service = sync_service(shards=("a", "b"))
+    service.handle(request(ReleaseRequest(("b",), 2)))
+    (reply,) = push(service, "worker:0", 0, empty=True, shards=("a", "b"))
+    assert reply.body.outcome is PushOutcome.MOVED and reply.body.moved == ("b",)
+
+
+def test_an_empty_push_resent_after_its_ps_was_rehomed_carries_its_zeros_marked_empty():
+    old = place_variables({"a": np.zeros(4), "b": np.zeros(4)}, 2, PlacementStrategy.ROUND_ROBIN)
+    moved = PsRehomed("ps:1 re-homed", 1, old, rehome(old, 1))
+    sent = []
+
+    class Client:
+        def push_all(self, task, step, parts, into, hyper, **kw):
+            sent.append((parts, kw))
+            return []
+
+    resend_moved(Client(), "worker:0", 0, moved, {"a": np.zeros(4), "b": np.zeros(4)}, None, {}, empty=True)
+    ((parts, kw),) = sent
+    assert [list(grads) for _, grads in parts] == [["b"]] and kw["empty"] is True
 
 
 class ScriptedLeases:

@@ -25,6 +25,7 @@ def main() -> int:
     parser.add_argument("--lease_size", type=int, default=48)
     parser.add_argument("--sync", action="store_true")
     parser.add_argument("--step_sleep", type=float, default=0.0)
+    parser.add_argument("--round_robin", action="store_true", help="spread the variables over the ps tasks")
     parser.add_argument("--model_dir", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -38,7 +39,9 @@ def main() -> int:
     pushed = 0
     with shoal.TrainingSession(config, initial_variables(), shoal.SGD(0.5), secret=secret, sync=args.sync,
                                max_steps=args.steps, request_timeout_s=30, model_dir=args.model_dir,
-                               checkpoints=shoal.CheckpointOptions(every_s=None)) as session, \
+                               checkpoints=shoal.CheckpointOptions(every_s=None),
+                               placement=shoal.PlacementStrategy.ROUND_ROBIN if args.round_robin else
+                               shoal.PlacementStrategy.GREEDY) as session, \
             open(log_file, "a") as used_log:
         for batch in session.leased_batches(len(y), BATCH, seed=1, lease_size=args.lease_size, epochs=args.epochs):
             if session.should_stop():
