@@ -69,7 +69,10 @@ class SyncAggregator:
                 else:
                     total += grad
             self._contributors.setdefault(name, set()).add(task)
-        complete = all(self._missing(name) <= 0 for name in grads)
+        if self._empty:
+            complete = all(self._missing(name) <= 0 for name in grads)
+        else:  # (the usual step: every push brings a gradient; no call per shard)
+            complete = all(len(self._contributors[name]) >= self.replicas for name in grads)
         return PushOutcome.APPLIED if complete else PushOutcome.ACCUMULATED
 
     def _missing(self, name: str) -> int:
@@ -83,7 +86,10 @@ class SyncAggregator:
         """The averaged gradients of the shards that have all they need (`add`), marked applied
         (a shard no real gradient came to is marked applied and not returned: no update). When
         all of `shards` (every shard the ps holds) are applied, the step advances."""
-        complete = [name for name in self._contributors if name not in self._applied and self._missing(name) <= 0]
+        if self._empty:
+            complete = [name for name in self._contributors if name not in self._applied and self._missing(name) <= 0]
+        else:  # (the usual step: the shards not applied yet are those with a sum)
+            complete = [name for name in self._sums if len(self._contributors[name]) >= self.replicas]
         ready = {}
         for name in complete:
             total = self._sums.pop(name, None)
