@@ -58,10 +58,11 @@ class CatchUp:
         """The step the lagging shards' values are of (None when none lags)."""
         return self._sync.step if self._sync is not None else None
 
-    def start(self, names: Iterable[str], step: int, replicas: int) -> None:
-        """Shards `names` hold the values of `step` and wait for its gradients."""
+    def start(self, names: Iterable[str], step: int, replicas: int, backups: int = 0) -> None:
+        """Shards `names` hold the values of `step` and wait for its gradients (`replicas`, with
+        `backups` more live members, as the ps's own step)."""
         if self._sync is None:
-            self._sync = SyncAggregator(replicas, step=step)
+            self._sync = SyncAggregator(replicas, step=step, backups=backups)
         self._names.update(names)
 
     def covers(self, names: Collection[str]) -> bool:
@@ -78,8 +79,7 @@ class CatchUp:
         outcome = self._sync.add(task, step, grads, empty)
         if hyper is not None:
             self._hyper.update(hyper)
-        ready = self._sync.take(self._names) if outcome is PushOutcome.APPLIED else {}
-        self._names.difference_update(ready)
+        ready = self._take() if outcome is PushOutcome.APPLIED else {}
         hypers = {n: self._hyper[n] for n in ready} if self._hyper.keys() >= ready.keys() else None
         if not self._names:
             self.give_up()
@@ -91,21 +91,29 @@ class CatchUp:
         return (self._sync is not None and min_step > self._sync.step
                 and any(n in self._names for group in names for n in group))
 
-    def set_quorum(self, replicas: int) -> None:
-        """The membership changed: the lagging step needs `replicas` gradients (fewer: at once)."""
+    def set_quorum(self, replicas: int, live: Collection[str] | None = None) -> None:
+        """The membership changed: the lagging step needs `replicas` gradients (fewer: at once;
+        `live` as for SyncAggregator.set_quorum)."""
         if self._sync is not None:
-            self._sync.set_quorum(replicas)
+            self._sync.set_quorum(replicas, live)
 
     def complete(self) -> tuple[dict[str, np.ndarray], dict[str, Hyper] | None]:
         """After a smaller quorum: the averaged gradients now complete (as `add` returns them)."""
         if self._sync is None:
             return {}, None
-        ready = self._sync.take(self._names)
-        self._names.difference_update(ready)
+        ready = self._take()
         hypers = {n: self._hyper[n] for n in ready} if self._hyper.keys() >= ready.keys() else None
         if not self._names:
             self.give_up()
         return ready, hypers
+
+    def _take(self) -> dict[str, np.ndarray]:
+        """The lagging step's averages now complete; every shard it applied (also one that only
+        empty pushes came to: no update) stops lagging."""
+        step = self._sync.step
+        ready = self._sync.take(self._names)
+        self._names = {n for n in self._names if not self._sync.applied((n,), step)}
+        return ready
 
     def give_up(self) -> frozenset[str]:
         """Stop waiting for the lagging step (its gradients will not come: they are lost); the
@@ -124,6 +132,6 @@ def place_adopted(sync: SyncAggregator | None, catch_up: CatchUp, names: Collect
         sync.mark_applied(names)
         return Position.AHEAD
     if step == sync.step - 1:
-        catch_up.start(names, step, sync.replicas)
+        catch_up.start(names, step, sync.replicas, sync.backups)
         return Position.LAGGING
     return Position.JUMPED

@@ -549,9 +549,9 @@ class PsService:
                 # its unconsumed positions go back to the queue
                 self._leases.release(change.task, "finished" if change.after is MemberState.DONE else "left")
         if self._sync is not None and any(c.live_changed for c in changes):
-            self._sync.set_quorum(self._quorum())
+            self._sync.set_quorum(self._quorum(), self.membership.training)
             self._apply_completed_shards()
-            self._catch_up.set_quorum(self._quorum())
+            self._catch_up.set_quorum(self._quorum(), self.membership.training)
             caught_up, hyper = self._catch_up.complete()
             if caught_up:  # adopted shards that waited for the departed replica's gradient
                 self.store.apply(caught_up, hyper)

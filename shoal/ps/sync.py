@@ -103,14 +103,33 @@ class SyncAggregator:
             self.replicas = self._next_replicas
         return ready
 
-    def set_quorum(self, replicas: int) -> None:
+    def set_quorum(self, replicas: int, live: Collection[str] | None = None) -> None:
         """The membership changed: aggregate `replicas` (>= 1) gradients per step from now on —
         at once if that is fewer than the current step needs (call `take` next: shards may
         have just completed) or no gradient of the current step came yet, else from the next
-        step."""
+        step. With `live` (the live members): the backups are the live members beyond
+        `replicas` (fewer once the members are fewer than the backups asked for), and a task no
+        longer live that pushed empty this step stops counting (it brought no gradient, and its
+        restarted process may push for the step)."""
         self._next_replicas = max(1, replicas)
+        if live is not None:
+            self.backups = max(0, len(live) - self._next_replicas)
+            self._forget_empty_of(self.contributors - set(live))
         if self._next_replicas < self.replicas or not (self._contributors or self._applied):
             self.replicas = self._next_replicas  # fewer, or the step has not begun: at once
+
+    def _forget_empty_of(self, tasks: set[str]) -> None:
+        """Tasks `tasks` left: drop their empty pushes of this step (their real gradients stay
+        summed, as a departed task's always did)."""
+        for name, empty in list(self._empty.items()):
+            gone = empty & tasks
+            if gone:
+                empty -= gone
+                self._contributors[name] -= gone
+                if not empty:
+                    del self._empty[name]
+                if not self._contributors[name]:
+                    del self._contributors[name]
 
     def mark_applied(self, names: Iterable[str]) -> None:
         """Shards whose update of the current step is already applied elsewhere (adopted from a

@@ -11,10 +11,11 @@ import itertools
 import numpy as np
 import pytest
 
+from shoal.ps.adoption import CatchUp, place_adopted
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import Momentum, SGD
-from shoal.ps.protocol import (ASYNC, InitRequest, LeaseReply, LeaseState, Mode, PushOutcome, PushReply, PushRequest,
-                               ReadyRequest, ReleaseRequest, TrainingMode)
+from shoal.ps.protocol import (ASYNC, FailedRequest, InitRequest, LeaseReply, LeaseState, Mode, PushOutcome,
+                               PushReply, PushRequest, ReadyRequest, ReleaseRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.ps.sync import SyncAggregator
 from shoal.train.leased_data import LeasedBatches, LeaseWaitError
@@ -181,3 +182,61 @@ def test_without_an_idle_step_the_stream_pauses_and_its_wait_expires():
                            sleep=lambda s: None)
     with pytest.raises(LeaseWaitError, match="held by worker:1"):
         next(stream)
+
+
+# Found by review: members leaving while empty pushes are counted, and re-homed shards.
+
+def test_with_a_backup_the_worker_left_alone_after_the_holder_died_is_not_stuck_in_its_empty_push():
+    service = sync_service(replicas=2, aggregate=1)  # 1 backup
+    assert push(service, "worker:0", 0, empty=True) == []
+    replies = service.handle(request(FailedRequest("worker:1")))  # the holder of the rest dies
+    assert [r.body.step for r in replies if isinstance(r.body, PushReply)] == [1]  # no update, the step goes on
+    assert service.step == 1
+
+
+def test_an_idle_worker_that_dies_mid_step_stops_counting_so_the_step_still_waits_for_the_one_with_data():
+    service = sync_service(replicas=3)
+    push(service, "worker:0", 0, 1.0)
+    push(service, "worker:1", 0, empty=True)
+    service.handle(request(FailedRequest("worker:1")))
+    assert service.step == 0  # worker:2 has data and has not pushed
+    replies = push(service, "worker:2", 0, 3.0)
+    assert service.step == 1
+    np.testing.assert_array_equal(replies[-1].tensors["w"], np.full(3, -2.0))  # the average of the two
+
+
+def test_a_lagging_shard_whose_catch_up_step_only_empty_pushes_came_to_stops_lagging():
+    catch_up = CatchUp()
+    catch_up.start({"x"}, step=4, replicas=2)
+    catch_up.add("worker:0", 4, {"x": np.zeros(1)}, None, empty=True)
+    outcome, ready, _ = catch_up.add("worker:1", 4, {"x": np.zeros(1)}, None, empty=True)
+    assert outcome is PushOutcome.APPLIED and ready == {}
+    assert catch_up.lagging == frozenset()
+
+
+def test_the_catch_up_of_a_re_homed_shard_keeps_the_backups_of_its_ps():
+    main, catch_up = SyncAggregator(2, step=5, backups=1), CatchUp()
+    place_adopted(main, catch_up, ["x"], 4)
+    catch_up.add("worker:0", 4, {"x": np.zeros(1)}, None, empty=True)
+    outcome, _, _ = catch_up.add("worker:1", 4, {"x": np.zeros(1)}, None, empty=True)
+    assert outcome is PushOutcome.ACCUMULATED  # the gradient with data is still to come
+
+
+def test_a_re_homed_shard_caught_up_by_empty_pushes_does_not_hold_up_the_next_step():
+    from tests.unit.test_ps_adoption import adopt, make_service, status
+    service = make_service()
+
+    def part(task, step, name, value, empty=False, ends_step=True):
+        return service.handle(request(PushRequest(task, step, ends_step=ends_step, empty=empty),
+                                      {name: np.full(2, value)}))
+
+    part("worker:0", 0, "a", 0.0, empty=True)
+    part("worker:1", 0, "a", 0.0, empty=True)
+    assert status(service).step == 1
+    adopt(service, 0)  # "b" lags: its values are of step 0
+    part("worker:0", 0, "b", 0.0, empty=True)
+    part("worker:1", 0, "b", 0.0, empty=True)
+    for task in ("worker:0", "worker:1"):  # step 1 in two parts
+        part(task, 1, "a", 1.0, ends_step=False)
+        part(task, 1, "b", 1.0)
+    assert status(service).step == 2
