@@ -266,10 +266,9 @@ class PsClient:
         dropped as ROLLED_BACK, never applied on top of restored values that may hold it.
         `closure` (the scheduled closure and push this gradient belongs to), if given, travels
         with every part: a ps applies it at most once. `empty` (sync): the gradients are zeros
-        standing for no data for this step (PushRequest.empty). Returns once
-        every part is queued (blocks
-        only while zmq has no room); `wait()` on the result for the answers. Other requests may
-        go out and be answered meanwhile."""
+        standing for no data for this step (PushRequest.empty). Returns once every part is
+        queued (blocks only while zmq has no room); `wait()` on the result for the answers.
+        Other requests may go out and be answered meanwhile."""
         last = {ps: k for k, (ps, _) in enumerate(parts)}
         used_at = last[0] if used is not None else -1
         # one request object per part, built once (a push of many parts pays this per part)

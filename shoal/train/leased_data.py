@@ -133,8 +133,8 @@ class LeasedBatches:
     naming the holders. With `idle_step` (the session gives it in sync training, where a step
     may wait for this worker) it calls `idle_step()` instead of each pause: the worker takes
     part in the others' steps with no data until positions come back or the epochs are
-    consumed, and the wait's clock restarts after each such step.
-    `shuffle=False` gives the positions themselves as indices. Blocks on ps 0; not thread-safe.
+    consumed, and the wait's clock restarts after each such step. `shuffle=False` gives the
+    positions themselves as indices. Blocks on ps 0; not thread-safe.
     """
 
     def __init__(self, client: PsClient, task: str, holder: str, num_examples: int, batch_size: int, *,

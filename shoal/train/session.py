@@ -135,7 +135,7 @@ class TrainingSession:
         self._elastic_sync = sync is True or (isinstance(sync, SyncOptions) and sync.replicas_to_aggregate is None)
         self.max_steps = max_steps
         self._push_part_bytes = part_bytes_for(push_part_bytes, config.ps_addresses)
-        self._zeros: dict[str, np.ndarray] | None = None  # `_push_empty`'s gradients, made at its first
+        self._zeros: dict[str, np.ndarray] | None = None  # `_push_empty`'s gradients, made at its first call
         self._first_ps = _first_ps(config)
         self._chief: ChiefDuties | None = None
         self.checkpointer: Checkpointer | None = None
@@ -520,8 +520,9 @@ class TrainingSession:
         """Take part in the current sync step with no data: this replica's leases ran out while
         other replicas finish theirs, and a step that waits for every replica must not wait for
         it. Zeros go out by the placement as a push's gradients would, marked empty: each ps
-        counts them toward the step, not into its average (shoal/ps/sync.py). The values after
-        the step arrive as after a push. Blocks until the step is applied."""
+        then waits for no gradient from this replica in this step and averages the others'
+        (shoal/ps/sync.py). The values after the step arrive as after a push. Blocks until the
+        step is applied."""
         self._require(SessionState.STARTED, "push")
         if self._zeros is None:
             self._zeros = {name: np.zeros_like(value) for name, value in self.params.items()}
