@@ -250,9 +250,11 @@ class TrainingSession:
             if not all(s.ready for s in statuses):
                 if self._chief is not None:
                     self._chief.initialize(self.ps)
+                    statuses = self.ps.status_all(self.request_timeout_s)
                 else:
-                    self._wait_for_chief(deadline)
-            statuses = self.ps.status_all(self.request_timeout_s)
+                    # the wait's own answers: one more round here, outside the wait's recovery,
+                    # failed the start of a worker whose ps was killed just after it was ready
+                    statuses = self._wait_for_chief(deadline)
             self._check_mode(statuses)
             self.ps.remember_incarnations(statuses)
             self._state = SessionState.STARTED
@@ -661,15 +663,14 @@ class TrainingSession:
         self._growing.learned(self.ps, self._book.history[known:])
         self._use_placement(placement)
 
-    def _wait_for_chief(self, deadline: float) -> None:
-        """Block until the chief initialized every ps; a ps lost meanwhile is recovered as the
-        session's strategy says, and one re-homed meanwhile leaves the placement (then the wait
-        goes on with the others: at most once per ps)."""
+    def _wait_for_chief(self, deadline: float) -> list[StatusReply]:
+        """Block until the chief initialized every ps, and return their (ready) statuses; a ps
+        lost meanwhile is recovered as the session's strategy says, and one re-homed meanwhile
+        leaves the placement (then the wait goes on with the others: at most once per ps)."""
         while True:
             try:
-                wait_for_chief(self.ps, self.task, str(self.config.chief_task), deadline, self.init_timeout_s,
-                               on_lost=self._recovery.recover_before_start)
-                return
+                return wait_for_chief(self.ps, self.task, str(self.config.chief_task), deadline,
+                                      self.init_timeout_s, on_lost=self._recovery.recover_before_start)
             except PlacementChanged as moved:
                 self._use_placement(moved.placement)
 
