@@ -88,7 +88,9 @@ def test_launcher_restarts_a_killed_ps_and_the_mnist_job_recovers(tmp_path):
     ps killed is ps.0, which holds the softmax (greedy placement keeps its bias with its
     weights) and the lease book."""
     home = tmp_path / "home"
-    proc = start_shoal(home, "train", "examples/mnist.yaml", "-p", "steps=5000")
+    # 20000 steps (~8 s here): the seed now trains ~2.5k steps/s, and 5000 steps had often ended
+    # by the time the kill came (2 of 4 runs: the ps died after the workers finished, no restart)
+    proc = start_shoal(home, "train", "examples/mnist.yaml", "-p", "steps=20000")
     try:
         job = wait_for(lambda: next(iter(status(home)), None), 30, "the job record")
         log = Path(job["job_dir"]) / "logs" / "worker.0.log"
