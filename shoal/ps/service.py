@@ -356,7 +356,7 @@ class PsService:
         if outcome is PushOutcome.STALE:  # answered with the values of the step after the one it missed
             return self._answer_or_wait(_Waiting(request, names, message.step + 1, outcome))
         self._record_closure(message, grads)
-        if message.ends_step:
+        if message.ends_step and not message.empty:  # an empty push brings no gradient
             self.membership.count_applied(message.task)
         self._waiting.append(_Waiting(request, names, message.step + 1, PushOutcome.APPLIED, tuple(grads)))
         if message.hyper is not None:

@@ -112,6 +112,15 @@ def test_a_step_nobody_brought_a_gradient_to_moves_no_value_even_with_momentum()
     np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -1.0))  # a zero gradient would move it
 
 
+def test_the_departure_counts_only_the_gradients_that_brought_data():
+    service = sync_service()
+    push(service, "worker:0", 0, 1.0)
+    push(service, "worker:1", 0, 1.0)
+    push(service, "worker:0", 1, empty=True)
+    push(service, "worker:1", 1, 2.0)
+    assert (service.membership.applied("worker:0"), service.membership.applied("worker:1")) == (1, 2)
+
+
 def test_an_async_ps_refuses_an_empty_push_naming_the_fix():
     service = PsService("ps:0", 2, lambda reason: None)
     service.handle(request(InitRequest(SGD(1.0).to_config(), ASYNC), dict(ZEROS)))
