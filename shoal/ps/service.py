@@ -570,8 +570,8 @@ class PsService:
         if ready:
             hyper = {name: self._sync_hyper[name] for name in ready} if self._sync_hyper.keys() >= ready.keys() else None
             self.store.apply(ready, hyper)
-        if ready or self._sync.step > step:  # a release can complete the step with nothing to apply
-            self._release()
+        if ready or self._sync.completed_empty or self._sync.step > step:
+            self._release()  # (a release can complete the step with nothing to apply)
         if self._sync.step > step:
             self._sync_hyper = {}
             self._leases.step_reached(self._sync.step)

@@ -41,9 +41,9 @@ def sync_service(replicas=2, aggregate=None, rule=SGD(1.0), shards=("w",)):
     return service
 
 
-def push(service, task, step, value=None, empty=False, shards=("w",)):
+def push(service, task, step, value=None, empty=False, shards=("w",), ends_step=True):
     tensors = {name: np.full(3, 0.0 if value is None else value, np.float32) for name in shards}
-    return service.handle(request(PushRequest(task, step, empty=empty), tensors))
+    return service.handle(request(PushRequest(task, step, ends_step=ends_step, empty=empty), tensors))
 
 
 def test_an_empty_push_lowers_what_the_step_needs_and_the_average_is_of_the_gradients_that_came():
@@ -119,6 +119,17 @@ def test_the_departure_counts_only_the_gradients_that_brought_data():
     push(service, "worker:0", 1, empty=True)
     push(service, "worker:1", 1, 2.0)
     assert (service.membership.applied("worker:0"), service.membership.applied("worker:1")) == (1, 2)
+
+
+def test_a_part_whose_shard_only_empty_pushes_came_to_is_answered_before_the_step_ends():
+    service = sync_service(shards=("w", "v"))
+    push(service, "worker:0", 0, empty=True, shards=("w",), ends_step=False)
+    replies = push(service, "worker:1", 0, empty=True, shards=("w",), ends_step=False)
+    assert sorted(r.request.header["task"] for r in replies) == ["worker:0", "worker:1"]  # v still waits
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.zeros(3))  # no update
+    assert push(service, "worker:0", 0, 1.0, shards=("v",)) == []
+    (reply, _) = push(service, "worker:1", 0, 3.0, shards=("v",))
+    np.testing.assert_array_equal(reply.tensors["v"], np.full(3, -2.0))
 
 
 def test_an_async_ps_refuses_an_empty_push_naming_the_fix():
