@@ -552,9 +552,11 @@ class PsService:
             self._sync.set_quorum(self._quorum(), self.membership.training)
             self._apply_completed_shards()
             self._catch_up.set_quorum(self._quorum(), self.membership.training)
+            lagging = self._catch_up.lagging
             caught_up, hyper = self._catch_up.complete()
             if caught_up:  # adopted shards that waited for the departed replica's gradient
                 self.store.apply(caught_up, hyper)
+            if caught_up or self._catch_up.lagging != lagging:  # (or only empty pushes came: no update)
                 self._release()
         reason = None if replacing else self.membership.job_over()
         if reason is not None:
@@ -570,8 +572,10 @@ class PsService:
         if ready:
             hyper = {name: self._sync_hyper[name] for name in ready} if self._sync_hyper.keys() >= ready.keys() else None
             self.store.apply(ready, hyper)
+        # a shard that only empty pushes completed has nothing to apply, and its part replies are due;
+        # a departure can complete the step with nothing to apply
         if ready or self._sync.completed_empty or self._sync.step > step:
-            self._release()  # (a release can complete the step with nothing to apply)
+            self._release()
         if self._sync.step > step:
             self._sync_hyper = {}
             self._leases.step_reached(self._sync.step)

@@ -732,8 +732,8 @@ class TrainingSession:
             if self._elastic_sync and s.training is not None and s.training.mode is Mode.SYNC:
                 continue  # the ps's quorum follows its membership; this replica's cluster size is not it
             if s.training != self.training:
-                raise TrainError(f"{self.task} was started for {self.training} training but ps:{i} runs "
-                                 f"{s.training}; start every worker with the same --sync / replicas_to_aggregate")
+                raise TrainError(f"{self.task} was started for {self.training} training but ps:{self.ps.ps_id(i)} "
+                                 f"runs {s.training}; start every worker with the same --sync / replicas_to_aggregate")
 
 
 def _as_sendable(grad: Any, dtype: np.dtype) -> np.ndarray:

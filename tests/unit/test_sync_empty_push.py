@@ -14,8 +14,8 @@ import pytest
 from shoal.ps.adoption import CatchUp, place_adopted
 from shoal.ps.errors import PsError
 from shoal.ps.optimizers import Momentum, SGD
-from shoal.ps.protocol import (ASYNC, FailedRequest, InitRequest, LeaseReply, LeaseState, Mode, PushOutcome,
-                               PushReply, PushRequest, ReadyRequest, ReleaseRequest, TrainingMode)
+from shoal.ps.protocol import (ASYNC, AdoptRequest, FailedRequest, InitRequest, LeaseReply, LeaseState, Mode,
+                               PushOutcome, PushReply, PushRequest, ReadyRequest, ReleaseRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.ps.sync import SyncAggregator
 from shoal.train.leased_data import LeasedBatches, LeaseWaitError
@@ -122,14 +122,30 @@ def test_the_departure_counts_only_the_gradients_that_brought_data():
 
 
 def test_a_part_whose_shard_only_empty_pushes_came_to_is_answered_before_the_step_ends():
-    service = sync_service(shards=("w", "v"))
-    push(service, "worker:0", 0, empty=True, shards=("w",), ends_step=False)
-    replies = push(service, "worker:1", 0, empty=True, shards=("w",), ends_step=False)
-    assert sorted(r.request.header["task"] for r in replies) == ["worker:0", "worker:1"]  # v still waits
-    np.testing.assert_array_equal(replies[0].tensors["w"], np.zeros(3))  # no update
-    assert push(service, "worker:0", 0, 1.0, shards=("v",)) == []
-    (reply, _) = push(service, "worker:1", 0, 3.0, shards=("v",))
-    np.testing.assert_array_equal(reply.tensors["v"], np.full(3, -2.0))
+    service = sync_service(rule=Momentum(learning_rate=1.0, momentum=0.5), shards=("w", "v"))
+    for task in ("worker:0", "worker:1"):  # step 0: velocity 1 on both shards
+        push(service, task, 0, 1.0, shards=("w", "v"))
+    push(service, "worker:0", 1, empty=True, shards=("w",), ends_step=False)
+    replies = push(service, "worker:1", 1, empty=True, shards=("w",), ends_step=False)
+    assert sorted(r.request.header["task"] for r in replies) == ["worker:0", "worker:1"]  # before v's gradients
+    assert service.step == 1  # the step waits for v
+    np.testing.assert_array_equal(replies[0].tensors["w"], np.full(3, -1.0))  # no update: momentum would move it
+    assert push(service, "worker:0", 1, 1.0, shards=("v",)) == []
+    (reply, _) = push(service, "worker:1", 1, 3.0, shards=("v",))
+    np.testing.assert_array_equal(reply.tensors["v"], np.full(3, -3.5))  # -1 - (0.5 * 1 + 2)
+    assert service.step == 2
+
+
+def test_a_lagging_shard_that_a_departure_leaves_caught_up_by_empty_pushes_answers_them():
+    service = sync_service(replicas=3, shards=("a",))
+    for task in ("worker:0", "worker:1", "worker:2"):
+        push(service, task, 0, 1.0, shards=("a",))
+    service.handle(request(AdoptRequest(1, 0, (1,)), {"b": np.zeros(3, np.float32)}))  # "b" lags at step 0
+    assert push(service, "worker:0", 0, empty=True, shards=("b",)) == []
+    assert push(service, "worker:1", 0, empty=True, shards=("b",)) == []
+    replies = service.handle(request(FailedRequest("worker:2")))  # it held the rest
+    assert sorted(r.request.header["task"] for r in replies if isinstance(r.body, PushReply)) == [
+        "worker:0", "worker:1"]
 
 
 def test_an_async_ps_refuses_an_empty_push_naming_the_fix():
