@@ -245,10 +245,12 @@ class LeaseBook:
             if lease is not None and not lease.start <= start < end <= lease.end:
                 raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} (epoch "
                                  f"{lease.epoch}, [{lease.start}, {lease.end})), but they are outside it")
-            mine = seen.setdefault(lease_id, RangeSet())
-            if mine.overlaps(start, end):
-                raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} twice in one push")
-            mine.add(start, end)
+            if len(ranges) > 1:  # (one range cannot name a position twice)
+                mine = seen.setdefault(lease_id, RangeSet())
+                if mine.overlaps(start, end):
+                    raise LeaseError(f"{task} reported positions [{start}, {end}) of lease {lease_id} twice in one "
+                                     "push")
+                mine.add(start, end)
             if lease is None:
                 lost.append((lease_id, start, end))  # given back when the task left or restarted
                 continue

@@ -265,10 +265,13 @@ class UsedPositions:
         ranges = value.get("ranges")
         if not isinstance(ranges, list) or not 0 < len(ranges) <= MAX_USED_RANGES:
             raise _fail(where, "used", want, value)
-        for r in ranges:
-            if not (isinstance(r, list) and len(r) == 3 and all(_is_count(x) for x in r) and r[1] < r[2]):
+        checked = []
+        for r in ranges:  # (every push to ps 0 passes here: exact types, as msgpack gives them, and no calls)
+            if not (type(r) is list and len(r) == 3 and type(r[0]) is int and type(r[1]) is int
+                    and type(r[2]) is int and 0 <= r[0] <= _MAX_ID and 0 <= r[1] < r[2] <= _MAX_ID):
                 raise _fail(where, "used", want + f"; bad range {r!r:.60}", value)
-        return cls(value["book"], tuple(tuple(r) for r in ranges))
+            checked.append((r[0], r[1], r[2]))
+        return cls(value["book"], tuple(checked))
 
 
 MAX_CLOSURE_ID = 64
