@@ -39,8 +39,8 @@ from bench.jobrun import Job, Launch, Output, clean_env
 from bench.usage import UsageSampler
 
 EXAMPLES = {"softmax": "examples/mnist_softmax.py", "mlp": "examples/mnist_mlp_torch.py"}
-STEPS = {"softmax": 20000, "mlp": 3000}
-BASE_STEPS = {"softmax": 2000, "mlp": 300}
+STEPS = {"softmax": 20000, "mlp": 6000}
+BASE_STEPS = {"softmax": 2000, "mlp": 1000}  # (torch imports in 1.5 +- 0.2 s: the MLP needs long runs)
 SHARDINGS = {"leased": [], "static": ["--sharding", "static"]}
 STATIC_EXAMPLES = ("softmax",)  # the examples with a --sharding flag
 
@@ -107,8 +107,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="async,async-overlap",
                         help=f"comma-separated, of {', '.join(MODE_FLAGS)}")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, help="steps of the long run (default: softmax 20000, mlp 3000)")
-    parser.add_argument("--base-steps", type=int, help="steps of the short run (default: softmax 2000, mlp 300)")
+    parser.add_argument("--steps", type=int, help="steps of the long run (default: softmax 20000, mlp 6000)")
+    parser.add_argument("--base-steps", type=int, help="steps of the short run (default: softmax 2000, mlp 1000)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     parser.add_argument("--json", action="store_true", help="end with one line holding a JSON object")
     args = parser.parse_args(argv)
