@@ -5,15 +5,15 @@ CPU goes beyond the no-communication bound's loop.
     python -m bench.step_budget --examples softmax,mlp --json
 
 bench.mnist_throughput reports Shoal's examples/s as a fraction of the no-communication bound,
-with 4 processes (2 ps + 2 workers) sharing 2 cores. That fraction is the product of two
-things this benchmark takes apart:
+with 4 processes (2 ps + 2 workers) sharing 2 cores. In that run, the fraction is the CPU ratio
+(the bound's CPU per example over Shoal's, worker + ps) times Shoal's busy share over the
+bound's (`examples/s` over `cpu-bound/s`: how much of the cores each keeps busy). This
+benchmark measures the first without the contention: the CPU ratio of a step with the cores to
+spare, which the job's own (4 tasks on 2 cores: caches cold, a core switched between tasks)
+falls below (bench/README.md: softmax 0.36 in the job, 0.47 here).
 
-    CPU ratio     the bound's CPU per step over Shoal's (worker + ps) per step: what the
-                  fraction would be if the cores were never idle;
-    busy share    how much of the cores the job keeps busy (bench.mnist_throughput's
-                  `examples/s` over its `cpu-bound/s`).
-
-Here 1 ps and 1 worker run the example (2 processes, 2 cores: neither waits for a core), and 1
+Here 1 ps and 1 worker run the example (2 processes, 2 cores: neither waits for a core on a
+quiet machine; the load average is printed at the start), and 1
 copy of bench/nocomm.py runs the bound's loop. Each runs twice, for `--base-steps` and for
 `--steps` steps; a process's CPU per step is the difference of its CPU (user + system, sampled
 as bench/usage.py defines) over the difference of the steps, so start-up (imports, loading
@@ -46,8 +46,9 @@ STATIC_EXAMPLES = ("softmax",)  # the examples with a --sharding flag
 
 
 def cpu_of(job: Job) -> dict[str, float]:
-    """Each task's CPU seconds at its last sample (read after `job.close()`; up to one sample
-    period, 50 ms, of CPU before its exit is missed, the same in the short and the long run)."""
+    """Each task's CPU seconds at its last sample (read after `job.close()`). Up to one sample
+    period (50 ms) of CPU before each exit is missed, at random in each run: +-3 us per softmax
+    step and +-10 per MLP step in the difference of two runs at the default steps."""
     return {task.name: task.usage.cpu[-1][1] if task.usage.cpu else 0.0 for task in job.tasks}
 
 
@@ -64,7 +65,7 @@ def run_shoal(example: str, mode: str, sharding: str, steps: int, timeout_s: flo
             tf_config = json.dumps({"cluster": spec, "task": {"type": role, "index": 0}})
             env = clean_env(os.environ, {"TF_CONFIG": tf_config, "SHOAL_JOB_SECRET": secret})
             job.start(Launch(role, argv, env, output=Output.CAPTURE))
-        codes = job.wait(job.launched + timeout_s)
+        codes = job.wait(job.launched + timeout_s, until_failure=True)
     finally:
         job.close()
     _check(job, codes)
@@ -77,7 +78,7 @@ def run_bound(example: str, steps: int, timeout_s: float) -> dict[str, float]:
     try:
         argv = ("bench/nocomm.py", "--model", example, "--steps", str(steps), "--replica", "0", "--replicas", "1")
         job.start(Launch("bound", argv, clean_env(os.environ, {}), output=Output.CAPTURE))
-        codes = job.wait(job.launched + timeout_s)
+        codes = job.wait(job.launched + timeout_s, until_failure=True)
     finally:
         job.close()
     _check(job, codes)
@@ -85,15 +86,22 @@ def run_bound(example: str, steps: int, timeout_s: float) -> dict[str, float]:
 
 
 def _check(job: Job, codes: dict) -> None:
-    bad = {name: code for name, code in codes.items() if code != 0}
-    if bad:
-        name = next(iter(bad))
-        raise SystemExit(f"step_budget: {name} ended with {bad[name]}:\n{job.task(name).tail()}")
+    """SystemExit naming the first task that did not exit 0 (after `job.close()`), with its last lines."""
+    for name, code in codes.items():
+        if code != 0:
+            how = "ran past the --timeout" if code is None else f"exited {code}"
+            raise SystemExit(f"step_budget: {name} {how}; its last lines:\n{job.task(name).tail()}")
 
 
 def per_step(short: dict[str, float], long: dict[str, float], steps: int) -> dict[str, float]:
     """us of CPU per step of each task: the difference of two runs over the difference of steps."""
     return {name: (long[name] - short[name]) / steps * 1e6 for name in long}
+
+
+def steps_of(args: argparse.Namespace, example: str) -> tuple[int, int]:
+    """(long, short) steps of `example`'s runs: the command line's, else the example's defaults."""
+    return (args.steps if args.steps is not None else STEPS[example],
+            args.base_steps if args.base_steps is not None else BASE_STEPS[example])
 
 
 def configurations(examples: list[str], modes: list[str]) -> list[tuple[str, str, str]]:
@@ -107,8 +115,10 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="async,async-overlap",
                         help=f"comma-separated, of {', '.join(MODE_FLAGS)}")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, help="steps of the long run (default: softmax 20000, mlp 6000)")
-    parser.add_argument("--base-steps", type=int, help="steps of the short run (default: softmax 2000, mlp 1000)")
+    parser.add_argument("--steps", type=int,
+                        help="steps of the long run, for every example given (default: softmax 20000, mlp 6000)")
+    parser.add_argument("--base-steps", type=int,
+                        help="steps of the short run, for every example given (default: softmax 2000, mlp 1000)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     parser.add_argument("--json", action="store_true", help="end with one line holding a JSON object")
     args = parser.parse_args(argv)
@@ -118,12 +128,17 @@ def main(argv=None) -> int:
         unknown = [g for g in given if g not in known]
         if unknown:
             parser.error(f"unknown {name} {unknown[0]!r}; choose from {', '.join(known)}")
+    for example in examples:
+        long_steps, short_steps = steps_of(args, example)
+        if not 0 < short_steps < long_steps:
+            parser.error(f"{example}: --base-steps ({short_steps}) must be at least 1 and fewer than --steps "
+                         f"({long_steps}): the CPU per step is the difference of the two runs")
     print(f"step_budget: 1 ps + 1 worker, and the bound's loop alone; {args.repeats} repeats, "
           f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}", flush=True)
     samples: dict[tuple, list[dict[str, float]]] = {}
     for repeat in range(args.repeats):
         for example in examples:
-            long_steps, short_steps = args.steps or STEPS[example], args.base_steps or BASE_STEPS[example]
+            long_steps, short_steps = steps_of(args, example)
             short, long = run_bound(example, short_steps, args.timeout), run_bound(example, long_steps, args.timeout)
             samples.setdefault((example, "bound", ""), []).append(per_step(short, long, long_steps - short_steps))
             for config in configurations([example], modes):

@@ -24,3 +24,13 @@ def test_an_unknown_example_is_refused_by_name_before_anything_runs(capsys):
     with pytest.raises(SystemExit):
         main(["--examples", "softmax,resnet"])
     assert "unknown example 'resnet'; choose from softmax, mlp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--steps", "2000"], "softmax: --base-steps (2000) must be at least 1 and fewer than --steps (2000)"),
+    (["--examples", "mlp", "--base-steps", "0"], "mlp: --base-steps (0) must be at least 1"),
+])
+def test_a_short_run_not_shorter_than_the_long_one_is_refused_before_anything_runs(argv, said, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert said in capsys.readouterr().err

@@ -11,7 +11,7 @@ from shoal.ps.protocol import (ASYNC, MAX_HEARTBEAT_TIMEOUT_MS, REPLY_TYPES, REQ
                                ProtocolFieldError, PullReply, PullRequest, PushOutcome, PushReply, PushRequest,
                                ReadyRequest, ShutdownRequest, SnapshotReply, SnapshotRequest, StatusReply,
                                StatusRequest, TrainingMode, UsedPositions, parse_op, split_slots)
-from shoal.ps.protocol import MAX_USED_RANGES
+from shoal.ps.protocol import _MAX_ID, MAX_USED_RANGES
 
 SYNC2 = TrainingMode(Mode.SYNC, 2)
 EXAMPLES = [
@@ -123,16 +123,17 @@ def test_the_longest_heartbeat_timeout_on_the_wire_is_the_memberships():
 
 
 def test_a_push_with_leased_positions_roundtrips_as_tuples():
-    push = PushRequest("worker:0", 3, used=UsedPositions("book1", ((4, 0, 100), (5, 200, 300))))
+    ranges = ((4, 0, 100), (5, 200, 300), (_MAX_ID, _MAX_ID - 1, _MAX_ID))  # (the largest ids and positions too)
+    push = PushRequest("worker:0", 3, used=UsedPositions("book1", ranges))
     decoded = PushRequest.decode(push.fields())
-    assert decoded == push and decoded.used.ranges == ((4, 0, 100), (5, 200, 300))
+    assert decoded == push and decoded.used.ranges == ranges
 
 
 @pytest.mark.parametrize("ranges", [
     [[4, 100, 100]], [[4, 200, 100]], [[4, -1, 100]], [[-4, 0, 100]], [[True, 0, 100]], [[4, 0, True]],
     [[4, 0.0, 100]], [[4, 0]], [[4, 0, 100, 1]], [(4, 0, 100)], ["4,0,100"], [[4, 0, 1 << 62]],
     [], [[4, k, k + 1] for k in range(MAX_USED_RANGES + 1)],
-], ids=repr)
+], ids=lambda ranges: repr(ranges)[:32])
 def test_malformed_leased_positions_are_refused_naming_the_field(ranges):
     with pytest.raises(ProtocolFieldError, match="push request: field 'used' must be"):
         PushRequest.decode({"task": "worker:0", "step": 1, "used": {"book": "book1", "ranges": ranges}})
