@@ -567,14 +567,14 @@ class PsService:
 
     def _apply_completed_shards(self) -> None:
         """Apply the sync averages of the shards whose step has its gradients; release waiters."""
-        step = self._sync.step
+        step, applied = self._sync.step, self._sync.applied_count
         ready = self._sync.take(self.store.names())
         if ready:
             hyper = {name: self._sync_hyper[name] for name in ready} if self._sync_hyper.keys() >= ready.keys() else None
             self.store.apply(ready, hyper)
         # a shard that only empty pushes completed has nothing to apply, and its part replies are due;
         # a departure can complete the step with nothing to apply
-        if ready or self._sync.completed_empty or self._sync.step > step:
+        if ready or self._sync.applied_count != applied or self._sync.step > step:
             self._release()
         if self._sync.step > step:
             self._sync_hyper = {}

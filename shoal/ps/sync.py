@@ -48,7 +48,6 @@ class SyncAggregator:
         self._contributors: dict[str, set[str]] = {}
         self._applied: set[str] = set()  # shards whose update of this step is applied
         self._empty: dict[str, set[str]] = {}  # per shard, the contributors that pushed nothing
-        self.completed_empty = 0  # shards the last `take` marked applied with no update
 
     def add(self, task: str, step: int, grads: Mapping[str, np.ndarray], empty: bool = False) -> PushOutcome:
         """Count a push of some shards (`empty`: the task has no data for this step; `grads` are
@@ -85,9 +84,9 @@ class SyncAggregator:
 
     def take(self, shards: Collection[str]) -> dict[str, np.ndarray]:
         """The averaged gradients of the shards that have all they need (`add`), marked applied
-        (a shard no real gradient came to is marked applied and not returned: no update; this
-        call's count of those is `completed_empty`). When all of `shards` (every shard the ps
-        holds) are applied, the step advances."""
+        (a shard no real gradient came to is marked applied and not returned: no update; it
+        shows in `applied_count`). When all of `shards` (every shard the ps holds) are applied,
+        the step advances."""
         if self._empty:
             complete = [name for name in self._contributors if name not in self._applied and self._missing(name) <= 0]
         else:  # (the usual step: the shards not applied yet are those with a sum)
@@ -99,7 +98,6 @@ class SyncAggregator:
                 total /= len(self._contributors[name]) - len(self._empty.get(name, ()))
                 ready[name] = total
             self._applied.add(name)
-        self.completed_empty = len(complete) - len(ready)
         if self._applied.issuperset(shards):
             self._sums, self._contributors, self._applied, self._empty = {}, {}, set(), {}
             self.step += 1
@@ -153,6 +151,12 @@ class SyncAggregator:
     def applied(self, names: Iterable[str], step: int) -> bool:
         """Whether the update of `step` is applied to every shard of `names`."""
         return step < self.step or (step == self.step and all(name in self._applied for name in names))
+
+    @property
+    def applied_count(self) -> int:
+        """How many shards have their update of the current step applied (or, for a shard only
+        empty pushes came to, marked applied with none)."""
+        return len(self._applied)
 
     @property
     def between_steps(self) -> bool:
