@@ -25,6 +25,27 @@ def gpu_count() -> int:
         pynvml.nvmlShutdown()
 
 
+def gpu_uuids() -> list[str]:
+    """The UUID ("GPU-...") of each of this host's NVIDIA GPUs, by index (none without
+    nvidia-ml-py or a driver)."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                 for i in range(pynvml.nvmlDeviceGetCount())]
+        return [u.decode() if isinstance(u, bytes) else str(u) for u in uuids]
+    except pynvml.NVMLError:
+        return []
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def gpu_usage() -> Optional[list[tuple[int, float, int]]]:
     """(pid, device utilization %, GPU memory bytes) per GPU process; None without NVML."""
     try:

@@ -2,7 +2,8 @@
 real agent process standing in for the step's: when the new step holds other GPUs than the
 tasks of the node were given (Slurm confines no devices), the restart waits — the new step is
 ended, and HostUnreachableError says which GPUs — instead of starting a task on a GPU its step
-does not hold; with the same GPUs the new agent is installed."""
+does not hold; with the same GPUs the new agent is installed. The GPUs are named by UUID, which
+no host checks against its own GPUs (an index past them would read as no GPU on a GPU host)."""
 
 import os
 import sys
@@ -38,7 +39,7 @@ def executor_whose_new_step_sees(gpus: str, made: list, step: tuple = ()) -> tup
     commands = RunningJob()
     executor = SlurmExecutor(commands=commands, python=sys.executable, base_env=dict(os.environ))
     executor._job = SlurmJob("7", ())
-    executor._gpus["n1"], executor._gpu_names["n1"] = 1, ("2",)  # its tasks were given GPU 2
+    executor._gpus["n1"], executor._gpu_names["n1"] = 1, (GIVEN,)  # its tasks were given this GPU
 
     def new_step(job, node):
         made.append(AgentConnection([sys.executable, "-m", "shoal.launch.agent"], node, "slurm",
@@ -56,13 +57,14 @@ def made():
         agent.close(grace=0.5, timeout=5)
 
 
-TASK = TaskPlan(TaskId("worker", 0), "n1.worker.0", "10.0.0.1:2222", ("true",), (), "/dev/null", ("2",), "n1")
+GIVEN, OTHER = "GPU-00000000-0000-4000-8000-000000000002", "GPU-00000000-0000-4000-8000-000000000003"
+TASK = TaskPlan(TaskId("worker", 0), "n1.worker.0", "10.0.0.1:2222", ("true",), (), "/dev/null", (GIVEN,), "n1")
 
 
 def test_a_new_agent_step_holding_other_gpus_is_ended_and_the_restart_waits(made):
-    executor, commands = executor_whose_new_step_sees("3", made, (("SLURM_JOB_ID", "7"), ("SLURM_STEP_ID", "4")))
-    with pytest.raises(HostUnreachableError, match=r"not yet: its new agent step holds the GPUs 3 where its tasks were"
-                                                   r" given 2 \(CUDA_VISIBLE_DEVICES=3\)"):
+    executor, commands = executor_whose_new_step_sees(OTHER, made, (("SLURM_JOB_ID", "7"), ("SLURM_STEP_ID", "4")))
+    with pytest.raises(HostUnreachableError, match=f"not yet: its new agent step holds the GPUs {OTHER} where its tasks"
+                                                   f" were given {GIVEN} \\(CUDA_VISIBLE_DEVICES={OTHER}\\)"):
         executor._replace_agent("n1", TASK)
     assert made[0].returncode is not None  # the new step's agent was stopped
     assert "n1" not in executor._agents and commands.cancelled == [["7.4"]]  # the new step, scancelled
@@ -70,6 +72,6 @@ def test_a_new_agent_step_holding_other_gpus_is_ended_and_the_restart_waits(made
 
 
 def test_a_new_agent_step_holding_the_same_gpus_is_installed(made):
-    executor, commands = executor_whose_new_step_sees("2", made)
+    executor, commands = executor_whose_new_step_sees(GIVEN, made)
     executor._replace_agent("n1", TASK)
     assert executor._agents["n1"] is made[0] and not commands.cancelled

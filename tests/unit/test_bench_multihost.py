@@ -1,6 +1,7 @@
 """bench/multihost's pure parts: the schedule, the figures of one run (window, busiest link, link
 bound, CPU by role), the ratios within rounds, and the report."""
 
+import os
 import subprocess
 
 import pytest
@@ -75,7 +76,8 @@ def test_measure_counts_the_window_and_finds_the_busiest_link_and_its_bound():
     sampled.link_bytes = {("host1", "in"): [(0.0, 0), (20.0, 200e6)], ("host2", "in"): [(0.0, 0), (20.0, 40e6)]}
     sampled.tbf_bytes = {("host1", "in"): (0, 105), ("host2", "in"): (0, 105)}
     sampled.iface_bytes = {("host1", "in"): (0, 100), ("host2", "in"): (0, 100)}
-    sampled.machine_cpu = [(0.0, 0.0), (20.0, 40.0)]
+    cores = os.cpu_count()
+    sampled.machine_cpu = [(0.0, 0.0), (20.0, 20.0 * cores)]  # every core busy
     sampled.process_cpu = {7: [(0.0, 0.0), (20.0, 10.0)]}
     sampled.roles = {7: "ps"}
     run = measure(config, [_task("shoal", lines)], {"shoal": 0}, sampled, 20.0)
@@ -87,6 +89,7 @@ def test_measure_counts_the_window_and_finds_the_busiest_link_and_its_bound():
     assert run["link_bound_examples_per_s"] == pytest.approx(125e6 / per_example, rel=1e-3)
     assert run["cpu_us_per_example"]["ps"] == pytest.approx(0.5 * 4.4 / examples * 1e6, abs=0.1)
     assert run["busy_share"] == pytest.approx(1.0)
+    assert run["others_share"] == pytest.approx((cores - 0.5) / cores, abs=1e-3)  # all but the ps's half core
 
 
 def test_measure_reports_a_failed_run_with_the_tasks_output():

@@ -53,7 +53,37 @@ def host_gpus(monkeypatch):
     """The host's GPU count as NVML tells it (0: NVML cannot tell); 0 unless a test sets it."""
     count = [0]
     monkeypatch.setattr("shoal.launch.visible_gpus.gpu_count", lambda: count[0])
+    monkeypatch.setattr("shoal.launch.visible_gpus.gpu_uuids", lambda: [uuid(i) for i in range(count[0])])
     return count
+
+
+def uuid(index: int) -> str:
+    return f"GPU-{index:08x}-c817-4e0a-9f1d-5a6b7c8d9e0f"
+
+
+@pytest.mark.parametrize("value, ids", [
+    ("0,GPU-00000000-c817-4e0a-9f1d-5a6b7c8d9e0f", ("0",)),
+    ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f,1,0", ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f", "0")),
+    ("GPU-00000001,1", ("GPU-00000001",)),   # a unique prefix names the GPU, as in CUDA
+    ("MIG-1f2e,0", ("MIG-1f2e", "0")),
+    ("0,GPU-ffffffff-0000,1", ("0",)),    # a UUID of no GPU here ends the list, as in CUDA
+    ("GPU-0000000,1", ()),                # so does a prefix of two UUIDs
+])
+def test_a_gpu_named_by_index_and_by_uuid_is_handed_out_once_and_an_unknown_uuid_ends_the_list(host_gpus, value, ids):
+    host_gpus[0] = 2
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}).ids == ids
+
+
+def test_two_tasks_are_not_given_one_gpu_named_two_ways(host_gpus):
+    host_gpus[0] = 2
+    launcher_env = {"CUDA_VISIBLE_DEVICES": f"0,{uuid(0)}"}
+    with pytest.raises(PlanError, match=rf"asks for 2 GPUs in all but this host has 1 "
+                                        rf"\(CUDA_VISIBLE_DEVICES=0,{uuid(0)}\)"):
+        plan_under(launcher_env, {"worker": {"count": 2, "gpus": 1}})
+
+
+def test_without_nvml_the_names_are_trusted_as_given():
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,GPU-00000000"}).ids == ("0", "GPU-00000000")
 
 
 def test_a_job_is_not_given_a_gpu_index_the_host_lacks(host_gpus):
