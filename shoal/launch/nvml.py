@@ -4,6 +4,7 @@ Each call initialises and shuts down NVML; blocking briefly; thread-safe."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 
@@ -25,9 +26,18 @@ def gpu_count() -> int:
         pynvml.nvmlShutdown()
 
 
-def gpu_uuids() -> list[str]:
-    """The UUID ("GPU-...") of each of this host's NVIDIA GPUs, by index (none without
-    nvidia-ml-py or a driver)."""
+@dataclass(frozen=True)
+class GpuIdentity:
+    """One GPU as NVML names it: its UUID ("GPU-...") and model ("NVIDIA H200"), each None
+    when NVML could not read it."""
+
+    uuid: Optional[str]
+    model: Optional[str]
+
+
+def gpu_identities() -> list[GpuIdentity]:
+    """Each of this host's NVIDIA GPUs, by NVML's index (PCI bus order); none without
+    nvidia-ml-py or a driver. A GPU NVML cannot read keeps its place, with None in it."""
     try:
         import pynvml
     except ImportError:
@@ -37,13 +47,28 @@ def gpu_uuids() -> list[str]:
     except pynvml.NVMLError:
         return []
     try:
-        uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-                 for i in range(pynvml.nvmlDeviceGetCount())]
-        return [u.decode() if isinstance(u, bytes) else str(u) for u in uuids]
+        return [_identity(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError:
         return []
     finally:
         pynvml.nvmlShutdown()
+
+
+def _identity(pynvml, index: int) -> GpuIdentity:
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    except pynvml.NVMLError:
+        return GpuIdentity(None, None)
+    return GpuIdentity(_text(pynvml.nvmlDeviceGetUUID, handle, pynvml.NVMLError),
+                       _text(pynvml.nvmlDeviceGetName, handle, pynvml.NVMLError))
+
+
+def _text(read, handle, error: type) -> Optional[str]:
+    try:
+        value = read(handle)
+    except error:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def gpu_usage() -> Optional[list[tuple[int, float, int]]]:

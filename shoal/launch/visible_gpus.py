@@ -6,8 +6,8 @@ Slurm, which sets it for a step to the GPUs it holds. Otherwise every GPU nvidia
 "0".."N-1". A task's CUDA_VISIBLE_DEVICES is made of these names (indexes, or UUIDs such as
 `GPU-8b75...` and `MIG-...`, as given), so a task never lands on a GPU its launcher was kept off;
 entries CUDA would not use (an index past the host's GPUs, junk, a name given twice) are not handed
-out either; a GPU named in two ways (its index and its UUID) is handed out once, and a UUID of no
-GPU of the host ends the list, as CUDA does.
+out either; a GPU named in two ways (its index and its UUID) is handed out once, and a `GPU-`
+UUID of no GPU of the host ends the list, as CUDA does (see known_gpus for what NVML must tell).
 
 `visible_gpus` blocks briefly (NVML) unless the variable names no GPU; the rest is pure.
 Thread-safe.
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from shoal.launch.nvml import gpu_count, gpu_uuids
+from shoal.launch.nvml import GpuIdentity, gpu_count, gpu_identities
 
 VARIABLE = "CUDA_VISIBLE_DEVICES"
 
@@ -58,19 +58,20 @@ def parse_visible_devices(value: str, count: Optional[int] = None) -> tuple[str,
     return tuple(out)
 
 
-def known_gpus(ids: tuple[str, ...], uuids: Sequence[str]) -> tuple[str, ...]:
-    """`ids` as CUDA reads them on a host whose GPUs have `uuids` (by index; none: the names are
-    kept as given): a UUID that names none of them (nor, as a prefix, exactly one) ends the list,
-    and a GPU already named another way (its index and its UUID, a UUID and its prefix) is kept
-    once. Both seen on an H200 (tests/gpu/test_gpu_visible_devices.py): `GPU-ffff...,0` is no
-    device and `0,GPU-<its UUID>` is one. A prefix of two UUIDs (not seen: one GPU there) is taken
-    as naming none, so that no task gets a GPU CUDA might not show. MIG names are kept as given."""
+def known_gpus(ids: tuple[str, ...], uuids: Sequence[Optional[str]], by_index: bool) -> tuple[str, ...]:
+    """`ids` as CUDA reads them on a host whose GPUs have `uuids` (NVML's, None where it could
+    not read one; none at all: the names are kept as given). A `GPU-` UUID that no GPU has (or
+    that, as a prefix, two have) ends the list, and a GPU already named another way (a UUID and
+    a prefix of it; with `by_index`, also its index and its UUID) is kept once. Seen on an H200
+    (tests/gpu/test_gpu_visible_devices.py): `GPU-ffff...,0` is no device, `0,GPU-<its UUID>` is
+    one. `by_index`: CUDA numbers the GPUs as NVML does (see visible_gpus). MIG names are kept
+    as given."""
     if not uuids:
         return ids
     seen: set[str] = set()
     out: list[str] = []
     for name in ids:
-        gpu = _uuid_of(name, uuids)
+        gpu = _gpu_of(name, uuids, by_index)
         if gpu is None:
             break
         if gpu not in seen:
@@ -79,15 +80,20 @@ def known_gpus(ids: tuple[str, ...], uuids: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _uuid_of(name: str, uuids: Sequence[str]) -> Optional[str]:
-    """The UUID of the GPU that `name` (an index, a UUID or a unique prefix of one) names on a
-    host with `uuids`; None for a GPU UUID that names none of them; a MIG name itself."""
+def _gpu_of(name: str, uuids: Sequence[Optional[str]], by_index: bool) -> Optional[str]:
+    """What tells the GPU `name` names apart on a host with `uuids`: its UUID where that is
+    known, else the name itself ("#i" for an index); None for a `GPU-` name that no GPU has, or
+    two have, when every UUID is known (one NVML could not read might be it)."""
     if name.isdigit():
-        return uuids[int(name)] if int(name) < len(uuids) else None
+        index = int(name)
+        known = by_index and index < len(uuids) and uuids[index] is not None
+        return uuids[index] if known else f"#{index}"
     if not name.startswith("GPU-"):
         return name
-    matches = [u for u in uuids if u.startswith(name)]
-    return matches[0] if len(matches) == 1 else None
+    matches = [u for u in uuids if u is not None and u.startswith(name)]
+    if len(matches) == 1:
+        return matches[0]
+    return None if matches or None not in uuids else name
 
 
 def visible_gpus(environ: Mapping[str, str]) -> VisibleGpus:
@@ -98,7 +104,18 @@ def visible_gpus(environ: Mapping[str, str]) -> VisibleGpus:
         value = environ[VARIABLE]
         ids = parse_visible_devices(value)
         if ids:
-            uuids = gpu_uuids()  # none: NVML cannot tell, so the names are trusted
-            ids = known_gpus(parse_visible_devices(value, len(uuids) or None), uuids)
+            gpus = gpu_identities()  # none: NVML cannot tell, so the names are trusted
+            ids = known_gpus(parse_visible_devices(value, len(gpus) or None), [g.uuid for g in gpus],
+                             _numbered_as_nvml(environ, gpus))
         return VisibleGpus(ids, f"{VARIABLE}={value}")
     return VisibleGpus(tuple(str(i) for i in range(gpu_count())))
+
+
+def _numbered_as_nvml(environ: Mapping[str, str], gpus: Sequence[GpuIdentity]) -> bool:
+    """Whether CUDA's index i is NVML's GPU i: CUDA_DEVICE_ORDER=PCI_BUS_ID says so; CUDA's
+    default order (fastest first) is NVML's in practice when every GPU is the same model, and
+    may not be on a host of mixed models, where an index is then not matched to a UUID."""
+    if environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return True
+    models = {g.model for g in gpus}
+    return len(models) == 1 and None not in models

@@ -2,8 +2,9 @@
 real agent process standing in for the step's: when the new step holds other GPUs than the
 tasks of the node were given (Slurm confines no devices), the restart waits — the new step is
 ended, and HostUnreachableError says which GPUs — instead of starting a task on a GPU its step
-does not hold; with the same GPUs the new agent is installed. The GPUs are named by UUID, which
-no host checks against its own GPUs (an index past them would read as no GPU on a GPU host)."""
+does not hold; with the same GPUs the new agent is installed. The GPUs are named as MIG
+instances, names no host checks against its own GPUs (an index or a GPU UUID it lacks would read
+as no GPU on a GPU host)."""
 
 import os
 import sys
@@ -57,7 +58,7 @@ def made():
         agent.close(grace=0.5, timeout=5)
 
 
-GIVEN, OTHER = "GPU-00000000-0000-4000-8000-000000000002", "GPU-00000000-0000-4000-8000-000000000003"
+GIVEN, OTHER = "MIG-00000000-0000-4000-8000-000000000002", "MIG-00000000-0000-4000-8000-000000000003"
 TASK = TaskPlan(TaskId("worker", 0), "n1.worker.0", "10.0.0.1:2222", ("true",), (), "/dev/null", (GIVEN,), "n1")
 
 

@@ -30,7 +30,8 @@ def cuda_device_count(value: str) -> int:
 def test_shoal_hands_out_as_many_gpus_as_cuda_shows():
     count, first = gpu_count(), gpu_uuid(0)
     past, prefix, unknown = str(count), first[:12], "GPU-ffffffff-0000"
-    values = ["0", first, f"0,{first}", f"{first},0", prefix, f"{prefix},0", f"0,{prefix}", first.lower(),
+    values = ["0", first, f"0,{first}", f"{first},0", prefix, f"{prefix},0", f"0,{prefix}", f"{first},{prefix}",
+              first.lower(),
               "0,0", past, f"0,{past}", unknown, f"0,{unknown}", f"{unknown},0", "", "-1", "none", "NoDevFiles"]
     with ThreadPoolExecutor(8) as pool:
         cuda = dict(zip(values, pool.map(cuda_device_count, values)))

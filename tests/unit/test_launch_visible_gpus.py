@@ -13,6 +13,7 @@ from shoal.launch.executor_local import LocalExecutor
 from shoal.launch.executor_slurm import _step_gpus
 from shoal.launch.plan import added_task, format_plan, make_plan
 from shoal.launch.spec import spec_from_dict
+from shoal.launch.nvml import GpuIdentity
 from shoal.launch.visible_gpus import VisibleGpus, parse_visible_devices, visible_gpus
 
 
@@ -53,7 +54,8 @@ def host_gpus(monkeypatch):
     """The host's GPU count as NVML tells it (0: NVML cannot tell); 0 unless a test sets it."""
     count = [0]
     monkeypatch.setattr("shoal.launch.visible_gpus.gpu_count", lambda: count[0])
-    monkeypatch.setattr("shoal.launch.visible_gpus.gpu_uuids", lambda: [uuid(i) for i in range(count[0])])
+    monkeypatch.setattr("shoal.launch.visible_gpus.gpu_identities",
+                        lambda: [GpuIdentity(uuid(i), "NVIDIA H200") for i in range(count[0])])
     return count
 
 
@@ -80,6 +82,25 @@ def test_two_tasks_are_not_given_one_gpu_named_two_ways(host_gpus):
     with pytest.raises(PlanError, match=rf"asks for 2 GPUs in all but this host has 1 "
                                         rf"\(CUDA_VISIBLE_DEVICES=0,{uuid(0)}\)"):
         plan_under(launcher_env, {"worker": {"count": 2, "gpus": 1}})
+
+
+def gpus_as_nvml_reads_them(monkeypatch, *identities):
+    monkeypatch.setattr("shoal.launch.visible_gpus.gpu_identities", lambda: list(identities))
+
+
+def test_on_a_host_of_mixed_models_an_index_is_matched_to_a_uuid_only_in_pci_bus_order(monkeypatch):
+    gpus_as_nvml_reads_them(monkeypatch, GpuIdentity(uuid(0), "NVIDIA A100"), GpuIdentity(uuid(1), "NVIDIA H100"))
+    value = f"0,{uuid(0)}"  # CUDA's default order may number the H100 0: these may be two GPUs
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}).ids == ("0", uuid(0))
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": value, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}).ids == ("0",)
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": f"{uuid(1)},{uuid(1)[:12]}"}).ids == (uuid(1),)
+
+
+def test_a_gpu_nvml_cannot_read_still_counts_and_no_uuid_is_taken_for_unknown(monkeypatch):
+    gpus_as_nvml_reads_them(monkeypatch, GpuIdentity(uuid(0), "NVIDIA H200"), GpuIdentity(None, None))
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}).ids == ("0", "1")  # still cut at NVML's count
+    other = "GPU-ffffffff-0000"  # perhaps the GPU NVML could not read: kept
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": f"{uuid(0)},{uuid(0)[:12]},{other}"}).ids == (uuid(0), other)
 
 
 def test_without_nvml_the_names_are_trusted_as_given():
