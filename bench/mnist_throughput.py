@@ -12,11 +12,15 @@ again), and each figure is the median over the repeats.
 
 How each figure is measured (nothing is added to the examples):
 
-    examples/s     The workers run with `--log_every 1`, so each finished local step prints one
-                   `step=N loss=X examples/s=R` line, flushed. This process timestamps every
-                   line as it arrives through the worker's stdout pipe. Throughput is counted
-                   while both workers train: from the later worker's first step to the
-                   earlier worker's last step, (lines in that window) x batch / window. This
+    examples/s     The workers run with `--log_every L` (--log-every, default 10), so every
+                   L-th local step prints one `step=N loss=X examples/s=R` line, flushed. This
+                   process timestamps every line as it arrives through the worker's stdout
+                   pipe. Throughput is counted while both workers train: from the later
+                   worker's first line to the earlier worker's last line, (lines in that
+                   window) x L x batch / window. The bound's copies print the same lines.
+                   (A line every step costs a pipe write and a wake-up of this process per
+                   step: it held the softmax's bound to ~1.5M examples/s against ~1.9M, and
+                   Shoal's rate by 3-7%, bench/README.md.) This
                    leaves out start-up and the tail where one worker already stopped.
                    `self_reported` is the sum of the workers' own last `examples/s=` values
                    (their rate over their whole loop), as a cross-check.
@@ -80,6 +84,7 @@ GOAL_FIRST_STEP_S = 1.5
 GOAL_PS_RSS_MB = 100
 GOAL_NOCOMM = {"softmax": 0.35, "mlp": 0.7}  # issue 16: fraction of the no-communication bound
 BATCH = 100
+LOG_EVERY = 10  # local steps per progress line: often enough for the window, rarely enough to cost little
 PROGRESS = re.compile(r"step=(\d+) loss=(\S+) examples/s=(\d+)")
 ACCURACY = re.compile(r"accuracy: (\d+\.\d+)")
 MB = 1e6
@@ -90,12 +95,13 @@ def progress_times(task: Task) -> list[float]:
     return [t for t, line in task.lines if PROGRESS.search(line)]
 
 
-def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path | None = None) -> dict:
+def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path | None = None,
+            log_every: int = LOG_EVERY) -> dict:
     """Launch 2 ps + 2 workers of `example`, wait for them, and measure. Blocks."""
     ports = free_ports(4)
     spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:2]], "worker": [f"127.0.0.1:{p}" for p in ports[2:]]}
     secret = secrets.token_hex(16)
-    argv = (EXAMPLES[example], "--steps", str(steps), "--log_every", "1", *MODE_FLAGS[mode])
+    argv = (EXAMPLES[example], "--steps", str(steps), "--log_every", str(log_every), *MODE_FLAGS[mode])
     job = Job(UsageSampler())
     spies = Job()  # py-spy ends by itself when its target exits, then writes its file
     try:
@@ -111,23 +117,23 @@ def run_job(example: str, mode: str, steps: int, timeout_s: float, py_spy: Path 
         job.close()
         spies.wait(time.monotonic() + 30)
         spies.close()
-    return _measure(example, mode, steps, job, codes, ended)
+    return _measure(example, mode, steps, job, codes, ended, log_every)
 
 
-def run_nocomm(example: str, steps: int, timeout_s: float) -> dict:
+def run_nocomm(example: str, steps: int, timeout_s: float, log_every: int = LOG_EVERY) -> dict:
     """Launch 2 copies of the example's loop with no ps and no exchange (bench/nocomm.py), wait
     for them, and measure them like the workers of a job. Blocks."""
     job = Job(UsageSampler())
     try:
         for index in range(NOCOMM_COPIES):
             argv = ("bench/nocomm.py", "--model", example, "--steps", str(steps), "--replica", str(index),
-                    "--replicas", str(NOCOMM_COPIES))
+                    "--replicas", str(NOCOMM_COPIES), "--log_every", str(log_every))
             job.start(Launch(f"worker:{index}", argv, clean_env(os.environ, {}), output=Output.CAPTURE))
         codes = job.wait(job.launched + timeout_s)
         ended = time.monotonic()
     finally:
         job.close()
-    return _measure(example, NOCOMM, steps, job, codes, ended)
+    return _measure(example, NOCOMM, steps, job, codes, ended, log_every)
 
 
 def _py_spy(task: Task, out: Path) -> Launch:
@@ -141,12 +147,13 @@ def _py_spy(task: Task, out: Path) -> Launch:
                   dict(os.environ), program, Output.DISCARD)
 
 
-def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: float) -> dict:
+def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: float, log_every: int) -> dict:
     tasks, launched, machine_cpu = job.tasks, job.launched, job.sampler.machine_cpu
     workers = [t for t in tasks if t.name.startswith("worker")]
     times = [progress_times(w) for w in workers]
     ok = all(c == 0 for c in codes.values()) and all(times)
-    run: dict = {"example": example, "mode": mode, "steps": steps, "exit_codes": codes, "ok": ok,
+    run: dict = {"example": example, "mode": mode, "steps": steps, "log_every": log_every, "exit_codes": codes,
+                 "ok": ok,
                  "wall_s": round(ended - launched, 3),
                  "peak_rss_mb": {t.name: round(t.usage.peak_rss / MB, 1) for t in tasks},
                  "peak_private_mb": {t.name: round(t.usage.peak_private / MB, 1) for t in tasks}}
@@ -172,7 +179,7 @@ def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: 
     # the machine runs, so it tells what these four processes would do on the cores alone.
     cpu = {t.name: interpolate(t.usage.cpu, end) - interpolate(t.usage.cpu, start) for t in tasks}
     ours = sum(cpu.values())
-    examples = in_window * BATCH
+    examples = in_window * log_every * BATCH
     window = end - start
     others = interpolate(machine_cpu, end) - interpolate(machine_cpu, start) - ours
     by_job = {job: sum(v for k, v in cpu.items() if k.startswith(job)) for job in ("worker", "ps")}
@@ -183,8 +190,8 @@ def _measure(example: str, mode: str, steps: int, job: Job, codes: dict, ended: 
         "cpu_bound_examples_per_s": round((os.cpu_count() or 1) * examples / ours) if ours > 0 else None,
         "cpu_share_ours": round(ours / (window * (os.cpu_count() or 1)), 2),
         "cpu_share_others": round(max(0.0, others) / (window * (os.cpu_count() or 1)), 2),
-        "examples_per_s": round(in_window * BATCH / (end - start)),
-        "examples_per_s_overall": round(sum(len(ts) for ts in times) * BATCH / (last_all - first_all)),
+        "examples_per_s": round(examples / window),
+        "examples_per_s_overall": round(sum(len(ts) for ts in times) * log_every * BATCH / (last_all - first_all)),
         "examples_per_s_self_reported": sum(self_reported),
         "window_s": round(end - start, 3),
         "local_steps": {w.name: len(ts) for w, ts in zip(workers, times)},
@@ -274,6 +281,9 @@ def main(argv=None) -> int:
     parser.add_argument("--nocomm-steps", type=int, default=None,
                         help="local steps per copy of the bound (default: " +
                              ", ".join(f"{k} {v}" for k, v in NOCOMM_STEPS.items()) + ")")
+    parser.add_argument("--log-every", type=int, default=LOG_EVERY,
+                        help=f"local steps per progress line of the workers and of the bound's copies (default "
+                             f"{LOG_EVERY}; each line is a write to a pipe and a wake-up of this process)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds one run may take (default 300)")
     parser.add_argument("--py-spy", type=Path, metavar="DIR",
                         help="record ps:0 and worker:0 of every run with py-spy (raw stacks) into DIR; "
@@ -298,9 +308,11 @@ def main(argv=None) -> int:
         for example in examples:
             for mode in modes + ([NOCOMM] if args.nocomm else []):
                 if mode == NOCOMM:
-                    run = run_nocomm(example, args.nocomm_steps or NOCOMM_STEPS[example], args.timeout)
+                    run = run_nocomm(example, args.nocomm_steps or NOCOMM_STEPS[example], args.timeout,
+                                     args.log_every)
                 else:
-                    run = run_job(example, mode, args.steps or STEPS[example], args.timeout, args.py_spy)
+                    run = run_job(example, mode, args.steps or STEPS[example], args.timeout, args.py_spy,
+                                  args.log_every)
                 run["repeat"] = r
                 runs.append(run)
                 if run["ok"]:

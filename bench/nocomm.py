@@ -7,8 +7,8 @@ The loop is the examples' own, step for step: the same data (the MNIST cache), t
 (100) drawn from this replica's shard (by `shoal.ShardedBatches` and sorted for the softmax; by a
 DataLoader over a TensorDataset for the MLP, as examples/mnist_mlp_torch.py does with
 `shoal.torch.DistributedSampler`), the same model and loss (examples/mnist_softmax.py's softmax regression in NumPy; examples/mnist_mlp_torch.py's
-784-256-10 MLP in PyTorch), one BLAS thread, and the same progress line per step
-(`shoal.ProgressReporter`'s format), so bench.mnist_throughput measures it like a worker. The
+784-256-10 MLP in PyTorch), one BLAS thread, and the same progress line every
+`--log_every` steps (`shoal.ProgressReporter`'s format), so bench.mnist_throughput measures it like a worker. The
 only difference is where the update happens: here SGD is applied in this process, in place,
 where a Shoal worker pushes the gradient and receives new values. Whatever examples/s Shoal
 reaches is a fraction of what these copies reach on the same cores.
@@ -96,12 +96,15 @@ def main(argv=None) -> int:
     parser.add_argument("--replica", type=int, default=0, help="which shard of the training set this copy reads")
     parser.add_argument("--replicas", type=int, default=1, help="how many copies run (the number of shards)")
     parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--log_every", type=int, default=1, help="print the progress line every N local steps")
     args = parser.parse_args(argv)
     data = load_mnist(default_cache_dir(os.environ))
     batches = ShardedBatches(len(data.train_y), args.batch_size, args.replicas, args.replica)
     started = time.monotonic()
 
-    def report(step: int, loss: float) -> None:  # ProgressReporter's line, every step
+    def report(step: int, loss: float) -> None:  # ProgressReporter's line, every --log_every steps
+        if step % args.log_every:
+            return
         rate = step * args.batch_size / max(time.monotonic() - started, 1e-9)
         print(f"nocomm:{args.replica} step={step} loss={loss:.4f} examples/s={rate:.0f}", flush=True)
 

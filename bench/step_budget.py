@@ -76,7 +76,8 @@ def run_bound(example: str, steps: int, timeout_s: float) -> dict[str, float]:
     """One copy of the bound's loop (bench/nocomm.py) for `steps` steps; its CPU seconds. Blocks."""
     job = Job(UsageSampler())
     try:
-        argv = ("bench/nocomm.py", "--model", example, "--steps", str(steps), "--replica", "0", "--replicas", "1")
+        argv = ("bench/nocomm.py", "--model", example, "--steps", str(steps), "--replica", "0", "--replicas", "1",
+                "--log_every", str(steps + 1))  # no progress line, as the job's tasks
         job.start(Launch("bound", argv, clean_env(os.environ, {}), output=Output.CAPTURE))
         codes = job.wait(job.launched + timeout_s, until_failure=True)
     finally:
