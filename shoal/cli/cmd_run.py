@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="extra environment variable for every task (repeatable)")
     add_launch_flags(parser)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    parser.program_flag_hint = _after_double_dash_hint
     parser.set_defaults(handler=run, options=tuple(option_strings(parser)))
 
 
@@ -85,6 +86,12 @@ def _range(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
     return text.strip()
+
+
+def _after_double_dash_hint(flag: str, value: str) -> str:
+    """Where a flag for the training program goes, given to `shoal run` before `--`."""
+    given = f"{flag} {value}" if value else flag
+    return f"; the program's own flags go after --: shoal run [OPTIONS] -- python train.py {given}"
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:

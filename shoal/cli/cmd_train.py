@@ -17,7 +17,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="override a parameter declared under parameters: (repeatable)")
     add_launch_flags(parser)
+    parser.program_flag_hint = _spec_parameter_hint
     parser.set_defaults(handler=run)
+
+
+def _spec_parameter_hint(flag: str, value: str) -> str:
+    """Where a flag for the training program goes, given to `shoal train` instead."""
+    name = flag.lstrip("-").replace("-", "_") or "NAME"
+    return (f"; shoal train passes no flags to the program: set a parameter the spec declares with -p {name}="
+            f"{value or 'VALUE'} (the spec's {{{{ {name} }}}}), or put the flag in the spec's run:")
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:

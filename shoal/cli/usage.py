@@ -58,13 +58,26 @@ def unknown_command(parser: ShoalParser, argv: Sequence[str]) -> Optional[Argume
 
 
 def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> ArgumentsError:
-    """The error for arguments `parser` (the command's parser) did not take, with a
-    suggestion for the first that looks like a misspelt option."""
+    """The error for arguments `parser` (the command's parser) did not take: for the first
+    that looks like an option, the command's option it misspells, else the command's
+    `program_flag_hint` (a flag meant for the training program: where that goes)."""
     hint = ""
-    options = option_strings(parser)
-    for extra in extras:
+    for i, extra in enumerate(extras):
         if extra.startswith("-") and len(extra) > 1:
-            hint = did_you_mean(extra.split("=", 1)[0], options)
-            if hint:
-                break
+            name, _, value = extra.partition("=")
+            hint = _misspelt_option(name, option_strings(parser))
+            if not hint:
+                if not value and i + 1 < len(extras) and not extras[i + 1].startswith("-"):
+                    value = extras[i + 1]
+                program_flag_hint = getattr(parser, "program_flag_hint", None)
+                hint = program_flag_hint(name, value) if program_flag_hint is not None else ""
+            break
     return ArgumentsError(f"unrecognized arguments: {' '.join(extras)}{hint}", parser)
+
+
+def _misspelt_option(name: str, options: Sequence[str]) -> str:
+    """"; did you mean --X?" when `name` is close to one of `options` once their dashes are
+    left out ("--steps" is not "--hosts"), "" otherwise."""
+    bare = {option.lstrip("-"): option for option in options}
+    close = difflib.get_close_matches(name.lstrip("-"), list(bare), n=1, cutoff=0.75)
+    return f"; did you mean {bare[close[0]]}?" if close else ""

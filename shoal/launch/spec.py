@@ -545,9 +545,11 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
             msg = "is missing; add it"
         elif item["type"] == "extra_forbidden":
             msg = _unknown_field(loc)
-        elif ("input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict)
-              and repr(item["input"]) not in msg):  # the message may name the value itself
-            msg += f" (got {item['input']!r})"
+        else:
+            msg = _with_an_example(item["type"], loc, msg)
+            if ("input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict)
+                    and repr(item["input"]) not in msg):  # the message may name the value itself
+                msg += f" (got {item['input']!r})"
         field = dotted(loc) or "(top level)"
         if first is None:
             first = (line, field, msg)
@@ -558,6 +560,31 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
     if len(messages) > 1:
         msg += "".join(f"\n  also {m}" for m in messages[1:])
     return SpecError(msg, source=source, line=line, field=field)
+
+
+_MAPPING_EXAMPLES = {  # a field that must be a mapping, by its name: how one is written
+    "restart": "restart: {policy: on-failure, max_restarts: 3}",
+    "watchdog": "watchdog: {stall: 5m, action: restart-stuck}",
+    "ssh": "ssh: {config: ~/.ssh/config, connect_timeout: 10s}",
+    "env": "env: {NAME: value}",
+    "roles": "roles: {ps: {count: 1}, worker: {count: 2}}",
+    "parameters": "parameters: {steps: 1000}",
+}
+
+
+def _with_an_example(kind: str, loc: tuple, msg: str) -> str:
+    """pydantic's message for a value of the wrong shape, said as the spec's own terms with
+    an example of the right one (the other messages as they are)."""
+    name = str(loc[-1]) if loc else ""
+    if kind in ("model_type", "dict_type"):
+        example = _MAPPING_EXAMPLES.get(name) or (
+            f"{name}: {{count: 2}}" if loc[:1] == ("roles",) and len(loc) == 2 else "")
+        return "must be a mapping" + (f"; write e.g. {example}" if example else "")
+    if kind == "string_type":
+        return f"must be text; quote it: {name}: \"...\""
+    if kind in ("byte_size_unit", "byte_size"):
+        return "is not a size; write e.g. 512MiB, 2GiB or 1.5GB"
+    return msg
 
 
 def _named_field(loc: tuple, msg: str) -> tuple[tuple, str]:

@@ -100,3 +100,18 @@ def test_show_secret_without_dry_run_is_a_usage_error(tmp_path):
     shoal = Captured(tmp_path)
     assert shoal("run", "--show-secret", "--", "true") == ExitCode.USAGE
     assert "--dry-run" in shoal.err.getvalue()
+
+
+def test_a_program_flag_given_to_shoal_says_where_it_goes(tmp_path):
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml", "--steps", "300") == ExitCode.USAGE
+    err = shoal.err.getvalue()
+    assert "unrecognized arguments: --steps 300; shoal train passes no flags to the program: set a parameter" in err
+    assert "-p steps=300 (the spec's {{ steps }})" in err and "did you mean" not in err
+    shoal = Captured(tmp_path)
+    assert shoal("run", "--steps=300", "--", "python", "t.py") == ExitCode.USAGE
+    err = shoal.err.getvalue()
+    assert "the program's own flags go after --: shoal run [OPTIONS] -- python train.py --steps 300" in err
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml", "--dry_run") == ExitCode.USAGE  # a misspelt option of shoal's own
+    assert "did you mean --dry-run?" in shoal.err.getvalue()

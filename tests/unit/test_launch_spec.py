@@ -127,6 +127,24 @@ def test_a_misspelt_section_is_named_before_what_it_leaves_missing_or_unfilled(t
     assert e.field == "parameter" and "(did you mean 'parameters'?)" in str(e) and "steps" not in str(e)
 
 
+@pytest.mark.parametrize("old, new, field, says", [
+    ("restart: {policy: on-failure, max_restarts: 2, backoff: 500ms}", "restart: on-failure", "restart",
+     "must be a mapping; write e.g. restart: {policy: on-failure, max_restarts: 3} (got 'on-failure')"),
+    ("env: {FOO: 1}", "env: [A, B]", "roles.worker.env", "must be a mapping; write e.g. env: {NAME: value}"),
+    ("deadline: 10m", "output_dir: 5", "output_dir", 'must be text; quote it: output_dir: "..." (got 5)'),
+    ("deadline: 10m", "watchdog: 5m", "watchdog", "must be a mapping; write e.g. watchdog: {stall: 5m"),
+])
+def test_a_value_of_the_wrong_shape_is_refused_with_an_example_of_the_right_one(tmp_path, old, new, field, says):
+    assert old in GOOD
+    e = error(tmp_path, GOOD.replace(old, new))
+    assert e.field == field and says in str(e) and "Input should" not in str(e), str(e)
+
+
+def test_a_memory_size_that_cannot_be_read_says_how_sizes_are_written(tmp_path):
+    e = error(tmp_path, GOOD.replace("memory: 2GiB", "memory: 2 gigs"))
+    assert e.field == "roles.worker.memory" and "is not a size; write e.g. 512MiB, 2GiB or 1.5GB (got '2 gigs')" in str(e)
+
+
 def test_job_without_chief_or_worker_is_an_error(tmp_path):
     with pytest.raises(SpecError) as e:
         spec_from_dict({"name": "x", "run": "true", "roles": {"ps": {"count": 1}}})
