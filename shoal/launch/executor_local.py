@@ -132,6 +132,10 @@ class LocalExecutor:
         ids = task_ids(spec)
         ports = free_ports(len(ids) + 1, self._host)
         visible = self._visible = self._visible_gpus(spec)
+        if visible.unchecked:
+            self._notify(f"shoal | {visible.limited_by} names the GPUs tasks get, unchecked: nvidia-ml-py cannot see"
+                         " this host's GPUs (not installed, or no NVIDIA driver), so a GPU it names that this host"
+                         " lacks leaves its task on the CPU; pip install nvidia-ml-py to have them checked")
         refuse_gpu_roles_that_cannot_grow(spec, visible)
         gpus = assign_gpus(spec, ids, visible)
         return Allocation(

@@ -27,10 +27,13 @@ VARIABLE = "CUDA_VISIBLE_DEVICES"
 @dataclass(frozen=True)
 class VisibleGpus:
     """The GPUs of one host that its tasks may be given, in order. `limited_by` is
-    "CUDA_VISIBLE_DEVICES=..." when the environment chose them, "" when NVML counted them."""
+    "CUDA_VISIBLE_DEVICES=..." when the environment chose them, "" when NVML counted them;
+    `unchecked`: the environment named GPUs that NVML could not check (no nvidia-ml-py, or no
+    driver), so they are taken as named."""
 
     ids: tuple[str, ...] = ()
     limited_by: str = ""
+    unchecked: bool = False
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -103,11 +106,12 @@ def visible_gpus(environ: Mapping[str, str]) -> VisibleGpus:
     if VARIABLE in environ:
         value = environ[VARIABLE]
         ids = parse_visible_devices(value)
+        gpus: list[GpuIdentity] = []
         if ids:
             gpus = gpu_identities()  # none: NVML cannot tell, so the names are trusted
             ids = known_gpus(parse_visible_devices(value, len(gpus) or None), [g.uuid for g in gpus],
                              _numbered_as_nvml(environ, gpus))
-        return VisibleGpus(ids, f"{VARIABLE}={value}")
+        return VisibleGpus(ids, f"{VARIABLE}={value}", unchecked=bool(ids) and not gpus)
     return VisibleGpus(tuple(str(i) for i in range(gpu_count())))
 
 

@@ -103,8 +103,19 @@ def test_a_gpu_nvml_cannot_read_still_counts_and_no_uuid_is_taken_for_unknown(mo
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": f"{uuid(0)},{uuid(0)[:12]},{other}"}).ids == (uuid(0), other)
 
 
-def test_without_nvml_the_names_are_trusted_as_given():
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,GPU-00000000"}).ids == ("0", "GPU-00000000")
+def test_without_nvml_the_names_are_trusted_as_given_and_the_launcher_says_so():
+    visible = visible_gpus({"CUDA_VISIBLE_DEVICES": "0,GPU-00000000"})
+    assert visible.ids == ("0", "GPU-00000000") and visible.unchecked
+    said: list[str] = []
+    executor = LocalExecutor(python="/py", base_env={"CUDA_VISIBLE_DEVICES": "3"}, notify=said.append)
+    executor.allocate(spec_from_dict({"name": "g", "run": "python t.py", "roles": {"worker": {"gpus": 1}}}))
+    assert len(said) == 1 and "CUDA_VISIBLE_DEVICES=3 names the GPUs tasks get, unchecked: nvidia-ml-py" in said[0]
+
+
+def test_gpus_nvml_checked_are_not_called_unchecked(host_gpus):
+    host_gpus[0] = 1
+    assert not visible_gpus({"CUDA_VISIBLE_DEVICES": "0"}).unchecked
+    assert not visible_gpus({"CUDA_VISIBLE_DEVICES": ""}).unchecked and not visible_gpus({}).unchecked
 
 
 def test_a_job_is_not_given_a_gpu_index_the_host_lacks(host_gpus):
@@ -117,7 +128,8 @@ def test_a_job_is_not_given_a_gpu_index_the_host_lacks(host_gpus):
 
 
 def test_the_environment_chooses_the_gpus_when_it_names_them_else_nvml_counts_them():
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == VisibleGpus(("2", "3"), "CUDA_VISIBLE_DEVICES=2,3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == VisibleGpus(("2", "3"), "CUDA_VISIBLE_DEVICES=2,3",
+                                                                             unchecked=True)  # no NVML here
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == VisibleGpus((), "CUDA_VISIBLE_DEVICES=")
     assert visible_gpus({}) == VisibleGpus()
 
