@@ -128,8 +128,8 @@ def test_a_job_is_not_given_a_gpu_index_the_host_lacks(host_gpus):
 
 
 def test_the_environment_chooses_the_gpus_when_it_names_them_else_nvml_counts_them():
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == VisibleGpus(("2", "3"), "CUDA_VISIBLE_DEVICES=2,3",
-                                                                             unchecked=True)  # no NVML here
+    named = VisibleGpus(("2", "3"), "CUDA_VISIBLE_DEVICES=2,3", unchecked=True)  # no NVML here to check them
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == named
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == VisibleGpus((), "CUDA_VISIBLE_DEVICES=")
     assert visible_gpus({}) == VisibleGpus()
 
