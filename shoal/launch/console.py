@@ -145,7 +145,10 @@ class RecordsObserver:
         self._flush_progress()
 
     def task_progress(self, name: str, line: ProgressLine) -> None:
-        """Task `name` printed `line`: record its straggler figures."""
+        """Task `name` printed `line`: record its straggler figures (a line with none, such as
+        the `final` line, leaves the last ones to be recorded)."""
+        if line.step_ms is None and line.p95_ms is None and line.applied is None and line.pushed is None:
+            return
         now = time.monotonic()
         with self._lock:
             if now - self._task_last.get(name, float("-inf")) < _RECORD_PROGRESS_EVERY:

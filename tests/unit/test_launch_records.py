@@ -158,3 +158,21 @@ def test_task_refs_round_trip_through_json():
     assert TaskRef("ssh", pid=42, host="n2").describe() == "pid 42 on n2"
     with pytest.raises(LaunchError, match="damaged"):
         TaskRef.from_json("{not json")
+
+
+def test_a_tasks_last_figures_are_recorded_when_the_job_ends_not_those_of_its_first_line(tmp_path):
+    from shoal.launch.console import RecordsObserver
+    from shoal.launch.progress_line import parse_progress
+
+    with JobStore(tmp_path / "jobs.db") as store:
+        the_plan = plan("m-1")
+        store.create_job(the_plan, 1, 0.0)
+        records = RecordsObserver(the_plan, store, notify=lambda text: None)
+        for n in range(1, 6):  # within a second: only the first is written at once
+            line = f"worker:0 step={n * 100} loss=0.3 examples/s=9 step_ms=0.{n} p95_ms=0.9 applied={n * 100}/{n * 100}"
+            records.task_progress("worker.0", parse_progress(line.encode()))
+        records.task_progress("worker.0", parse_progress(b"worker:0 step=501 loss=0.3 final"))  # no figures
+        assert store.find("m-1").task("worker.0").applied == 100
+        records.job_changed(JobState.SUCCEEDED, "done")
+        task = store.find("m-1").task("worker.0")
+        assert (task.applied, task.pushed, task.step_ms) == (500, 500, 0.5)
