@@ -27,7 +27,8 @@ from shoal.launch.processes import same_process
 from shoal.launch.records import JobRecord, JobStore, ProcessRecord
 from shoal.launch.states import JobState, TaskState
 
-LAUNCHER_DIED = "the launcher died; its tasks were stopped (by its watchdog; on other hosts, by their agents)"
+LAUNCHER_DIED = "the launcher died; its tasks were stopped"
+_STOPPED_BY = {"local": "by its watchdog", "ssh": "by their hosts' agents", "slurm": "by their nodes' agents"}
 _POLL = 0.05
 _KILL_WAIT = 5.0
 
@@ -51,7 +52,9 @@ def reconcile(store: JobStore, job: JobRecord, executor: Executor) -> JobRecord:
         executor.kill(rec.ref)
     checks = sweep_job(store, job, executor, kill=True) or []
     left = describe_checks(checks, clean=False, killed=True)
-    _mark_killed(store, job, LAUNCHER_DIED + "".join(f"; {line}" for line in left))
+    stopped_by = _STOPPED_BY.get(job.executor)
+    _mark_killed(store, job, LAUNCHER_DIED + (f" ({stopped_by})" if stopped_by else "")
+                 + "".join(f"; {line}" for line in left))
     return store.find(job.id)
 
 

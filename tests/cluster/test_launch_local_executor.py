@@ -135,7 +135,7 @@ def test_status_of_a_job_whose_launcher_died_kills_a_surviving_task(tmp_path):
         env = Environment(environ={"SHOAL_HOME": str(tmp_path / "home")}, stdout=io.StringIO(),
                           stderr=io.StringIO(), stdout_bytes=io.BytesIO(), cwd=tmp_path)
         assert main(["status", "x"], env) == 0
-        assert "job x-1  KILLED (the launcher died" in env.stdout.getvalue()
+        assert "job x-1  KILLED (the launcher died; its tasks were stopped (by its watchdog)" in env.stdout.getvalue()
         assert survivor.wait(10) == -signal.SIGKILL
     finally:
         if survivor.poll() is None:
