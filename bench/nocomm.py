@@ -98,6 +98,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--log_every", type=int, default=1, help="print the progress line every N local steps")
     args = parser.parse_args(argv)
+    if args.log_every < 1:
+        parser.error(f"--log_every must be 1 or more, got {args.log_every}")
     data = load_mnist(default_cache_dir(os.environ))
     batches = ShardedBatches(len(data.train_y), args.batch_size, args.replicas, args.replica)
     started = time.monotonic()

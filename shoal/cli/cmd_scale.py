@@ -87,8 +87,8 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         job = find_running_job(store, job_ref)
         job = reconcile(store, job, env.executor(job.executor))
         if job.state.is_terminal:
-            which = "" if job_ref else "no job is running, and the newest, "
-            raise ScaleError(f"{which}job {job.handle} is not running ({job.state.value}); shoal scale"
+            which, comma = ("", "") if job_ref else ("no job is running, and the newest, ", ",")
+            raise ScaleError(f"{which}job {job.handle}{comma} is not running ({job.state.value}); shoal scale"
                              " changes running jobs only (start it again, with shoal train or shoal run)")
         deadline = time.monotonic() + args.timeout
         outcome = _ask(store, job, request, args.timeout)

@@ -42,7 +42,7 @@ def parse(parser: ShoalParser, argv: list[str]) -> argparse.Namespace:
         raise error
     args, extras = parser.parse_known_args(argv)
     if extras:
-        raise unrecognized(parser.commands.get(args.command, parser), extras)
+        raise unrecognized(parser.commands.get(args.command, parser), extras, argv)
     return args
 
 

@@ -57,27 +57,48 @@ def unknown_command(parser: ShoalParser, argv: Sequence[str]) -> Optional[Argume
         f" {', '.join(parser.commands)}; shoal -h explains them)", parser)
 
 
-def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> ArgumentsError:
-    """The error for arguments `parser` (the command's parser) did not take: for the first
-    that looks like an option, the command's option it misspells, else the command's
-    `program_flag_hint` (a flag meant for the training program: where that goes)."""
-    hint = ""
-    for i, extra in enumerate(extras):
-        if extra.startswith("-") and len(extra) > 1:
-            name, _, value = extra.partition("=")
-            hint = _misspelt_option(name, option_strings(parser))
-            if not hint:
-                if not value and i + 1 < len(extras) and not extras[i + 1].startswith("-"):
-                    value = extras[i + 1]
-                program_flag_hint = getattr(parser, "program_flag_hint", None)
-                hint = program_flag_hint(name, value) if program_flag_hint is not None else ""
-            break
+def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str],
+                 argv: Sequence[str] = ()) -> ArgumentsError:
+    """The error for arguments `parser` (the command's parser) did not take: the first that
+    misspells one of the command's options, named; else, for the first that looks like an
+    option, the command's `program_flag_hint` (a flag meant for the training program: where
+    that goes), with its value as `argv` (the whole command line) gives it."""
+    flags = [extra for extra in extras if extra.startswith("-") and len(extra) > 1]
+    options = option_strings(parser)
+    hint = next((h for h in (_misspelt_option(f.partition("=")[0], options) for f in flags) if h), "")
+    program_flag_hint = getattr(parser, "program_flag_hint", None)
+    if not hint and flags and program_flag_hint is not None:
+        name, _, value = flags[0].partition("=")
+        hint = program_flag_hint(name, value or _value_after(flags[0], argv))
     return ArgumentsError(f"unrecognized arguments: {' '.join(extras)}{hint}", parser)
+
+
+def _value_after(flag: str, argv: Sequence[str]) -> str:
+    """The word after `flag` on the command line when it reads as its value (not another
+    option, nor `--`; a negative number is a value), else ""."""
+    words = list(argv)
+    if flag not in words:
+        return ""
+    after = words[words.index(flag) + 1:words.index(flag) + 2]
+    if not after or after[0] == "--" or (after[0].startswith("-") and not _is_number(after[0])):
+        return ""
+    return after[0]
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
 
 
 def _misspelt_option(name: str, options: Sequence[str]) -> str:
     """"; did you mean --X?" when `name` is close to one of `options` once their dashes are
-    left out ("--steps" is not "--hosts"), "" otherwise."""
-    bare = {option.lstrip("-"): option for option in options}
-    close = difflib.get_close_matches(name.lstrip("-"), list(bare), n=1, cutoff=0.75)
-    return f"; did you mean {bare[close[0]]}?" if close else ""
+    left out ("--steps" is not "--hosts"), and is not a whole word of it ("--config" is a
+    program's flag, not a misspelt "--ssh-config"); "" otherwise."""
+    bare = name.lstrip("-")
+    candidates = {option.lstrip("-"): option for option in options
+                  if bare not in option.lstrip("-").split("-") or "-" not in option.lstrip("-")}
+    close = difflib.get_close_matches(bare, list(candidates), n=1, cutoff=0.75)
+    return f"; did you mean {candidates[close[0]]}?" if close else ""

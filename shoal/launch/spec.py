@@ -26,7 +26,7 @@ import difflib
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Mapping, Optional, Union
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field,
@@ -546,15 +546,17 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
         elif item["type"] == "extra_forbidden":
             msg = _unknown_field(loc)
         else:
-            msg = _with_an_example(item["type"], loc, msg)
+            named_value = "input" in item and repr(item["input"]) in msg  # pydantic's message may name the value
+            msg = _with_an_example(item, loc, msg)
             if ("input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict)
-                    and repr(item["input"]) not in msg):  # the message may name the value itself
+                    and not named_value):
                 msg += f" (got {item['input']!r})"
         field = dotted(loc) or "(top level)"
         if first is None:
             first = (line, field, msg)
         where = source + (f":{line}" if line else "")
-        messages.append(f"{where}: {field}: {msg}")
+        if f"{where}: {field}: {msg}" not in messages:  # one per field and message: a union's parts say one thing
+            messages.append(f"{where}: {field}: {msg}")
     assert first is not None
     line, field, msg = first
     if len(messages) > 1:
@@ -572,16 +574,23 @@ _MAPPING_EXAMPLES = {  # a field that must be a mapping, by its name: how one is
 }
 
 
-def _with_an_example(kind: str, loc: tuple, msg: str) -> str:
-    """pydantic's message for a value of the wrong shape, said as the spec's own terms with
-    an example of the right one (the other messages as they are)."""
-    name = str(loc[-1]) if loc else ""
+def _with_an_example(item: Mapping[str, Any], loc: tuple, msg: str) -> str:
+    """pydantic's message for a value of the wrong shape (`item`, one of its errors, at the
+    spec's field `loc`), said in the spec's own terms with an example of the right one; other
+    messages, and errors in a mapping's keys, as they are."""
+    kind, name = item["type"], loc[-1] if loc else ""
+    if item["loc"][-1:] == ("[key]",):
+        return msg
+    if any(part in ("str", "list[str]") for part in item["loc"]) and kind in ("string_type", "list_type"):
+        return "must be a command: text, or a list of words"  # run: (a union of the two)
+    if loc[:1] == ("hosts",) and len(loc) == 2:
+        return "must be a host name or a mapping; write e.g. hosts: [node1, {name: node2, slots: 4}]"
     if kind in ("model_type", "dict_type"):
-        example = _MAPPING_EXAMPLES.get(name) or (
+        example = _MAPPING_EXAMPLES.get(str(name)) or (
             f"{name}: {{count: 2}}" if loc[:1] == ("roles",) and len(loc) == 2 else "")
         return "must be a mapping" + (f"; write e.g. {example}" if example else "")
     if kind == "string_type":
-        return f"must be text; quote it: {name}: \"...\""
+        return f'must be text; quote it: {name}: "..."' if isinstance(name, str) else 'must be text; quote it: "..."'
     if kind in ("byte_size_unit", "byte_size"):
         return "is not a size; write e.g. 512MiB, 2GiB or 1.5GB"
     return msg

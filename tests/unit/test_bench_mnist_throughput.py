@@ -24,7 +24,7 @@ def test_the_window_counts_every_line_as_log_every_steps(every):
     tasks = [worker("worker:0", 1.0, 101, every, 0.01), worker("worker:1", 1.5, 101, every, 0.01)]
     job = SimpleNamespace(tasks=tasks, launched=0.0, sampler=SimpleNamespace(machine_cpu=[(0.0, 0.0), (100.0, 100.0)]))
     run = _measure("softmax", "async", 1000, job, {"worker:0": 0, "worker:1": 0}, 3.0, every)
-    assert run["ok"] and run["log_every"] == every
+    assert run["ok"] and run["log_every"] == every and run["local_steps"]["worker:0"] == 101 * every
     # from worker:1's first line (1.5 s) to worker:0's last (2.0 s): 50 lines of worker:0, 50 of worker:1
     assert run["window_s"] == pytest.approx(0.5)
     assert run["examples_per_s"] == pytest.approx(100 * every * BATCH / 0.5, rel=1e-6)

@@ -113,5 +113,20 @@ def test_a_program_flag_given_to_shoal_says_where_it_goes(tmp_path):
     err = shoal.err.getvalue()
     assert "the program's own flags go after --: shoal run [OPTIONS] -- python train.py --steps 300" in err
     shoal = Captured(tmp_path)
+    assert shoal("run", "--steps", "300", "--", "python", "t.py") == ExitCode.USAGE
+    assert "-- python train.py --steps 300" in shoal.err.getvalue()
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml", "--lr", "-0.1") == ExitCode.USAGE  # a negative number is a value
+    assert "-p lr=-0.1 " in shoal.err.getvalue()
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml", "--config", "c.yaml") == ExitCode.USAGE  # a word of --ssh-config, not it
+    assert "did you mean" not in shoal.err.getvalue() and "-p config=c.yaml" in shoal.err.getvalue()
+
+
+def test_a_misspelt_option_is_named_wherever_it_stands(tmp_path):
+    shoal = Captured(tmp_path)
     assert shoal("train", "job.yaml", "--dry_run") == ExitCode.USAGE  # a misspelt option of shoal's own
     assert "did you mean --dry-run?" in shoal.err.getvalue()
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml", "--seed", "1", "--dry_run") == ExitCode.USAGE  # after a program's flag
+    assert "did you mean --dry-run?" in shoal.err.getvalue() and "-p seed" not in shoal.err.getvalue()

@@ -155,7 +155,7 @@ def test_scale_of_a_job_that_is_not_running_says_so(tmp_path):
     assert "is not running (SUCCEEDED)" in shoal.err.getvalue() and "no job is running" not in shoal.err.getvalue()
     shoal = Captured(tmp_path)
     assert shoal("scale", "worker=2") == 6  # no JOB: the newest, which is not running
-    assert "no job is running, and the newest, job 1" in shoal.err.getvalue()
+    assert "no job is running, and the newest, job 1" in shoal.err.getvalue() and ", is not running" in shoal.err.getvalue()
 
 
 def test_scale_times_out_naming_the_launcher_when_nobody_answers(tmp_path):

@@ -140,6 +140,18 @@ def test_a_value_of_the_wrong_shape_is_refused_with_an_example_of_the_right_one(
     assert e.field == field and says in str(e) and "Input should" not in str(e), str(e)
 
 
+@pytest.mark.parametrize("extra, field, says", [
+    ({"restart": 3}, "restart", "write e.g. restart: {policy: on-failure, max_restarts: 3} (got 3)"),
+    ({"run": 5}, "run", "must be a command: text, or a list of words (got 5)"),
+    ({"hosts": [5]}, "hosts[0]", "must be a host name or a mapping; write e.g. hosts: [node1, {name: node2"),
+    ({"roles": {"worker": {"hosts": [5]}}}, "roles.worker.hosts[0]", 'must be text; quote it: "..." (got 5)'),
+])
+def test_wrong_shapes_in_lists_unions_and_with_digits_in_the_example_are_worded_right(extra, field, says):
+    with pytest.raises(SpecError) as info:
+        spec_from_dict({"name": "t", "run": "python t.py", "roles": {"worker": {"count": 1}}, **extra})
+    assert info.value.field == field and says in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
 def test_a_memory_size_that_cannot_be_read_says_how_sizes_are_written(tmp_path):
     e = error(tmp_path, GOOD.replace("memory: 2GiB", "memory: 2 gigs"))
     assert e.field == "roles.worker.memory" and "is not a size; write e.g. 512MiB, 2GiB or 1.5GB (got '2 gigs')" in str(e)
