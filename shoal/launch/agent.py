@@ -126,6 +126,8 @@ class Agent:
             from shoal.launch.visible_gpus import visible_gpus  # nvidia-ml-py only when GPUs are wanted
             visible = visible_gpus(self._base_env)
             reply["gpus"], reply["gpus_from"] = list(visible.ids), visible.limited_by
+            if visible.unchecked:
+                reply["gpus_unchecked"] = True
         self.send(reply)
 
     def _start(self, message: dict[str, Any]) -> None:

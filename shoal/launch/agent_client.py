@@ -376,4 +376,4 @@ def _visible_gpus(reply: Mapping[str, Any]) -> VisibleGpus:
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or not isinstance(limited_by, str):
         raise AgentError(f"the agent's GPUs are not a list of names: {str(ids)[:200]}; "
                          "is the same Shoal installed there?")
-    return VisibleGpus(tuple(ids), limited_by)
+    return VisibleGpus(tuple(ids), limited_by, unchecked=reply.get("gpus_unchecked") is True)

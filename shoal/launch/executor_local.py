@@ -33,7 +33,7 @@ from shoal.launch.plan import JobPlan, TaskPlan
 from shoal.launch.ports import free_ports
 from shoal.launch.processes import process_started, same_process
 from shoal.launch.spec import JobSpec
-from shoal.launch.visible_gpus import VisibleGpus, visible_gpus
+from shoal.launch.visible_gpus import VisibleGpus, unchecked_notice, visible_gpus
 
 KIND = "local"
 _CHUNK = 1 << 16
@@ -133,9 +133,7 @@ class LocalExecutor:
         ports = free_ports(len(ids) + 1, self._host)
         visible = self._visible = self._visible_gpus(spec)
         if visible.unchecked:
-            self._notify(f"shoal | {visible.limited_by} names the GPUs tasks get, unchecked: nvidia-ml-py cannot see"
-                         " this host's GPUs (not installed, or no NVIDIA driver), so a GPU it names that this host"
-                         " lacks leaves its task on the CPU; pip install nvidia-ml-py to have them checked")
+            self._notify(unchecked_notice(visible, "this host"))
         refuse_gpu_roles_that_cannot_grow(spec, visible)
         gpus = assign_gpus(spec, ids, visible)
         return Allocation(

@@ -66,7 +66,7 @@ from shoal.launch.ssh import SshOptions, agent_args, ssh_argv
 from shoal.launch.ssh_control import AgentSite, scan
 from shoal.launch.ssh_preflight import close_all, is_unreachable, open_agents
 from shoal.launch.ssh_sync import collect_model_dirs, sync_workdir
-from shoal.launch.visible_gpus import VisibleGpus
+from shoal.launch.visible_gpus import VisibleGpus, unchecked_notice
 
 KIND = "ssh"
 _HELLO_GRACE = 20.0
@@ -161,6 +161,8 @@ class SshExecutor:
                 raise HostsError(f"{node} cannot hold ports for the job (nothing was started): {e}") from e
             if bound.gpus is not None:
                 self._gpus_of[node] = bound.gpus
+                if bound.gpus.unchecked:
+                    self._notify(unchecked_notice(bound.gpus, node))
             try:
                 gpus = assign_gpus(spec, mine, bound.gpus or VisibleGpus())
             except PlanError as e:
@@ -227,6 +229,8 @@ class SshExecutor:
             except AgentError as e:
                 raise PlanError(f"{name} cannot say which GPUs it has, for {task}: {e}") from e
             self._gpus_of[name] = bound.gpus or VisibleGpus()
+            if self._gpus_of[name].unchecked:
+                self._notify(unchecked_notice(self._gpus_of[name], name))
         return self._gpus_of[name]
 
     def start(self, job: JobPlan, task: TaskPlan) -> AgentTask:

@@ -39,6 +39,14 @@ class VisibleGpus:
         return len(self.ids)
 
 
+def unchecked_notice(visible: VisibleGpus, host: str) -> str:
+    """The launcher's line for GPUs that `host` ("this host", or a host's name) hands out
+    unchecked (`visible.unchecked`)."""
+    return (f"shoal | {visible.limited_by} names the GPUs tasks get on {host}, unchecked: nvidia-ml-py cannot see"
+            " its GPUs (not installed, or no NVIDIA driver), so a GPU it names that the host lacks leaves its task"
+            " on the CPU; pip install nvidia-ml-py there to have them checked")
+
+
 def parse_visible_devices(value: str, count: Optional[int] = None) -> tuple[str, ...]:
     """CUDA_VISIBLE_DEVICES as CUDA reads it: comma-separated indexes (read as strtoul does:
     " 1", "+1" and "1x" are 1) or UUIDs (`GPU-...`, `MIG-...`, case as given). The first entry

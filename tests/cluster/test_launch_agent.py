@@ -309,11 +309,16 @@ def test_hello_names_the_slurm_step_the_agent_runs_in():
 
 
 def test_bind_names_the_gpus_its_environment_leaves_it_as_a_slurm_step_has_them():
+    """(A MIG name and index 0: names any host keeps, with or without a GPU; whether NVML could
+    check them is said too.)"""
+    from shoal.launch.nvml import gpu_count
+
     messages = b'{"type": "bind", "count": 1, "interface": "127.0.0.1", "gpus": true}\n{"type": "stop"}\n'
     done = subprocess.run([sys.executable, "-m", "shoal.launch.agent"], input=messages, capture_output=True,
-                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="GPU-4f1e,0"), timeout=30)
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="MIG-4f1e,0"), timeout=30)
     [ports] = [m for m in map(json.loads, done.stdout.splitlines()) if m["type"] == "ports"]
-    assert ports["gpus"] == ["GPU-4f1e", "0"] and ports["gpus_from"] == "CUDA_VISIBLE_DEVICES=GPU-4f1e,0"
+    assert ports["gpus"] == ["MIG-4f1e", "0"] and ports["gpus_from"] == "CUDA_VISIBLE_DEVICES=MIG-4f1e,0"
+    assert ports.get("gpus_unchecked", False) is (gpu_count() == 0)
 
 
 def test_bind_with_count_0_only_names_the_gpus_and_is_refused_without_gpus(agent):

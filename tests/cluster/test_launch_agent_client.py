@@ -249,6 +249,8 @@ def test_ssh_executor_places_an_added_task_on_a_free_slot_with_a_held_port(conne
     from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.nvml import gpu_count
+    from shoal.launch.visible_gpus import unchecked_notice
     from shoal.launch.hosts import Host
     from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict
@@ -278,6 +280,8 @@ def test_ssh_executor_gives_back_the_slots_of_scaled_down_tasks(connections, tmp
     from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.nvml import gpu_count
+    from shoal.launch.visible_gpus import unchecked_notice
     from shoal.launch.hosts import Host
     from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict
@@ -339,6 +343,8 @@ def test_ssh_executor_places_an_added_gpu_task_on_a_host_with_a_free_gpu_and_giv
     from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.nvml import gpu_count
+    from shoal.launch.visible_gpus import unchecked_notice
     from shoal.launch.hosts import Host
     from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict
@@ -347,30 +353,34 @@ def test_ssh_executor_places_an_added_gpu_task_on_a_host_with_a_free_gpu_and_giv
                                                                  "worker": {"count": "1..3", "gpus": 1}}})
     places = (TaskAllocation(TaskId("ps", 0), "127.0.0.1", 7002, (), gpu_host=True, node="a"),
               TaskAllocation(TaskId("chief", 0), "127.0.0.1", 7000, (), gpu_host=True, node="a"),
-              TaskAllocation(TaskId("worker", 0), "127.0.0.1", 7001, ("GPU-a0",), gpu_host=True, node="a"))
+              TaskAllocation(TaskId("worker", 0), "127.0.0.1", 7001, ("MIG-a0",), gpu_host=True, node="a"))
     assert [p.task for p in places] == task_ids(spec)
     plan = make_plan(spec, Allocation(places, "127.0.0.1", 6999, "/py"), job_id="s-1",
                      shoal_home=tmp_path, workdir=tmp_path, secret="k")
-    executor = SshExecutor([Host("a"), Host("b")], python=sys.executable, cwd=tmp_path)
-    for name, gpus in (("a", "GPU-a0"), ("b", "GPU-b0")):  # one GPU each, as their agents see them
+    said: list[str] = []
+    executor = SshExecutor([Host("a"), Host("b")], python=sys.executable, cwd=tmp_path, notify=said.append)
+    for name, gpus in (("a", "MIG-a0"), ("b", "MIG-b0")):  # one GPU each, as their agents see them
         conn = connections(AGENT, env={**os.environ, "CUDA_VISIBLE_DEVICES": gpus})
         conn.open(timeout=20)
         executor._conns[name] = conn  # the agents allocate() would have started over ssh
-    executor._gpus_of["a"] = VisibleGpus(("GPU-a0",))  # what a's agent said when the job started
+    executor._gpus_of["a"] = VisibleGpus(("MIG-a0",))  # what a's agent said when the job started
 
     ps = executor.place_task(plan, TaskId("ps", 1), plan.tasks)  # the least loaded host: b, not asked yet
     assert (ps.node, ps.gpus, ps.gpu_host) == ("b", (), True)
     assert added_task(plan, ps, plan.tasks).env_dict["CUDA_VISIBLE_DEVICES"] == ""
 
     place = executor.place_task(plan, TaskId("worker", 1), plan.tasks)
-    assert (place.node, place.gpus, place.gpu_host) == ("b", ("GPU-b0",), True)
+    assert (place.node, place.gpus, place.gpu_host) == ("b", ("MIG-b0",), True)
+    if gpu_count() == 0:  # b's agent could not check its GPUs, and the launcher said so, once
+        assert [line for line in said if "unchecked" in line] == [
+            unchecked_notice(VisibleGpus(("MIG-b0",), "CUDA_VISIBLE_DEVICES=MIG-b0", unchecked=True), "b")]
     running = [*plan.tasks, added_task(plan, place, plan.tasks)]
-    assert running[-1].env_dict["CUDA_VISIBLE_DEVICES"] == "GPU-b0"
+    assert running[-1].env_dict["CUDA_VISIBLE_DEVICES"] == "MIG-b0"
     with pytest.raises(PlanError, match=r"worker:2 asks for 1 GPU\(s\) and no host of the job has that many free "
                                         r"\(free: a 0 of 1, b 0 of 1\)"):
         executor.place_task(plan, TaskId("worker", 2), running)
     again = executor.place_task(plan, TaskId("worker", 2), [t for t in running if t.name != "worker.0"])  # scaled down
-    assert (again.node, again.gpus) == ("a", ("GPU-a0",))
+    assert (again.node, again.gpus) == ("a", ("MIG-a0",))
 
 
 def test_ssh_executor_counts_only_the_gpus_held_on_each_host_when_hosts_name_them_alike(connections, tmp_path):
@@ -380,6 +390,8 @@ def test_ssh_executor_counts_only_the_gpus_held_on_each_host_when_hosts_name_the
     from shoal.launch.allocation import Allocation, TaskAllocation
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
+    from shoal.launch.nvml import gpu_count
+    from shoal.launch.visible_gpus import unchecked_notice
     from shoal.launch.hosts import Host
     from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict

@@ -109,7 +109,7 @@ def test_without_nvml_the_names_are_trusted_as_given_and_the_launcher_says_so():
     said: list[str] = []
     executor = LocalExecutor(python="/py", base_env={"CUDA_VISIBLE_DEVICES": "3"}, notify=said.append)
     executor.allocate(spec_from_dict({"name": "g", "run": "python t.py", "roles": {"worker": {"gpus": 1}}}))
-    assert len(said) == 1 and "CUDA_VISIBLE_DEVICES=3 names the GPUs tasks get, unchecked: nvidia-ml-py" in said[0]
+    assert len(said) == 1 and "CUDA_VISIBLE_DEVICES=3 names the GPUs tasks get on this host, unchecked: nvidia-ml-py" in said[0]
 
 
 def test_gpus_nvml_checked_are_not_called_unchecked(host_gpus):
