@@ -249,8 +249,6 @@ def test_ssh_executor_places_an_added_task_on_a_free_slot_with_a_held_port(conne
     from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
-    from shoal.launch.nvml import gpu_count
-    from shoal.launch.visible_gpus import unchecked_notice
     from shoal.launch.hosts import Host
     from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict
@@ -280,8 +278,6 @@ def test_ssh_executor_gives_back_the_slots_of_scaled_down_tasks(connections, tmp
     from shoal.launch.allocation import Allocation, TaskAllocation, task_ids
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
-    from shoal.launch.nvml import gpu_count
-    from shoal.launch.visible_gpus import unchecked_notice
     from shoal.launch.hosts import Host
     from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict
@@ -390,8 +386,6 @@ def test_ssh_executor_counts_only_the_gpus_held_on_each_host_when_hosts_name_the
     from shoal.launch.allocation import Allocation, TaskAllocation
     from shoal.launch.errors import PlanError
     from shoal.launch.executor_ssh import SshExecutor
-    from shoal.launch.nvml import gpu_count
-    from shoal.launch.visible_gpus import unchecked_notice
     from shoal.launch.hosts import Host
     from shoal.launch.plan import added_task, make_plan
     from shoal.launch.spec import spec_from_dict
