@@ -580,6 +580,8 @@ def _with_an_example(item: Mapping[str, Any], loc: tuple, msg: str) -> str:
     messages, and errors in a mapping's keys, as they are."""
     kind, name = item["type"], loc[-1] if loc else ""
     if item["loc"][-1:] == ("[key]",):
+        if loc[:1] == ("roles",) and kind == "string_type":  # YAML read the key as a number or true/false
+            return f"a role is named, not numbered; roles are {', '.join(JOBS)}"
         return msg
     if any(part in ("str", "list[str]") for part in item["loc"]) and kind in ("string_type", "list_type"):
         return "must be a command: text, or a list of words"  # run: (a union of the two)

@@ -145,6 +145,7 @@ def test_a_value_of_the_wrong_shape_is_refused_with_an_example_of_the_right_one(
     ({"run": 5}, "run", "must be a command: text, or a list of words (got 5)"),
     ({"hosts": [5]}, "hosts[0]", "must be a host name or a mapping; write e.g. hosts: [node1, {name: node2"),
     ({"roles": {"worker": {"hosts": [5]}}}, "roles.worker.hosts[0]", 'must be text; quote it: "..." (got 5)'),
+    ({"roles": {5: {"count": 1}}}, "roles[5]", "a role is named, not numbered; roles are chief, worker, ps"),
 ])
 def test_wrong_shapes_in_lists_unions_and_with_digits_in_the_example_are_worded_right(extra, field, says):
     with pytest.raises(SpecError) as info:
