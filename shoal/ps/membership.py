@@ -34,6 +34,12 @@ MIN_TIMEOUT_S = 0.5
 MAX_TIMEOUT_S = 3600.0
 
 
+def heartbeat_interval(timeout_s: float) -> float:
+    """How often a replica heartbeats: four times per timeout, at most every 5 s, at least
+    every 0.1 s."""
+    return min(5.0, max(0.1, timeout_s / 4))
+
+
 class MemberState(str, Enum):
     """Where one replica is, as this ps sees it."""
 
@@ -86,7 +92,8 @@ class _Member:
     timeout_s: float = 0.0
     failed_incarnation: str = ""
     terminated: bool = False  # FAILED by SIGTERM (stopped), not by an error
-    incarnation: str = ""  # TRAINING: the process whose heartbeats made it a member
+    incarnation: str = ""  # TRAINING (and LOST by silence): the process whose heartbeats made it a member
+    back_at: float | None = None  # LOST by silence: when a heartbeat of that same process came again
 
 
 class Membership:
@@ -107,7 +114,9 @@ class Membership:
     def heartbeat(self, task: str, incarnation: str, timeout_s: float, now: float) -> Change | None:
         """`task` is alive and training for `timeout_s` more seconds. Returns the Change if it
         (re)joined. Ignored from a task that said done, and from the process that said failed
-        (a heartbeat of it still on the way); its restarted process rejoins."""
+        (a heartbeat of it still on the way); its restarted process rejoins. A process dropped
+        for its silence rejoins with its second heartbeat after that, half an interval or more
+        after the first (see `_back`)."""
         timeout_s = min(MAX_TIMEOUT_S, max(MIN_TIMEOUT_S, timeout_s))
         if incarnation and incarnation in self._replaced.get(task, ()):
             return None  # a late heartbeat of a process a newer one replaced
@@ -119,9 +128,24 @@ class Membership:
         if member is not None and member.state is MemberState.TRAINING:
             member.deadline, member.timeout_s = now + timeout_s, timeout_s
             return None
+        if (member is not None and member.state is MemberState.LOST and member.incarnation
+                and incarnation == member.incarnation and not self._back(member, timeout_s, now)):
+            return None
         before = member.state if member is not None else None
         self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s, incarnation=incarnation)
         return self._changed(Change(task, before, MemberState.TRAINING))
+
+    @staticmethod
+    def _back(member: _Member, timeout_s: float, now: float) -> bool:
+        """Whether the process dropped for its silence is back: heartbeats of it came at least
+        half an interval apart. Its first heartbeat after the drop may have been sent long
+        before: a link that was cut holds the dead process's heartbeats back and delivers them
+        at once when it comes up again (the launcher meanwhile restarted the task elsewhere),
+        and the last of those would make a member of a process that is gone. A live one sends
+        its next heartbeat an interval later and rejoins then."""
+        if member.back_at is None:
+            member.back_at = now
+        return now - member.back_at >= heartbeat_interval(timeout_s) / 2
 
     def replaced(self, task: str, incarnation: str) -> Change | None:
         """A heartbeat of `task` from process `incarnation`: if another process of it is the

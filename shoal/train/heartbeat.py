@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Sequence
 
+from shoal.ps.membership import heartbeat_interval
 from shoal.ps.protocol import HeartbeatReply, HeartbeatRequest, Op
 from shoal.wire import JobSecret, PeerLostError, PeerTimeoutError, RpcClient, Security, WireError
 
@@ -28,11 +29,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 20.0
 """A replica silent this long is dropped from the membership (its sync steps go on without it)."""
-
-
-def heartbeat_interval(timeout_s: float) -> float:
-    """How often to send: four heartbeats per timeout, at most every 5 s, at least every 0.1 s."""
-    return min(5.0, max(0.1, timeout_s / 4))
 
 
 class Heartbeats:

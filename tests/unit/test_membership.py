@@ -34,7 +34,7 @@ def test_expected_replicas_are_live_until_they_miss_the_join_grace():
     assert m.training == ("chief:0",) and m.version == 4
 
 
-def test_a_member_that_misses_its_heartbeat_is_dropped_and_rejoins_with_the_next():
+def test_a_member_that_misses_its_heartbeat_is_dropped_and_rejoins_with_its_next_two():
     m = Membership(EXPECTED, "chief:0", now=0.0)
     for task in EXPECTED:
         m.heartbeat(task, "a", 5, now=1.0)
@@ -44,8 +44,39 @@ def test_a_member_that_misses_its_heartbeat_is_dropped_and_rejoins_with_the_next
     assert [c.describe() for c in changes] == ["chief:0 left (no heartbeat for 5s; 0 gradients applied)",
                                                "worker:0 left (no heartbeat for 5s; 0 gradients applied)"]
     assert m.training == ("worker:1",)
-    assert m.heartbeat("worker:0", "a", 5, now=7.0).describe() == "worker:0 rejoined"
+    assert m.heartbeat("worker:0", "a", 5, now=7.0) is None  # it may have been sent long ago
+    assert m.heartbeat("worker:0", "a", 5, now=7.3) is None  # within half an interval (1.25 s / 2)
+    assert m.heartbeat("worker:0", "a", 5, now=7.7).describe() == "worker:0 rejoined"
     assert m.training == ("worker:0", "worker:1")
+
+
+def test_heartbeats_a_cut_link_held_back_from_a_dropped_process_do_not_make_it_a_member_again():
+    """The link of worker:1's host went down; the ps dropped it, the launcher restarted it
+    elsewhere as worker:2 and its agent killed the process. When the link came up, the
+    heartbeats the dead process had queued arrived together, and the last of them used to make
+    it a member again: the job then waited for a replica that no longer existed."""
+    m = Membership(EXPECTED, "chief:0", now=0.0)
+    for task in EXPECTED:
+        m.heartbeat(task, "a", 4, now=1.0)
+    m.heartbeat("chief:0", "a", 4, now=5.0)
+    m.heartbeat("worker:0", "a", 4, now=5.0)
+    assert [c.task for c in m.expire(5.5)] == ["worker:1"]
+    m.heartbeat("worker:2", "c", 4, now=6.0)  # its replacement
+    for i in range(12):  # the held-back heartbeats, delivered within milliseconds
+        assert m.heartbeat("worker:1", "a", 4, now=30.0 + i * 0.002) is None
+    assert m.training == ("chief:0", "worker:0", "worker:2")
+    m.finished("worker:0")
+    m.finished("worker:2")
+    m.finished("chief:0")
+    assert m.job_over() == "the chief finished and no replica trains any more (3 done, 1 left)"
+
+
+def test_a_restarted_process_of_a_dropped_member_rejoins_with_its_first_heartbeat():
+    m = Membership(EXPECTED, "chief:0", now=0.0)
+    for task in EXPECTED:
+        m.heartbeat(task, "a", 4, now=1.0)
+    m.expire(5.5)
+    assert m.heartbeat("worker:1", "b", 4, now=6.0).describe() == "worker:1 rejoined"
 
 
 def test_job_is_over_when_the_chief_is_done_and_no_member_trains():
