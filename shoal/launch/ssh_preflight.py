@@ -45,8 +45,8 @@ def explain(host: str, returncode: Optional[int], stderr: str, *, python: str, w
         return (f"{host}: no directory {workdir} there; use the same paths on every host, or set"
                 " sync: true to copy the working directory there first")
     if returncode == NO_PYTHON:
-        return (f"{host}: no interpreter {python} there; install the same Python at the same path,"
-                " or name the hosts' one with ssh.python in the spec")
+        return (f"{host}: no interpreter {python} there; install that Python there (the same path on every"
+                " host), or set ssh.python in the spec to the interpreter the hosts have")
     if returncode == SSH_FAILED:
         return ssh_problem(host, stderr, config) or f"{host}: ssh failed{said}"
     if "No module named" in stderr:
@@ -77,12 +77,19 @@ def ssh_problem(host: str, stderr: str, config: Optional[str] = None) -> Optiona
     if "Permission denied" in stderr:
         return (f"{host}: ssh refused the login{quoted('Permission denied')}; add your key there"
                 f" ({copy_id} {host}) or load it into your ssh-agent")
-    if "Host key verification failed" in stderr or "IDENTIFICATION HAS CHANGED" in stderr:
-        return (f"{host}: its host key is unknown or changed{quoted('Host key verification failed', 'IDENTIFICATION')};"
+    if "IDENTIFICATION HAS CHANGED" in stderr or "has changed and you have requested strict checking" in stderr:
+        remove = next((line for line in lines if line.startswith("ssh-keygen ") and " -R " in line),
+                      f"ssh-keygen -R {host}")  # ssh names the known_hosts file and the name it holds
+        return (f"{host}: its host key has changed since it was last accepted{quoted('Host key for')};"
+                f" if the machine was reinstalled, remove the old key ({remove}) and run `{ssh} {host}` once to"
+                " check and accept the new one; if not, something else may answer for it: find out before you do")
+    if "Host key verification failed" in stderr:
+        return (f"{host}: its host key is not known here{quoted('host key is known', 'Host key verification failed')};"
                 f" run `{ssh} {host}` once to check and accept it")
     if "Could not resolve hostname" in stderr:
-        return (f"{host}: unknown host name{quoted('Could not resolve hostname')}; fix the name, or add it to"
-                " your ssh config")
+        where = (f"add a Host block for it to {config}" if config else
+                 "add a Host block for it to ~/.ssh/config (or give your ssh config with --ssh-config FILE)")
+        return f"{host}: unknown host name{quoted('Could not resolve hostname')}; fix the name, or {where}"
     if any(word in stderr for word in _UNREACHABLE):
         return f"{host}: unreachable{quoted(*_UNREACHABLE)}; check that it is up and runs sshd"
     return None

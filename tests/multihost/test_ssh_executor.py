@@ -349,6 +349,34 @@ def test_a_launcher_stopped_while_it_waits_for_a_host_says_so_and_leaves_nothing
     wait_nothing_left(hosts)
 
 
+def test_a_changed_host_key_is_named_with_how_to_remove_the_old_one(shoal, hosts, host_network, tmp_path):
+    """host1 answers with another key than the one known_hosts holds for it (reinstalled, or not
+    host1 at all): refused before anything starts, saying it changed and how to remove the old key."""
+    other = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True, timeout=30)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{hosts[0].address} {other.with_suffix('.pub').read_text().split(' ')[0]} "
+                     f"{other.with_suffix('.pub').read_text().split(' ')[1]}\n")
+    config = host_network.ssh_config.read_text()
+    block = config.index("Host host1")
+    end = config.index("Host host2")
+    config = config[:block] + config[block:end].replace(str(host_network.known_hosts), str(known), 1) + config[end:]
+    (tmp_path / "ssh_config").write_text(config)
+    (tmp_path / "job.yaml").write_text("name: rekeyed\nrun: python examples/mnist_softmax.py --steps 100\n"
+                                       "roles: {ps: {count: 1}, worker: {count: 2}}\n")
+    out = shoal.run("train", str(tmp_path / "job.yaml"), "--hosts", HOSTS, "--ssh-config",
+                    str(tmp_path / "ssh_config"), "--dry-run", timeout=60)
+    assert out.returncode == 4, out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0] == "shoal train: error: 1 of 3 hosts cannot run the job (nothing was started):", out.stdout
+    assert lines[1].startswith(f"  host1: its host key has changed since it was last accepted (Host key for"
+                               f" {hosts[0].address} has changed"), lines[1]
+    quoted = [f"ssh-keygen -f {q}{known}{q} -R {q}{hosts[0].address}{q}" for q in "'\""]  # as this ssh quotes
+    assert any(f"remove the old key ({command})" in lines[1] for command in quoted), lines[1]
+    assert "WARNING" not in out.stdout and len(lines) == 2
+    wait_nothing_left(hosts)
+
+
 def test_a_missing_interpreter_is_named_per_host_before_any_task_starts(shoal, hosts, tmp_path):
     (tmp_path / "job.yaml").write_text(
         "name: nopy\nrun: python examples/mnist_softmax.py --steps 100\n"
@@ -357,8 +385,8 @@ def test_a_missing_interpreter_is_named_per_host_before_any_task_starts(shoal, h
                     timeout=60)
     assert out.returncode == 4, out.stdout
     lines = out.stdout.splitlines()
-    assert lines[1:] == [f"  {h}: no interpreter /opt/nowhere/bin/python there; install the same Python at the"
-                         " same path, or name the hosts' one with ssh.python in the spec"
+    assert lines[1:] == [f"  {h}: no interpreter /opt/nowhere/bin/python there; install that Python there (the"
+                         " same path on every host), or set ssh.python in the spec to the interpreter the hosts have"
                          for h in ("host1", "host2", "host3")]
     wait_nothing_left(hosts)
 

@@ -51,7 +51,7 @@ def test_agent_command_checks_workdir_and_interpreter_then_runs_the_agent():
     (255, "ssh: connect to host 10.0.0.3 port 22: Connection timed out", "h: unreachable (ssh: connect"),
     (255, "ssh: connect to host 10.0.0.3 port 22: No route to host", "h: unreachable"),
     (255, "ssh: Could not resolve hostname h: Name or service not known", "h: unknown host name"),
-    (255, "Host key verification failed.", "h: its host key is unknown or changed"),
+    (255, "Host key verification failed.", "h: its host key is not known here"),
     (NO_WORKDIR, "no directory /w", "h: no directory /w there; use the same paths on every host, or set sync"),
     (NO_PYTHON, "no interpreter /py", "h: no interpreter /py there"),
     (1, "/py: No module named shoal", "h: /py cannot import Shoal there (/py: No module named shoal); install Shoal 9"),
@@ -66,9 +66,34 @@ RSYNC_TRAILER = "rsync: connection unexpectedly closed (0 bytes received so far)
                 "rsync error: unexplained error (code 255) at io.c(285) [sender=3.5.0]"
 
 
+CHANGED_KEY = """\
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
+Add correct host key in /tmp/k/known_hosts to get rid of this message.
+Offending ED25519 key in /tmp/k/known_hosts:1
+  remove with:
+  ssh-keygen -f "/tmp/k/known_hosts" -R "10.213.91.2"
+Host key for 10.213.91.2 has changed and you have requested strict checking.
+Host key verification failed."""
+
+
+def test_a_changed_host_key_is_told_apart_from_an_unknown_one_and_names_how_to_remove_the_old():
+    line = ssh_problem("host1", CHANGED_KEY, config="/tmp/k/ssh_config")
+    assert line.startswith("host1: its host key has changed since it was last accepted (Host key for 10.213.91.2 "
+                           "has changed and you have requested strict checking.); if the machine was reinstalled, "
+                           "remove the old key (ssh-keygen -f \"/tmp/k/known_hosts\" -R \"10.213.91.2\") and run "
+                           "`ssh -F /tmp/k/ssh_config host1` once"), line
+    assert "WARNING" not in line and "\n" not in line
+    unknown = ssh_problem("host1", "No ED25519 host key is known for 10.213.91.2 and you have requested strict "
+                                   "checking.\nHost key verification failed.")
+    assert unknown.startswith("host1: its host key is not known here (No ED25519 host key is known for 10.213.91.2")
+
+
 @pytest.mark.parametrize("ssh_said, expected", [
     ("root@10.0.0.3: Permission denied (publickey).", "h: ssh refused the login (root@10.0.0.3: Permission denied"),
-    ("Host key verification failed.", "h: its host key is unknown or changed (Host key verification failed.)"),
+    ("Host key verification failed.", "h: its host key is not known here (Host key verification failed.)"),
     ("ssh: connect to host 10.0.0.3 port 22: No route to host", "h: unreachable (ssh: connect to host 10.0.0.3"),
 ])
 def test_an_ssh_failure_under_rsync_quotes_ssh_and_not_rsyncs_trailer(ssh_said, expected):
