@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, env: Environment) -> int:
     with env.store() as store:
         job = find_job(store, args.job)
+        running = not job.state.is_terminal and launcher_alive(job)
         if not job.state.is_terminal and not args.kill:
-            if launcher_alive(job):
+            if running:
                 env.say(f"job {job.id} is {job.state.value}: its tasks are meant to run; checking anyway")
             else:
                 env.say(f"job {job.id}'s launcher (pid {job.launcher_pid}) is gone, so nothing of the job should"
@@ -42,8 +43,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
         env.say(line)
     bad = [c for c in checks if c.error or c.survivors or (c.found and not args.kill)]
     if bad:
-        raise LeftoversFound(f"job {job.id}: {len(bad)} of {len(checks)} hosts are not clean"
-                             + ("" if args.kill else "; shoal check --kill stops what is left"))
+        fix = ("" if args.kill else f"; it is running: shoal kill {job.id} stops it" if running
+               else "; shoal check --kill stops what is left")
+        raise LeftoversFound(f"job {job.id}: {len(bad)} of {len(checks)} hosts are not clean{fix}")
     if any(c.found for c in checks):
         env.say(f"job {job.id}: killed what was left; nothing runs now")
     return int(ExitCode.OK)

@@ -50,7 +50,7 @@ def test_check_finds_a_process_that_left_its_group_and_kill_ends_it(tmp_path):
         text = check.stdout.decode()
         assert check.returncode == 6, text
         assert "this machine: worker:0 pid " in text and " still runs: sleep 300" in text, text
-        assert "1 of 1 hosts are not clean; shoal check --kill stops what is left" in text
+        assert f"1 of 1 hosts are not clean; it is running: shoal kill {job['id']} stops it" in text, text
         killed = run_shoal(home, "check", job["id"], "--kill", timeout=60)
         assert killed.returncode == 0, killed.stdout.decode()
         assert "was left running; killed: sleep 300" in killed.stdout.decode()
