@@ -132,8 +132,15 @@ class Membership:
                 and incarnation == member.incarnation and not self._back(member, timeout_s, now)):
             return None
         before = member.state if member is not None else None
+        if member is not None and member.incarnation and incarnation and incarnation != member.incarnation:
+            self._remember_replaced(task, member.incarnation)  # its late heartbeats must not evict this one
         self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s, incarnation=incarnation)
         return self._changed(Change(task, before, MemberState.TRAINING))
+
+    def _remember_replaced(self, task: str, incarnation: str) -> None:
+        replaced = self._replaced.setdefault(task, [])
+        replaced.append(incarnation)
+        del replaced[:-_REPLACED_KEPT]
 
     @staticmethod
     def _back(member: _Member, timeout_s: float, now: float) -> bool:
@@ -142,10 +149,12 @@ class Membership:
         before: a link that was cut holds the dead process's heartbeats back and delivers them
         at once when it comes up again (the launcher meanwhile restarted the task elsewhere),
         and the last of those would make a member of a process that is gone. A live one sends
-        its next heartbeat an interval later and rejoins then."""
-        if member.back_at is None:
+        its next heartbeat an interval later and rejoins then. Heartbeats more than two intervals
+        apart start the count again (a second held-back delivery is no live process either)."""
+        interval = heartbeat_interval(timeout_s)
+        if member.back_at is None or now - member.back_at > 2 * interval:
             member.back_at = now
-        return now - member.back_at >= heartbeat_interval(timeout_s) / 2
+        return now - member.back_at >= interval / 2
 
     def replaced(self, task: str, incarnation: str) -> Change | None:
         """A heartbeat of `task` from process `incarnation`: if another process of it is the
@@ -158,9 +167,7 @@ class Membership:
                 or not incarnation or incarnation == member.incarnation
                 or incarnation in self._replaced.get(task, ())):
             return None
-        replaced = self._replaced.setdefault(task, [])
-        replaced.append(member.incarnation)
-        del replaced[:-_REPLACED_KEPT]
+        self._remember_replaced(task, member.incarnation)
         return self._leave(task, MemberState.LOST, why="a new process of it heartbeats: it was restarted")
 
     def adopt(self, live: Iterable[str], now: float) -> list[Change]:

@@ -71,12 +71,25 @@ def test_heartbeats_a_cut_link_held_back_from_a_dropped_process_do_not_make_it_a
     assert m.job_over() == "the chief finished and no replica trains any more (3 done, 1 left)"
 
 
-def test_a_restarted_process_of_a_dropped_member_rejoins_with_its_first_heartbeat():
+def test_a_restarted_process_of_a_dropped_member_rejoins_with_its_first_heartbeat_and_keeps_its_place():
     m = Membership(EXPECTED, "chief:0", now=0.0)
     for task in EXPECTED:
         m.heartbeat(task, "a", 4, now=1.0)
     m.expire(5.5)
     assert m.heartbeat("worker:1", "b", 4, now=6.0).describe() == "worker:1 rejoined"
+    # a held-back heartbeat of the dead process "a" does not evict "b" (as the service asks: replaced, then heartbeat)
+    assert m.replaced("worker:1", "a") is None and m.heartbeat("worker:1", "a", 4, now=30.0) is None
+    assert m.heartbeat("worker:1", "b", 4, now=30.5) is None and m.state("worker:1") is MemberState.TRAINING
+
+
+def test_held_back_heartbeats_delivered_twice_far_apart_do_not_make_a_member_either():
+    m = Membership(EXPECTED, "chief:0", now=0.0)
+    for task in EXPECTED:
+        m.heartbeat(task, "a", 4, now=1.0)
+    m.expire(5.5)  # the interval at a 4 s timeout: 1 s
+    assert m.heartbeat("worker:1", "a", 4, now=30.0) is None
+    assert m.heartbeat("worker:1", "a", 4, now=90.0) is None  # more than two intervals on: counted afresh
+    assert m.heartbeat("worker:1", "a", 4, now=90.6).describe() == "worker:1 rejoined"  # alive after all
 
 
 def test_job_is_over_when_the_chief_is_done_and_no_member_trains():
