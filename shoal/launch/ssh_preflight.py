@@ -15,6 +15,7 @@ So a good host costs one ssh connection, which the job then keeps.
 
 from __future__ import annotations
 
+import re
 import shlex
 import threading
 import time
@@ -78,9 +79,13 @@ def ssh_problem(host: str, stderr: str, config: Optional[str] = None) -> Optiona
         return (f"{host}: ssh refused the login{quoted('Permission denied')}; add your key there"
                 f" ({copy_id} {host}) or load it into your ssh-agent")
     if "IDENTIFICATION HAS CHANGED" in stderr or "has changed and you have requested strict checking" in stderr:
-        remove = next((line for line in lines if line.startswith("ssh-keygen ") and " -R " in line),
-                      f"ssh-keygen -R {host}")  # ssh names the known_hosts file and the name it holds
-        return (f"{host}: its host key has changed since it was last accepted{quoted('Host key for')};"
+        remove = next((line for line in lines if line.startswith("ssh-keygen ") and " -R " in line), None)
+        if remove is None:  # an ssh that prints no "remove with:": from where it found the old key, and for what
+            held = re.search(r"Offending \S+ key in (\S+):\d+", stderr)
+            name = re.search(r"[Hh]ost key for (\S+) has changed", stderr)
+            remove = (f"ssh-keygen{f' -f {shlex.quote(held.group(1))}' if held else ''} -R "
+                      f"{shlex.quote(name.group(1)) if name else host}")
+        return (f"{host}: its host key has changed since it was last accepted{quoted('ost key for')};"
                 f" if the machine was reinstalled, remove the old key ({remove}) and run `{ssh} {host}` once to"
                 " check and accept the new one; if not, something else may answer for it: find out before you do")
     if "Host key verification failed" in stderr:

@@ -86,6 +86,12 @@ def test_a_changed_host_key_is_told_apart_from_an_unknown_one_and_names_how_to_r
                            "remove the old key (ssh-keygen -f \"/tmp/k/known_hosts\" -R \"10.213.91.2\") and run "
                            "`ssh -F /tmp/k/ssh_config host1` once"), line
     assert "WARNING" not in line and "\n" not in line
+    older = ("@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\nOffending ECDSA key in /k/known_hosts:3\n"
+             "ECDSA host key for node1 has changed and you have requested strict checking.\n"
+             "Host key verification failed.")  # an ssh that says no "remove with:"
+    line = ssh_problem("node1", older)
+    assert line.startswith("node1: its host key has changed since it was last accepted (ECDSA host key for node1 has")
+    assert "remove the old key (ssh-keygen -f /k/known_hosts -R node1)" in line, line
     unknown = ssh_problem("host1", "No ED25519 host key is known for 10.213.91.2 and you have requested strict "
                                    "checking.\nHost key verification failed.")
     assert unknown.startswith("host1: its host key is not known here (No ED25519 host key is known for 10.213.91.2")
