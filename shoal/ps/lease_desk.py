@@ -9,7 +9,8 @@ Runs on the ps's serving thread only; not thread-safe. No I/O but logging.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+import time
+from typing import Any, Callable, Mapping
 
 from shoal.ps.errors import PsError
 from shoal.ps.leases import EpochSummary, LeaseBook, LeaseError, Sorted
@@ -20,14 +21,21 @@ log = logging.getLogger("shoal.ps.service")
 LEASE_SERVER = "ps:0"
 """The task that serves leases."""
 
+EPOCH_LINE_EVERY_S = 10.0
+"""Epochs that complete cleanly get an INFO line at most this often (a small model on a fast
+machine completes several a second); the first, and one with positions requeued or lost, always."""
+
 
 class LeaseDesk:
     """The lease book of ps `task_name` (a book only on ps 0; created by the first lease request,
     which declares the data set, or by a checkpoint's state at `init`). `book_id` tells this
     process's leases from an earlier ps 0's (pass the ps's incarnation)."""
 
-    def __init__(self, task_name: str, book_id: str):
+    def __init__(self, task_name: str, book_id: str, clock: Callable[[], float] = time.monotonic):
         self.task_name = task_name
+        self._clock = clock
+        self._epoch_line_at: float | None = None  # when the last INFO epoch line was logged
+        self._epochs_unsaid = 0  # clean epochs completed since then, said at DEBUG only
         self.serves = task_name == LEASE_SERVER
         self.book_id = book_id
         self.book: LeaseBook | None = None
@@ -140,5 +148,15 @@ class LeaseDesk:
 
     def _log_completed(self, summaries: list[EpochSummary]) -> None:
         for s in summaries:
-            log.info("%s: epoch %d complete: %d positions consumed exactly once, %d requeued, %d lost",
-                     self.task_name, s.epoch, s.consumed, s.requeued, s.lost)
+            now = self._clock()
+            clean = s.requeued == 0 and s.lost == 0
+            if clean and self._epoch_line_at is not None and now - self._epoch_line_at < EPOCH_LINE_EVERY_S:
+                self._epochs_unsaid += 1
+                log.debug("%s: epoch %d complete: %d positions consumed exactly once, %d requeued, %d lost",
+                          self.task_name, s.epoch, s.consumed, s.requeued, s.lost)
+                continue
+            more = (f" ({self._epochs_unsaid} more complete since the last line, each exactly once)"
+                    if self._epochs_unsaid else "")
+            log.info("%s: epoch %d complete: %d positions consumed exactly once, %d requeued, %d lost%s",
+                     self.task_name, s.epoch, s.consumed, s.requeued, s.lost, more)
+            self._epoch_line_at, self._epochs_unsaid = now, 0

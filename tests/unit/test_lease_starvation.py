@@ -114,3 +114,27 @@ def test_batch_from_one_lease_names_its_positions_and_leaves_the_epoch_order_int
     assert second.used.ranges[0][1] == end and (second.indices >= 0).all()
     np.testing.assert_array_equal(stream._order(first.epoch)[start:end], order[start:end])
     assert (order >= 0).all()
+
+
+def test_epochs_that_complete_several_a_second_get_one_info_line_per_ten_seconds(caplog):
+    """The first epoch's line and one every EPOCH_LINE_EVERY_S after, saying how many completed
+    between; a small model completes epochs faster than a terminal should scroll."""
+    import logging
+
+    from shoal.ps.lease_desk import EPOCH_LINE_EVERY_S
+
+    clock = [0.0]
+    desk = LeaseDesk("ps:0", "book-1", clock=lambda: clock[0])
+    [stream] = streams(desk, 1, 100, 50).values()
+    caplog.set_level(logging.INFO, logger="shoal.ps.service")
+    step = 0
+    while desk.book is None or desk.book.completed < 30:  # 2 batches an epoch; an epoch each 0.5 s
+        b = next(stream)
+        desk.account(PushRequest("worker:0", step, used=b.used), PushOutcome.APPLIED, None)  # async
+        step += 1
+        clock[0] += 0.25
+    lines = [r.getMessage() for r in caplog.records if "complete:" in r.getMessage() and r.levelno == logging.INFO]
+    assert lines[0] == "ps:0: epoch 0 complete: 100 positions consumed exactly once, 0 requeued, 0 lost"
+    assert len(lines) == 1 + int(30 * 0.5 // EPOCH_LINE_EVERY_S), lines
+    assert lines[1].startswith("ps:0: epoch 20 complete:") and lines[1].endswith(
+        "0 lost (19 more complete since the last line, each exactly once)"), lines
