@@ -5,9 +5,10 @@ a job to some GPUs of a shared machine (`CUDA_VISIBLE_DEVICES=2,3 shoal train jo
 Slurm, which sets it for a step to the GPUs it holds. Otherwise every GPU nvidia-ml-py counts,
 "0".."N-1". A task's CUDA_VISIBLE_DEVICES is made of these names (indexes, or UUIDs such as
 `GPU-8b75...` and `MIG-...`, as given), so a task never lands on a GPU its launcher was kept off;
-entries CUDA would not use (an index past the host's GPUs, junk, a name given twice) are not handed
-out either; a GPU named in two ways (its index and its UUID) is handed out once, and a `GPU-`
-UUID of no GPU of the host ends the list, as CUDA does (see known_gpus for what NVML must tell).
+entries CUDA would not use are not handed out either: the list ends at an index past the host's
+GPUs, junk, a `GPU-` UUID of no GPU of the host, or a GPU named again by the other kind of name
+(its index, then its UUID); a name given twice (`0,0`, or a UUID and a prefix of it) hides every
+GPU, as CUDA does (see known_gpus for what NVML must tell).
 
 `visible_gpus` blocks briefly (NVML) unless the variable names no GPU; the rest is pure.
 Thread-safe.
@@ -48,46 +49,48 @@ def unchecked_notice(visible: VisibleGpus, host: str) -> str:
 
 
 def parse_visible_devices(value: str, count: Optional[int] = None) -> tuple[str, ...]:
-    """CUDA_VISIBLE_DEVICES as CUDA reads it: comma-separated indexes (read as strtoul does:
-    " 1", "+1" and "1x" are 1) or UUIDs (`GPU-...`, `MIG-...`, case as given). The first entry
-    that is neither (empty, negative, "none", Slurm's "NoDevFiles") ends the list, and so does an
-    index of `count` or more when this host's GPU count is known; "-1" and "" hide every GPU. A
-    name given twice makes CUDA refuse to start (CUDA_ERROR_INVALID_DEVICE): no GPU at all."""
+    """CUDA_VISIBLE_DEVICES's entries as CUDA reads them: comma-separated indexes (read as
+    strtoul does: " 1", "+1" and "1x" are 1) or UUIDs (`GPU-...`, `MIG-...`, case as given). The
+    first entry that is neither (empty, negative, "none", Slurm's "NoDevFiles") ends the list,
+    and so does an index of `count` or more when this host's GPU count is known; "-1" and ""
+    hide every GPU. Names given twice are kept here: known_gpus reads them."""
     out: list[str] = []
     for entry in value.split(","):
         entry = entry.strip()
         if entry.startswith(("GPU-", "MIG-")):
-            name = entry
-        else:
-            digits = re.match(r"\+?(\d+)", entry)
-            if digits is None or (count is not None and int(digits.group(1)) >= count):
-                break
-            name = str(int(digits.group(1)))
-        if name in out:
-            return ()
-        out.append(name)
+            out.append(entry)
+            continue
+        digits = re.match(r"\+?(\d+)", entry)
+        if digits is None or (count is not None and int(digits.group(1)) >= count):
+            break
+        out.append(str(int(digits.group(1))))
     return tuple(out)
 
 
 def known_gpus(ids: tuple[str, ...], uuids: Sequence[Optional[str]], by_index: bool) -> tuple[str, ...]:
-    """`ids` as CUDA reads them on a host whose GPUs have `uuids` (NVML's, None where it could
-    not read one; none at all: the names are kept as given). A `GPU-` UUID that no GPU has (or
-    that, as a prefix, two have) ends the list, and a GPU already named another way (a UUID and
-    a prefix of it; with `by_index`, also its index and its UUID) is kept once. Seen on an H200
-    (tests/gpu/test_gpu_visible_devices.py): `GPU-ffff...,0` is no device, `0,GPU-<its UUID>` is
-    one. `by_index`: CUDA numbers the GPUs as NVML does (see visible_gpus). MIG names are kept
-    as given."""
-    if not uuids:
-        return ids
-    seen: set[str] = set()
+    """The GPUs CUDA shows for the entries `ids`, in order, on a host whose GPUs have `uuids`
+    (NVML's, None where it could not read one; none at all: the names are taken as given).
+    CUDA reads the entries in order until one names no GPU: a `GPU-` UUID that no GPU has, or
+    that, as a prefix, two have. A GPU named again ends the list there when it is named the
+    other way (its index, then its UUID or a prefix of it, or the other way round; `by_index`:
+    CUDA numbers the GPUs as NVML does, see visible_gpus), and hides every GPU when it is named
+    the same way (`0,0`; a UUID and a prefix of it). MIG names are taken as given. Measured on
+    an H200 (tests/gpu/test_gpu_visible_devices.py; the table in
+    tests/unit/test_launch_visible_gpus.py): `GPU-ffff...,0` is no device, `0,GPU-<its UUID>,0`
+    one, `0,0,GPU-<its UUID>` none, `GPU-<its UUID>,GPU-<its prefix>` none."""
+    named: dict[str, bool] = {}  # each GPU named so far: whether by index
     out: list[str] = []
     for name in ids:
         gpu = _gpu_of(name, uuids, by_index)
         if gpu is None:
             break
-        if gpu not in seen:
-            seen.add(gpu)
-            out.append(name)
+        by_its_index = name.isdigit()
+        if gpu in named:
+            if named[gpu] == by_its_index:
+                return ()
+            break
+        named[gpu] = by_its_index
+        out.append(name)
     return tuple(out)
 
 
@@ -99,7 +102,7 @@ def _gpu_of(name: str, uuids: Sequence[Optional[str]], by_index: bool) -> Option
         index = int(name)
         known = by_index and index < len(uuids) and uuids[index] is not None
         return uuids[index] if known else f"#{index}"
-    if not name.startswith("GPU-"):
+    if not name.startswith("GPU-") or not uuids:
         return name
     matches = [u for u in uuids if u is not None and u.startswith(name)]
     if len(matches) == 1:
@@ -117,8 +120,8 @@ def visible_gpus(environ: Mapping[str, str]) -> VisibleGpus:
         gpus: list[GpuIdentity] = []
         if ids:
             gpus = gpu_identities()  # none: NVML cannot tell, so the names are trusted
-            ids = known_gpus(parse_visible_devices(value, len(gpus) or None), [g.uuid for g in gpus],
-                             _numbered_as_nvml(environ, gpus))
+            ids = parse_visible_devices(value, len(gpus) or None)
+        ids = known_gpus(ids, [g.uuid for g in gpus], _numbered_as_nvml(environ, gpus))
         return VisibleGpus(ids, f"{VARIABLE}={value}", unchecked=bool(ids) and not gpus)
     return VisibleGpus(tuple(str(i) for i in range(gpu_count())))
 

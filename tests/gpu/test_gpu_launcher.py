@@ -100,9 +100,11 @@ def test_a_launcher_kept_to_one_gpu_by_its_uuid_gives_its_task_that_gpu(tmp_path
     uuid = gpu_uuid(gpu_count() - 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)  # the launcher's environment
     home = tmp_path / "home"
+    done = tmp_path / "done"
+    done.mkdir()
     spec = write_spec(tmp_path / "one.yaml", (
         "name: one\n"
-        "run: python tests/gpu/show_gpu.py\n"
+        f"run: python tests/gpu/show_gpu.py --done-dir {done}\n"
         "roles:\n"
         "  chief: {count: 1}\n"
         "  worker: {count: 1, gpus: 1}\n"

@@ -25,18 +25,27 @@ from shoal.launch.visible_gpus import VisibleGpus, parse_visible_devices, visibl
     ("1,,2", ("1",)),
     ("-1", ()),
     ("", ()),
-    # as libcuda reads them (checked on an H200): strtoul indexes, junk ends the list, a repeat hides all
+    # as libcuda reads them (checked on an H200): strtoul indexes, junk ends the list
     ("+1,2gpu", ("1", "2")),
     ("none", ()),
     ("NoDevFiles", ()),           # what Slurm sets when a step has no GPU device files
     ("0,none,1", ("0",)),
     ("gpu-8b75", ()),             # UUIDs are case-sensitive
-    ("0,0", ()),                  # cuInit: CUDA_ERROR_INVALID_DEVICE
-    ("1, 1", ()),
-    ("GPU-8b75,GPU-8b75", ()),
 ])
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, ids):
     assert parse_visible_devices(value) == ids
+
+
+@pytest.mark.parametrize("value, ids", [
+    ("0,0", ()),                  # cuInit: CUDA_ERROR_INVALID_DEVICE (an H200)
+    ("1, 1", ()),
+    ("2,0,0", ()),
+    ("0,1,2,1", ()),
+    ("GPU-8b75,GPU-8b75", ()),
+    ("GPU-8b75,0,1", ("GPU-8b75", "0", "1")),  # whether GPU 0 is GPU-8b75 needs NVML
+])
+def test_a_name_given_twice_hides_every_gpu_as_in_cuda(value, ids):
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}).ids == ids
 
 
 @pytest.mark.parametrize("value, ids", [
@@ -65,15 +74,39 @@ def uuid(index: int) -> str:
 
 @pytest.mark.parametrize("value, ids", [
     ("0,GPU-00000000-c817-4e0a-9f1d-5a6b7c8d9e0f", ("0",)),
-    ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f,1,0", ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f", "0")),
+    ("0,GPU-00000000-c817-4e0a-9f1d-5a6b7c8d9e0f,1", ("0",)),  # named the other way: the list ends there
+    ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f,1,0", ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f",)),
+    ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f,0,1", ("GPU-00000001-c817-4e0a-9f1d-5a6b7c8d9e0f", "0")),
     ("GPU-00000001,1", ("GPU-00000001",)),   # a unique prefix names the GPU, as in CUDA
     ("MIG-1f2e,0", ("MIG-1f2e", "0")),
     ("0,GPU-ffffffff-0000,1", ("0",)),    # a UUID of no GPU here ends the list, as in CUDA
     ("GPU-0000000,1", ()),                # so does a prefix of two UUIDs
+    ("GPU-00000000-c817-4e0a-9f1d-5a6b7c8d9e0f,GPU-00000000", ()),  # a UUID and its prefix: no GPU
+    ("0,GPU-00000000-c817-4e0a-9f1d-5a6b7c8d9e0f,GPU-00000000", ("0",)),  # (the list ended before)
+    ("GPU-00000001,1,GPU-00000001-c817", ("GPU-00000001",)),
+    ("1,GPU-00000000,0,GPU-00000000-c817", ("1", "GPU-00000000")),
+    ("GPU-00000001,GPU-00000000", ("GPU-00000001", "GPU-00000000")),  # two GPUs by prefix: both
 ])
-def test_a_gpu_named_by_index_and_by_uuid_is_handed_out_once_and_an_unknown_uuid_ends_the_list(host_gpus, value, ids):
+def test_a_gpu_named_by_index_and_by_uuid_ends_the_list_there_and_so_does_an_unknown_uuid(host_gpus, value, ids):
     host_gpus[0] = 2
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}).ids == ids
+
+
+H200 = "GPU-45b0bc69-0a7d-98c9-08cc-dfa29d0eca45"
+UNKNOWN = "GPU-ffffffff-0000"
+
+
+@pytest.mark.parametrize("value, cuda", [  # torch.cuda.device_count() on 1-GPU H200s, 2026-11-28
+    ("0", 1), (H200, 1), (f"0,{H200}", 1), (f"{H200},0", 1), (H200[:12], 1), (f"{H200[:12]},0", 1),
+    (f"0,{H200[:12]}", 1), (f"{H200},{H200[:12]}", 0), (f"{H200[:12]},{H200}", 0), (f"{H200[:8]},{H200[:12]}", 0),
+    (f"0,{H200},{H200[:12]}", 1), (f"{H200},0,0", 1), (f"{H200},{UNKNOWN}", 1), (f"0,0,{H200}", 0),
+    (f"{H200[:12]},0,{H200}", 1), (f"0,{H200},0", 1), (H200.lower(), 0), ("0,0", 0),
+    ("1", 0), ("0,1", 1), (UNKNOWN, 0), (f"0,{UNKNOWN}", 1), (f"{UNKNOWN},0", 0), ("", 0), ("-1", 0), ("none", 0),
+    ("NoDevFiles", 0),
+])
+def test_the_gpus_handed_out_on_a_1_gpu_host_are_as_many_as_cuda_showed_there(monkeypatch, value, cuda):
+    gpus_as_nvml_reads_them(monkeypatch, GpuIdentity(H200, "NVIDIA H200"))
+    assert len(visible_gpus({"CUDA_VISIBLE_DEVICES": value})) == cuda
 
 
 def test_two_tasks_are_not_given_one_gpu_named_two_ways(host_gpus):
@@ -93,14 +126,14 @@ def test_on_a_host_of_mixed_models_an_index_is_matched_to_a_uuid_only_in_pci_bus
     value = f"0,{uuid(0)}"  # CUDA's default order may number the H100 0: these may be two GPUs
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}).ids == ("0", uuid(0))
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": value, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}).ids == ("0",)
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": f"{uuid(1)},{uuid(1)[:12]}"}).ids == (uuid(1),)
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": f"{uuid(1)},{uuid(1)[:12]}"}).ids == ()  # in any order: none
 
 
 def test_a_gpu_nvml_cannot_read_still_counts_and_no_uuid_is_taken_for_unknown(monkeypatch):
     gpus_as_nvml_reads_them(monkeypatch, GpuIdentity(uuid(0), "NVIDIA H200"), GpuIdentity(None, None))
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}).ids == ("0", "1")  # still cut at NVML's count
     other = "GPU-ffffffff-0000"  # perhaps the GPU NVML could not read: kept
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": f"{uuid(0)},{uuid(0)[:12]},{other}"}).ids == (uuid(0), other)
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": f"{uuid(0)},{other}"}).ids == (uuid(0), other)
 
 
 def test_without_nvml_the_names_are_trusted_as_given_and_the_launcher_says_so():
