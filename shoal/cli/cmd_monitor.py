@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from shoal.cli.cmd_status import table
 from shoal.cli.arg_types import positive_duration
@@ -28,9 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, env: Environment) -> int:
+    """Print a table of the job's tasks every `--interval` (once with `--once`) until the job
+    ends. Blocks."""
     with env.store() as store:
         job_id = find_running_job(store, args.job).id  # the same job all along, even if a newer one starts
         while True:
+            started = time.monotonic()
             job = store.find(job_id)
             executor = env.executor(job.executor)
             job = reconcile(store, job, executor)
@@ -43,6 +47,8 @@ def run(args: argparse.Namespace, env: Environment) -> int:
                 env.say(text)
                 return int(ExitCode.OK)
             env.say((_CLEAR_SCREEN if env.is_tty else "") + text)
+            # (sampling took the interval when tasks ran; with none, e.g. queued, it returned at once)
+            time.sleep(max(0.0, started + args.interval - time.monotonic()))
 
 
 def samples_table(samples: list[TaskSample], shown: "list[TaskFigures] | None" = None) -> str:

@@ -8,7 +8,10 @@ processes of the shoal job there — found by the `SHOAL_JOB_ID` in their enviro
 also those that left their process group — and, with `kill`, SIGKILLs them; the agent steps
 recorded for the job that Slurm still lists are cancelled too. Once the Slurm job is over,
 Slurm has ended every process of its steps, and no step can run there any more: each node is
-reported clean with that said (`HostCheck.note`).
+reported clean with that said (`HostCheck.note`). So is a job that is COMPLETING (Slurm is
+ending its processes; no step can start in it), and one that ended while its nodes were probed:
+an allocation that lives as long as its launcher (`salloc ... shoal train`) ends right after
+`shoal kill` stops the launcher, and Slurm then terminates the probe steps too.
 
 Blocks: bounded Slurm commands and one probe step per node, all nodes at once; thread-safe.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 from shoal.launch.executor import HostCheck, TaskRef
 from shoal.launch.job_scan import find_args, host_check, read_report
@@ -44,21 +48,51 @@ def sweep_slurm(commands: SlurmCommands, python: str, base_env: Mapping[str, str
     checks: list[HostCheck] = []
     for job, on in nodes.items():
         try:
-            active = commands.state(job) in ACTIVE_STATES
-            if active and kill:
+            state = commands.state(job)
+            if _probed(state) and kill:
                 commands.cancel(sorted(steps.get(job, set()) & commands.steps(job)))
         except SlurmError as e:
             checks += [HostCheck(node, error=f"{node}: {e}") for node in sorted(on)]
             continue
-        if active:
+        if _probed(state):
             probes += [(job, node) for node in sorted(on)]
         else:
-            checks += [HostCheck(node, note=f"Slurm job {job} is over: Slurm ended every process of its steps")
-                       for node in sorted(on)]
+            checks += [_over(job, node, state) for node in sorted(on)]
     if probes:
         with ThreadPoolExecutor(max_workers=len(probes)) as pool:
-            checks += pool.map(lambda p: _probe(python, base_env, shoal_job, *p, kill), probes)
+            probed = list(pool.map(lambda p: _probe(python, base_env, shoal_job, *p, kill), probes))
+        states: dict[str, Optional[str]] = {}  # per job of a failed probe: its state, asked again
+        for (job, node), check in zip(probes, probed):
+            if check.error:
+                if job not in states:
+                    states[job] = _state_after_failed_probe(commands, job)
+                if not _probed(states[job]):
+                    check = _over(job, node, states[job])
+            checks.append(check)
     return checks
+
+
+def _state_after_failed_probe(commands: SlurmCommands, job: str) -> Optional[str]:
+    """`job`'s state, asked again after a probe step in it failed: it may have ended meanwhile.
+    "RUNNING" when squeue cannot tell (the probe's error then stands)."""
+    try:
+        return commands.state(job)
+    except SlurmError:
+        return "RUNNING"
+
+
+def _probed(state: Optional[str]) -> bool:
+    """Whether a Slurm job in `state` (squeue's; None: over) can run a probe step: it is
+    active and not already ending its processes (COMPLETING)."""
+    return state in ACTIVE_STATES and state != "COMPLETING"
+
+
+def _over(job: str, node: str, state: Optional[str]) -> HostCheck:
+    """`node` reported clean, since Slurm job `job` (in squeue's `state`, None: over) ends or
+    ended every process of its steps."""
+    if state == "COMPLETING":
+        return HostCheck(node, note=f"Slurm job {job} is completing: Slurm is ending every process of its steps")
+    return HostCheck(node, note=f"Slurm job {job} is over: Slurm ended every process of its steps")
 
 
 def _probe(python: str, base_env: Mapping[str, str], shoal_job: str, job: str, node: str, kill: bool) -> HostCheck:

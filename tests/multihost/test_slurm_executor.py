@@ -286,6 +286,25 @@ def test_shoal_kill_leaves_squeue_empty_and_no_task_behind(slurm_cluster, tmp_pa
 
 
 @pytest.mark.timeout(300)
+def test_shoal_kill_of_a_job_whose_allocation_ends_with_its_launcher_finds_every_node_clean(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)  # salloc ... shoal run: the allocation ends when the launcher does
+    launcher = start(env, ["salloc", "--nodes=2", "--ntasks=4",
+                           *shoal("run", "--name", "long", "--ps", "1", "--workers", "2", "--", *SERVE)])
+    try:
+        job = wait_running(env, launcher, 3)
+        out = run(env, shoal("kill", job["id"]), timeout=120)
+        assert out.returncode == 0 and "KILLED" in out.stdout and "could not check" not in out.stdout, out.stdout
+        assert re.search(r"^n\d: no process of the job \(Slurm job \d+ is (over|completing): Slurm (ended|is ending)"
+                         r" every process of its steps\)$", out.stdout, re.M), out.stdout
+        launcher.wait(60)
+        procs.wait_until(lambda: not slurm_cluster.job_ids(), timeout=WAIT_S, what="salloc's job gone")
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
 def test_shoal_check_probes_the_nodes_of_a_live_allocation_for_the_jobs_processes(slurm_cluster, tmp_path):
     home, job, env, launcher = long_job_in_an_allocation(slurm_cluster, tmp_path)
     try:
@@ -556,6 +575,14 @@ def test_a_submitted_job_waiting_in_the_queue_is_in_status_and_shoal_kill_cancel
         assert logs.returncode == 0 and "waits in the queue (Slurm job" in logs.stdout, logs.stdout
         monitor = run(env, shoal("monitor", "1", "--once"), timeout=60)
         assert f"no task has started (Slurm job {submitted} is PENDING (Resources))" in monitor.stdout, monitor.stdout
+        watching = subprocess.Popen(shoal("monitor", "1", "--interval", "0.5"), cwd=REPO, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            shown, _ = watching.communicate(timeout=3)
+        except subprocess.TimeoutExpired:
+            os.killpg(watching.pid, signal.SIGKILL)
+            shown, _ = watching.communicate(timeout=30)
+        assert 2 <= shown.count("no task has started") <= 10, shown[-500:]  # one per interval, not a busy loop
         out = run(env, shoal("kill"), timeout=120)
         assert out.returncode == 0, out.stdout
         assert f"job {job['id']}: KILLED (stopped by shoal kill before it started)" in out.stdout, out.stdout
