@@ -10,7 +10,9 @@ closed the pipe or the kernel did because the launcher died — every id still r
 scancelled (Slurm TERMs its processes, then KILLs them after KillWait), then every job of a
 name still registered, again each second for NAME_WINDOW_S (15 s: an sbatch the launcher's death
 cut short may have reached slurmctld all the same, and slurmctld may create the job a moment
-later); then it exits.
+later); then it exits. A scancel that fails (slurmctld down or not answering: the steps and jobs
+run on meanwhile, as the agents cannot tell that the launcher died while srun's I/O holds) is
+run again, after 1, 2, 4 ... at most 30 s, for up to RETRY_S (30 min).
 Standard library only, so it starts fast and imports nothing of Shoal.
 """
 
@@ -27,13 +29,30 @@ NAME_WINDOW_S = 15.0
 which an sbatch request already sent may still create its job."""
 
 
+RETRY_S = 1800.0
+"""How long a scancel that fails is tried again."""
+
+
 def _scancel(args: list) -> bool:
-    """scancel ARGS, quietly; False if it could not run or took too long."""
+    """scancel ARGS, quietly (ids that already ended are no error); False if it could not run,
+    took too long or failed."""
     try:
-        subprocess.run(["scancel", "--quiet", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=_SCANCEL_TIMEOUT)
+        done = subprocess.run(["scancel", "--quiet", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=_SCANCEL_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired):
         return False
+    return done.returncode == 0
+
+
+def _cancelled(args: list, deadline: float) -> bool:
+    """scancel ARGS, again after a failure (1, 2, 4 ... at most 30 s later) until it works or
+    `deadline` (monotonic) passes; whether it worked."""
+    delay = 1.0
+    while not _scancel(args):
+        if time.monotonic() + delay >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(30.0, delay * 2)
     return True
 
 
@@ -50,10 +69,11 @@ def main() -> int:
                 registered.pop(match.group(1).decode(), None)
     names = [i[len("name:"):] for i in registered if i.startswith("name:")]
     ids = [i for i in registered if not i.startswith("name:")]
-    ok = _scancel(ids) if ids else True
+    deadline = time.monotonic() + RETRY_S
+    ok = _cancelled(ids, deadline) if ids else True
     until = time.monotonic() + NAME_WINDOW_S
     while names:
-        ok = all([_scancel([f"--name={name}"]) for name in names]) and ok
+        ok = all([_cancelled([f"--name={name}"], deadline) for name in names]) and ok
         if time.monotonic() >= until:
             break
         time.sleep(1.0)

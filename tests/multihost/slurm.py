@@ -13,6 +13,7 @@ import secrets
 import socket
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from shoal.launch.ports import free_ports
@@ -175,6 +176,23 @@ class SlurmCluster:
             if text:
                 parts.append(f"--- {path.name}:\n{text[-1500:]}")
         return "\n".join(parts)
+
+    @contextmanager
+    def controller_down(self):
+        """slurmctld stopped for the block, as for maintenance: client commands fail at once;
+        the nodes' steps run on. Started again after the block (also on failure), from its
+        saved state; blocks until it answers (< 60 s)."""
+        procs.stop(self._daemons[0], grace=10)
+        try:
+            yield
+        finally:
+            proc = procs.start_daemon(["slurmctld", "-D", "-i"], self.workdir / "slurmctld.out", env=self.env)
+            self._daemons[0] = proc
+            self._note_pid(proc)
+            procs.wait_until(lambda: proc.poll() is not None or self.run(["squeue", "-h"], timeout=30,
+                                                                          check=False).returncode == 0,
+                             timeout=START_TIMEOUT_S, what="slurmctld answering again", detail=self._logs,
+                             interval=0.5)
 
     def cancel_all(self, timeout: float = CANCEL_TIMEOUT_S) -> None:
         """scancel every job, then wait (<= `timeout` s) until squeue lists none."""

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -486,6 +487,41 @@ def test_slurm_watchdog_cancels_what_is_registered_when_its_pipe_closes(slurm_cl
     reaper.remove(kept)
     reaper.close()  # as when the launcher dies: EOF on the watchdog's stdin
     procs.wait_until(lambda: slurm_cluster.job_ids() == [kept], timeout=WAIT_S, what=f"only job {kept} left")
+
+
+LAUNCHER_WITH_A_REAPER = """
+import sys
+from shoal.launch.slurm_reaper import SlurmReaper
+reaper = SlurmReaper({{"SLURM_CONF": {conf!r}, "PATH": {path!r}}})
+reaper.start()
+for job in sys.argv[1:]:
+    reaper.add(job)
+print("registered", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.timeout(240)
+def test_slurm_watchdog_cancels_jobs_once_slurmctld_is_back_after_the_launchers_sigkill(slurm_cluster):
+    jobs = [slurm_cluster.run(["sbatch", "--parsable", "--ntasks=1", "--output=/dev/null",
+                               "--wrap=exec sleep 300"]).stdout.strip() for _ in range(3)]
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER_WITH_A_REAPER.format(
+        conf=str(slurm_cluster.conf), path=os.environ["PATH"]), *jobs], cwd=REPO, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert launcher.stdout.readline() == "registered\n"
+        [watchdog] = psutil.Process(launcher.pid).children()
+        with slurm_cluster.controller_down():
+            launcher.kill()  # the watchdog's scancel fails: slurmctld is down
+            launcher.wait(10)
+            time.sleep(15)  # scancel gives up on a slurmctld it cannot reach after ~9 s (exit 8)
+        procs.wait_until(lambda: slurm_cluster.job_ids() == [], timeout=WAIT_S + 30,
+                         what=f"jobs {', '.join(jobs)} cancelled once slurmctld answers", interval=0.5)
+        procs.wait_until(lambda: not watchdog.is_running(), timeout=WAIT_S, what="the watchdog's exit")
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(10)
 
 
 @pytest.mark.timeout(120)
