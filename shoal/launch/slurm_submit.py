@@ -77,7 +77,15 @@ def sbatch_argv(spec: JobSpec, name: str) -> list[str]:
         argv.append(f"--gpus-per-task={gpus}")
     if spec.deadline:
         argv.append(f"--time={math.ceil((spec.deadline + spec.grace_period + _TIME_MARGIN_S) / 60)}")
+    pinned = _pinned_nodes(spec)
+    if pinned:  # the job holds these (and others, as its tasks need)
+        argv.append(f"--nodelist={','.join(pinned)}")
     return [*argv, f"--wrap={HOLD_SCRIPT}"]
+
+
+def _pinned_nodes(spec: JobSpec) -> list[str]:
+    """The nodes the spec's roles pin tasks to (`hosts:`), sorted."""
+    return sorted({node for nodes in spec.pinned_hosts().values() for node in nodes})
 
 
 class Submission:
@@ -117,8 +125,9 @@ class Submission:
 
     def preview(self, spec: JobSpec) -> tuple[SlurmJob, str]:
         roles = [spec.role(t.job) for t in task_ids(spec)]
-        node = SlurmNode("NODE", "NODE", max(math.ceil(r.cpus or 1) for r in roles), sum(r.gpus for r in roles))
-        job = SlurmJob("0", (node,), submitted=True)
+        cpus, gpus = max(math.ceil(r.cpus or 1) for r in roles), sum(r.gpus for r in roles)
+        nodes = [SlurmNode(name, name, cpus, gpus) for name in [*_pinned_nodes(spec), "NODE"]]
+        job = SlurmJob("0", tuple(nodes), submitted=True)
         return job, (f"# submitted with: {shlex.join(sbatch_argv(spec, f'shoal-{spec.name}-TAG'))}\n"
                      "# (TAG: 8 random hex digits, new for each submission)\n"
                      "# nodes and ports are known once the job runs (shown as NODE:0); the tasks"

@@ -556,6 +556,22 @@ def test_role_hosts_pin_tasks_to_named_nodes_of_the_allocation(slurm_cluster, tm
 
 
 @pytest.mark.timeout(180)
+def test_role_hosts_pin_tasks_to_named_nodes_of_the_job_slurm_flag_submits(slurm_cluster, tmp_path):
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    (tmp_path / "job.yaml").write_text("name: pinned\nrun: python tests/launch_programs/serve.py --lifetime 2\n"
+                                       "roles:\n  ps: {count: 1, hosts: [n2]}\n  worker: {count: 1}\n")
+    dry = run(env, shoal("train", str(tmp_path / "job.yaml"), "--slurm", "--dry-run"), timeout=60)
+    assert dry.returncode == 0 and "--nodelist=n2 " in dry.stdout and "# on n2: ps.0" in dry.stdout, dry.stdout
+    try:
+        out = run(env, shoal("train", str(tmp_path / "job.yaml"), "--slurm"), timeout=150)
+        assert out.returncode == 0, out.stdout
+        assert re.search(r"pinned\.ps\.0: STARTING -> RUNNING \(pid \d+ on n2\)", out.stdout), out.stdout
+    finally:
+        cleanup(home)
+
+
+@pytest.mark.timeout(180)
 def test_task_output_comes_through_srun_byte_for_byte(slurm_cluster, tmp_path):
     """Long lines, a last line without a newline and bytes that are not UTF-8 travel through the
     agent's JSON lines and srun's I/O forwarding, and the log file gets what the task wrote."""

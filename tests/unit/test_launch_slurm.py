@@ -112,6 +112,13 @@ def test_sbatch_without_resources_asks_one_cpu_per_task_and_no_time_limit():
     assert not [a for a in argv if a.startswith(("--mem", "--gpus", "--time"))]
 
 
+def test_sbatch_asks_for_the_nodes_roles_pin_tasks_to():
+    argv = sbatch_argv(spec(ps={"count": 2, "hosts": ["n3", "n1"]}, worker={"count": 2, "hosts": ["n1"]}),
+                       "shoal-j-0a1b2c3d")
+    assert "--nodelist=n1,n3" in argv and argv[-1] == "--wrap=exec sleep infinity"
+    assert not [a for a in sbatch_argv(spec(worker={"count": 2}), "shoal-j-0a1b2c3d") if a.startswith("--nodelist")]
+
+
 def test_gpus_are_numbered_per_node_and_a_node_with_too_few_is_named():
     job = spec(ps={"count": 1}, worker={"count": 3, "gpus": 1})
     ids = [TaskId("ps", 0)] + [TaskId("worker", i) for i in range(3)]
