@@ -28,6 +28,7 @@ from shoal.launch.records import JobRecord, JobStore, ProcessRecord
 from shoal.launch.states import JobState, TaskState
 
 LAUNCHER_DIED = "the launcher died; its tasks were stopped"
+LAUNCHER_DIED_BEFORE_ANY_TASK = "the launcher died before any task started"
 _STOPPED_BY = {"local": "by its watchdog", "ssh": "by their hosts' agents", "slurm": "by their nodes' agents"}
 _POLL = 0.05
 _KILL_WAIT = 5.0
@@ -52,9 +53,12 @@ def reconcile(store: JobStore, job: JobRecord, executor: Executor) -> JobRecord:
         executor.kill(rec.ref)
     checks = sweep_job(store, job, executor, kill=True) or []
     left = describe_checks(checks, clean=False, killed=True)
-    stopped_by = _STOPPED_BY.get(job.executor)
-    _mark_killed(store, job, LAUNCHER_DIED + (f" ({stopped_by})" if stopped_by else "")
-                 + "".join(f"; {line}" for line in left))
+    if store.processes(job.id):
+        stopped_by = _STOPPED_BY.get(job.executor)
+        why = LAUNCHER_DIED + (f" ({stopped_by})" if stopped_by else "")
+    else:  # (a job still in a scheduler's queue, say)
+        why = LAUNCHER_DIED_BEFORE_ANY_TASK
+    _mark_killed(store, job, why + "".join(f"; {line}" for line in left))
     return store.find(job.id)
 
 

@@ -141,3 +141,20 @@ def test_status_of_a_job_whose_launcher_died_kills_a_surviving_task(tmp_path):
         if survivor.poll() is None:
             os.killpg(survivor.pid, signal.SIGKILL)
             survivor.wait(10)
+
+
+def test_status_of_a_queued_job_whose_launcher_died_says_no_task_had_started(tmp_path):
+    import io
+
+    from shoal.cli.environment import Environment
+    from shoal.cli.main import main
+    from shoal.launch.records import JobStore
+
+    with JobStore(tmp_path / "home" / "jobs.db") as store:  # as a launcher waiting in a queue records it
+        store.create_queued("q-1", "q", str(tmp_path / "home" / "jobs" / "q-1"), os.getpid(), 1.0, "local",
+                            "waits in the queue")  # a launcher that no longer runs (another start time)
+    env = Environment(environ={"SHOAL_HOME": str(tmp_path / "home")}, stdout=io.StringIO(),
+                      stderr=io.StringIO(), stdout_bytes=io.BytesIO(), cwd=tmp_path)
+    assert main(["status", "q"], env) == 0
+    assert "job q-1  KILLED (the launcher died before any task started)" in env.stdout.getvalue(), \
+        env.stdout.getvalue()
