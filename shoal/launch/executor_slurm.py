@@ -489,9 +489,10 @@ def _assign_gpus(spec: JobSpec, ids: list[TaskId], node_of: Mapping[TaskId, str]
     for node, want in asking.items():
         if want > nodes[node].gpus:
             tasks = ", ".join(f"{t.job}.{t.index}" for t in ids if node_of[t] == node and spec.role(t.job).gpus)
-            short.append(f"{node} ({tasks}) asks for {_gpus(want)} and has {nodes[node].gpus}")
+            short.append(f"on {node}, {tasks} {'asks' if ', ' not in tasks else 'ask'} for {_gpus(want)} and the"
+                         f" job holds {nodes[node].gpus} there")
     if short:
-        raise PlanError(f"the Slurm job holds too few GPUs: on {'; on '.join(short)}; ask Slurm for more"
+        raise PlanError(f"the Slurm job holds too few GPUs: {'; '.join(short)}; ask Slurm for more"
                         " (e.g. salloc --gpus-per-node=N or --gpus-per-task), lower roles.<role>.gpus, or pin"
                         " roles to nodes with hosts:")
     out: dict[TaskId, tuple[int, ...]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
 
-from shoal.launch.slurm import SlurmJob
+from shoal.launch.slurm import SlurmJob, SlurmNode
 from shoal.launch.slurm_commands import SlurmCommands
 from shoal.launch.slurm_reaper import SlurmReaper
 from shoal.launch.spec import JobSpec
@@ -53,8 +53,7 @@ class CurrentAllocation:
 
     def preview(self, spec: JobSpec) -> tuple[SlurmJob, str]:
         job = SlurmJob(self._job_id, self._commands.nodes(self._job_id), submitted=False)
-        nodes = ", ".join(f"{n.name} ({n.address}, {n.cpus} CPUs{f', {n.gpus} GPUs' if n.gpus else ''})"
-                          for n in job.nodes)
+        nodes = ", ".join(f"{n.name} ({', '.join(_held(n))})" for n in job.nodes)
         return job, (f"# Slurm job {job.job_id} (the allocation shoal runs in): {nodes}\n"
                      "# one agent step per node that gets tasks; each agent picks its tasks' ports"
                      " when the job starts (shown as port 0)\n")
@@ -64,3 +63,11 @@ class CurrentAllocation:
 
     def watch_queue(self, listener: Callable[[str], None]) -> bool:
         return False
+
+
+def _held(node: SlurmNode) -> list[str]:
+    """E.g. ["127.0.0.1", "1 CPU", "2 GPUs"]: a node's address and what the job holds there."""
+    held = [node.address, f"{node.cpus} CPU" + ("" if node.cpus == 1 else "s")]
+    if node.gpus:
+        held.append(f"{node.gpus} GPU" + ("" if node.gpus == 1 else "s"))
+    return held

@@ -126,8 +126,8 @@ def test_gpus_are_numbered_per_node_and_a_node_with_too_few_is_named():
     node_of = {ids[0]: "n1", ids[1]: "n2", ids[2]: "n1", ids[3]: "n1"}
     assert _assign_gpus(job, ids, node_of, nodes) == {ids[0]: (), ids[1]: (0,), ids[2]: (0,), ids[3]: (1,)}
     node_of[ids[1]] = "n1"
-    with pytest.raises(PlanError, match=r"too few GPUs: on n1 \(worker.0, worker.1, worker.2\) asks for 3 GPUs"
-                                        r" and has 2; ask Slurm for more"):
+    with pytest.raises(PlanError, match=r"too few GPUs: on n1, worker.0, worker.1, worker.2 ask for 3 GPUs"
+                                        r" and the job holds 2 there; ask Slurm for more"):
         _assign_gpus(job, ids, node_of, nodes)
 
 
@@ -135,8 +135,8 @@ def test_every_node_with_too_few_gpus_is_named_at_once():
     job = spec(worker={"count": 2, "gpus": 1})
     ids = [TaskId("worker", 0), TaskId("worker", 1)]
     nodes = {"n1": SlurmNode("n1", "n1", gpus=0), "n2": SlurmNode("n2", "n2", gpus=0)}
-    with pytest.raises(PlanError, match=r"on n1 \(worker.0\) asks for 1 GPU and has 0; on n2 \(worker.1\) asks"
-                                        r" for 1 GPU and has 0;"):
+    with pytest.raises(PlanError, match=r"on n1, worker.0 asks for 1 GPU and the job holds 0 there; on n2, worker.1"
+                                        r" asks for 1 GPU and the job holds 0 there;"):
         _assign_gpus(job, ids, {ids[0]: "n1", ids[1]: "n2"}, nodes)
 
 
