@@ -17,7 +17,8 @@ from enum import Enum
 from pathlib import Path
 
 from shoal.ps.client import PsClient
-from shoal.train.checkpoint import Checkpoint, CheckpointError, checkpoint_root, export_model, load_latest_checkpoint
+from shoal.train.checkpoint import (Checkpoint, CheckpointError, CheckpointWriteError, checkpoint_root, export_model,
+                                    load_latest_checkpoint)
 from shoal.train.checkpoint import save_checkpoint as write_checkpoint
 from shoal.train.local_state import LocalState
 from shoal.train.model_dir_lock import ModelDirLock
@@ -102,6 +103,12 @@ class Checkpointer:
     def save(self, client: PsClient, export: bool = False, reason: SaveReason = SaveReason.REQUESTED) -> Path:
         """Snapshot every ps (values, optimizer state, step) and write a checkpoint; with
         `export`, also the model alone. Returns the checkpoint's path. Raises CheckpointError."""
+        lost = self._lock.lost()
+        if lost:
+            raise CheckpointWriteError(
+                f"{self._task} writes no checkpoint to the model dir {self.model_dir}: {lost}, so this job no "
+                "longer holds it and another job could take it; restore the directory, or run the job again "
+                "with a model dir it can keep (--model_dir / output_dir)")
         started = time.monotonic()
         # ps 0 (its lease book) and every ps that holds a shard: one that holds none has nothing
         # to save, and one of those that died would hold the save up until it is re-homed

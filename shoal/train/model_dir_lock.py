@@ -106,6 +106,22 @@ class ModelDirLock:
             self._fd, self._state = fd, LockState.HELD
             return self
 
+    def lost(self) -> str:
+        """Why the lock, held, no longer guards the model dir ("" while it does): its lock file
+        was removed or replaced (the model dir removed or emptied mid-run), so another job could
+        lock the dir now. Does not block (two stat calls)."""
+        with self._mutex:
+            if self._state is LockState.FREE:
+                return ""
+            held = os.fstat(self._fd)
+            try:
+                now = os.stat(self.path)
+            except OSError:
+                return f"its lock file {self.path} is gone (the model dir was removed or emptied while the job ran)"
+            if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+                return f"its lock file {self.path} was replaced (the model dir was removed while the job ran)"
+            return ""
+
     def release(self) -> None:
         """Let go of the lock; does nothing if it is not held. Does not block."""
         with self._mutex:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import shoal
-from shoal.train.checkpoint import CheckpointError
+from shoal.train.checkpoint import CheckpointError, CheckpointWriteError
 from shoal.train.model_dir_lock import ModelDirLockedError
 from tests.small_disk import small_disk  # noqa: F401  (a fixture)
 
@@ -48,6 +48,25 @@ def test_failed_periodic_checkpoint_warns_and_training_goes_on(tmp_path, caplog)
         assert len(warnings) == 2, warnings  # steps 4 and 6: tried again at the next interval, not every step
         with pytest.raises(CheckpointError):
             chief.save_checkpoint()  # an explicit (or the final) save still fails loudly
+        chief.close()
+
+
+def test_a_model_dir_removed_mid_run_is_not_written_again_and_another_job_may_take_it(tmp_path, caplog):
+    model_dir = tmp_path / "model"
+    with shoal.create_local_server() as local, shoal.create_local_server() as other:
+        chief = chief_session(local, model_dir, every_steps=2).start()
+        chief.push({"w": np.ones(4, np.float32)})
+        shutil.rmtree(model_dir)  # by hand, mid-run
+        with caplog.at_level(logging.WARNING, logger="shoal.train.session"):
+            for _ in range(3):
+                chief.push({"w": np.ones(4, np.float32)})
+        assert not (model_dir / "checkpoints").exists()  # not made again behind the user's back
+        warnings = [r.getMessage() for r in caplog.records if "could not save a periodic checkpoint" in r.getMessage()]
+        assert len(warnings) == 2 and f"{model_dir}/.shoal.lock is gone" in warnings[0], warnings  # steps 2 and 4
+        with pytest.raises(CheckpointWriteError, match="this job no longer holds it"):
+            chief.save_checkpoint()
+        with chief_session(other, model_dir) as second:  # the dir is free for another job, which owns it now
+            assert second.global_step == 0
         chief.close()
 
 
