@@ -78,3 +78,21 @@ def test_without_replica_or_checkpoint_the_coordinating_chief_says_how_old_its_c
                      r" it last pulled them\): every update to its shards since then is lost", out), out[-3000:]
     rebuilt_at = int(re.search(r"rebuilt ps:1 at step (\d+)", out).group(1))
     assert rebuilt_at >= 300, out[-3000:]  # the job's step goes on; only the values are the old copy's
+
+
+def test_a_ps_that_does_not_come_back_fails_the_coordinator_job_after_the_recovery_timeout(make_cluster):
+    """In-graph training does not re-home a lost ps: the workers give up on it after
+    --ps_recovery_timeout (the example's --lost_ps is fail), saying to restart it, and the
+    job fails; they do not wait for a move of its shards that never comes."""
+    program = ["examples/mnist_coordinator.py", "--ps_placement", "round_robin",  # the bias on ps:1
+               "--steps", str(STEPS * 10), "--steps_per_dispatch", "10", "--log_every", "50",
+               "--ps_recovery_timeout", "5"]
+    cluster = make_cluster(num_ps=2, num_workers=2, chief=True)
+    cluster.start_all(program)
+    ps1, chief = cluster.tasks[1], cluster.tasks[2]
+    cluster.wait_for(lambda: _chief_step(chief) >= 300, 60, "the chief at step 300")
+    ps1.kill()
+    assert chief.wait(timeout=60) != 0, chief.output()[-3000:]  # (the cluster's teardown kills the rest)
+    out = chief.output()
+    assert re.search(r"ps:1 at \S+ did not come back within 5s; restart the ps task", out), out[-3000:]
+    assert "move its shards" not in out, out[-3000:]
