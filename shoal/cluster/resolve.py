@@ -30,6 +30,7 @@ def resolve_cluster_config(
     if tf_config.strip():
         return parse_tf_config(tf_config)
     raise ClusterError(
-        "no cluster given: TF_CONFIG is unset and there are no cluster flags; set TF_CONFIG"
-        f" (e.g. '{EXAMPLE}') or pass --job_name/--task_index/--ps_hosts/--worker_hosts"
+        "no cluster given: TF_CONFIG is unset and there are no cluster flags; start every task with the"
+        " launcher (shoal run --ps 1 --workers 2 -- python PROGRAM ...), or give each task TF_CONFIG"
+        f" (e.g. '{EXAMPLE}') or --job_name/--task_index/--ps_hosts/--worker_hosts"
     )

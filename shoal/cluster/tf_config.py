@@ -16,7 +16,7 @@ from shoal.cluster.spec import ClusterSpec
 from shoal.cluster.task import TaskId, check_index, normalize_job
 
 EXAMPLE = (
-    '{"cluster": {"worker": ["localhost:2222"]}, "task": {"type": "worker", "index": 0}}'
+    '{"cluster": {"ps": ["localhost:2222"], "worker": ["localhost:2223"]}, "task": {"type": "worker", "index": 0}}'
 )
 _FIX = f"set it to e.g. '{EXAMPLE}'"
 

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -142,7 +143,9 @@ def test_resolve_rejects_host_flags_without_job_name_even_with_tf_config():
 def test_resolve_rejects_neither_flags_nor_tf_config():
     with pytest.raises(ClusterError) as e:
         resolve_cluster_config(parse(), {"TF_CONFIG": ""})
-    assert "TF_CONFIG" in str(e.value) and "--job_name" in str(e.value)
+    assert "TF_CONFIG" in str(e.value) and "--job_name" in str(e.value) and "shoal run --ps 1" in str(e.value)
+    example = re.search(r"e\.g\. '([^']+)'", str(e.value)).group(1)  # the TF_CONFIG it suggests works
+    assert resolve_cluster_config(parse(), {"TF_CONFIG": example}).cluster.job_tasks("ps") == ["localhost:2222"]
 
 
 def test_resolve_passes_tf_config_errors_through():
