@@ -130,6 +130,8 @@ class Checkpointer:
             log.log(logging.DEBUG if reason is SaveReason.PERIODIC else logging.INFO,
                     "%s saved checkpoint step=%d to %s (%.2fs, %s)", self._task, step, path,
                     time.monotonic() - started, reason.value)
+        elif reason is not SaveReason.PERIODIC:  # (the last periodic save was of this very step)
+            log.info("%s: checkpoint step=%d is in %s already (%s)", self._task, step, path, reason.value)
         self.mark_saved(step)
         if export:
             exported = export_model(self.model_dir / "export" / "model.safetensors", variables, step=step)

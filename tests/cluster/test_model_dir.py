@@ -89,3 +89,14 @@ def test_summaries_on_a_full_disk_warn_once_and_training_goes_on(small_disk, cap
         assert stopped == [f"summaries to {model_dir} stopped: No space left on device; training goes on, and a new "
                            "event file is tried every 60s (free the disk or fix the directory; values meanwhile are "
                            "dropped)"]
+
+
+def test_the_final_save_says_so_when_a_periodic_save_wrote_that_step_already(tmp_path, caplog):
+    with shoal.create_local_server() as local:
+        with caplog.at_level(logging.INFO, logger="shoal.train.session"):
+            with chief_session(local, tmp_path / "model", every_steps=2) as chief:
+                for _ in range(2):
+                    chief.push({"w": np.ones(4, np.float32)})  # step 2: a periodic save
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any(f"checkpoint step=2 is in {tmp_path / 'model' / 'checkpoints' / 'ckpt-0000000002'} already (final)"
+               in line for line in said), said
