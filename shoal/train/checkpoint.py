@@ -177,6 +177,13 @@ def load_latest_checkpoint(model_dir: str | os.PathLike) -> Checkpoint | None:
     return None
 
 
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The global step a checkpoint directory `path` holds, by its name (ckpt-0000000042: 42);
+    None for another name."""
+    match = _DIR_PATTERN.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
 def list_checkpoints(model_dir: str | os.PathLike) -> list[Path]:
     """Checkpoint directories, oldest first (temporary and damaged ones are not listed). Blocks."""
     root = checkpoint_root(model_dir)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import shoal.sigterm as sigterm
+from shoal.train.checkpoint import checkpoint_step
 
 log = logging.getLogger("shoal.train.session")
 
@@ -42,6 +43,9 @@ class TrainingTerminated(SystemExit):
 
     def __str__(self) -> str:
         saved = f"; final checkpoint {self.checkpoint}" if self.checkpoint else ""
+        saved_step = checkpoint_step(self.checkpoint) if self.checkpoint else None
+        if saved_step is not None and saved_step != self.step:
+            saved += f" (step {saved_step}: the other replicas' pushes since included)"
         return f"{self.task} stopped training at global step {self.step} on SIGTERM{saved}"
 
 

@@ -205,3 +205,11 @@ def test_ps_that_gets_sigterm_before_its_replicas_finished_ends_with_server_term
         server.stop()
         sigterm.clear()
     assert caught.value.code == 143 and "no training replica ever connected" in str(caught.value)
+
+
+def test_the_stop_line_names_the_checkpoints_step_where_pushes_of_others_came_after_this_ones_last(tmp_path):
+    saved = tmp_path / "checkpoints" / "ckpt-0000046383"
+    assert str(TrainingTerminated("chief:0", 46382, saved)) == (
+        f"chief:0 stopped training at global step 46382 on SIGTERM; final checkpoint {saved} (step 46383: the other"
+        " replicas' pushes since included)")
+    assert str(TrainingTerminated("chief:0", 46383, saved)).endswith(f"final checkpoint {saved}")
