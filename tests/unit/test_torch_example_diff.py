@@ -34,3 +34,14 @@ def test_doc_states_the_changed_lines_of_each_version(version, label):
 def test_shoal_version_changes_at_most_8_lines_of_the_plain_loop():
     added, removed = changed("examples/mnist_mlp_plain.py", "examples/mnist_mlp_torch.py")
     assert added <= 8 and removed <= 8
+
+
+@pytest.mark.parametrize("heading, version", [("The Shoal version:", "examples/mnist_mlp_torch.py"),
+                                              ("The DDP version:", "examples/mnist_mlp_ddp.py")])
+def test_every_line_the_docs_diff_shows_is_in_the_files(heading, version):
+    doc = (REPO / "docs" / "pytorch.md").read_text()
+    block = doc.split(heading, 1)[1].split("```diff\n", 1)[1].split("```", 1)[0]
+    plain, changed_version = (REPO / "examples/mnist_mlp_plain.py").read_text(), (REPO / version).read_text()
+    for line in block.splitlines():
+        if line.startswith(("-", "+")):
+            assert line[1:] in (plain if line[0] == "-" else changed_version).splitlines(), line
