@@ -118,5 +118,5 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (shoal.ClusterError, shoal.SecretError) as e:  # a bad TF_CONFIG, flag or job secret: the fix, no traceback
+    except (shoal.ClusterError, shoal.SecretError, shoal.ModelDirLockedError) as e:  # the fix, no traceback
         sys.exit(f"{os.path.basename(__file__)}: {e}")

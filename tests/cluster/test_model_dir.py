@@ -4,6 +4,7 @@ training (W2)."""
 import logging
 import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -100,3 +101,23 @@ def test_the_final_save_says_so_when_a_periodic_save_wrote_that_step_already(tmp
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any(f"checkpoint step=2 is in {tmp_path / 'model' / 'checkpoints' / 'ckpt-0000000002'} already (final)"
                in line for line in said), said
+
+
+@pytest.mark.parametrize("example", ["examples/mnist_softmax.py", "examples/mnist_coordinator.py"])
+def test_an_example_whose_model_dir_another_job_holds_says_so_without_a_traceback(tmp_path, example):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from shoal.train.model_dir_lock import ModelDirLock
+
+    env = dict(os.environ, SHOAL_JOB_SECRET="ab" * 16, TF_CONFIG=json.dumps({  # (no ps needed: the lock comes first)
+        "cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}))
+    with ModelDirLock(tmp_path / "model"):  # the other job
+        out = subprocess.run([sys.executable, example, "--model_dir", str(tmp_path / "model"), "--steps", "10"],
+                             env=env, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2])
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith(f"{os.path.basename(example)}: model dir {tmp_path / 'model'} is in use by another"
+                                 " job (pid"), out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
