@@ -65,7 +65,7 @@ class TaskFigures:
             return ""
         text = f"SLOW x{self.slow_by:.1f}"
         if self.dropped:
-            text += f", dropped from {self.dropped} steps"
+            text += f", dropped from {self.dropped} step{'' if self.dropped == 1 else 's'}"
         return text
 
     def as_json(self) -> dict:

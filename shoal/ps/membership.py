@@ -266,7 +266,7 @@ class Membership:
         if states and all(s is MemberState.FAILED for s in states):
             stopped = sum(m.terminated for m in self._members.values())
             if stopped == len(states):
-                return f"{self._all(stopped)} were stopped (SIGTERM)"
+                return f"{self._all(stopped)} {'was' if stopped == 1 else 'were'} stopped (SIGTERM)"
             if stopped:
                 return f"{self._all(len(states))} left: {stopped} stopped (SIGTERM), {len(states) - stopped} failed"
             return f"{self._all(len(states))} failed"

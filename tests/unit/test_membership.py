@@ -255,6 +255,12 @@ def test_a_job_whose_workers_were_all_stopped_says_stopped_not_failed():
     stopped.failed("worker:0", "p1", terminated=True)
     stopped.failed("worker:1", "p2", terminated=True)
     assert stopped.job_over() == "all 2 workers were stopped (SIGTERM)"
+    one = Membership(("worker:0",), "worker:0", now=0.0)
+    one.failed("worker:0", "p1", terminated=True)
+    assert one.job_over() == "the one worker was stopped (SIGTERM)"
+    chief = Membership(("chief:0",), "chief:0", now=0.0)
+    chief.failed("chief:0", "p1", terminated=True)
+    assert chief.job_over() == "the chief was stopped (SIGTERM)"
     mixed = Membership(("worker:0", "worker:1"), "worker:0", now=0.0)
     mixed.failed("worker:0", "p1", terminated=True)
     mixed.failed("worker:1", "p2")
