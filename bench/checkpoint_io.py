@@ -137,6 +137,8 @@ def main() -> int:
     import shoal
     variables = model(args.mb)
     cluster = PsCluster(secrets.token_hex(16))
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=args.dir, prefix="shoal-ckpt-bench-"))
     results = {}
     try:
