@@ -107,8 +107,8 @@ class Checkpointer:
         if lost:
             raise CheckpointWriteError(
                 f"{self._task} writes no checkpoint to the model dir {self.model_dir}: {lost}, so this job no "
-                "longer holds it and another job could take it; restore the directory, or run the job again "
-                "with a model dir it can keep (--model_dir / output_dir)")
+                "longer holds it and another job could take it; run the job again to have its checkpoints "
+                "(in a model dir nothing removes: --model_dir / output_dir)")
         started = time.monotonic()
         # ps 0 (its lease book) and every ps that holds a shard: one that holds none has nothing
         # to save, and one of those that died would hold the save up until it is re-homed

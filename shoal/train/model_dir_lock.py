@@ -57,7 +57,7 @@ class ModelDirLock:
     """
 
     def __init__(self, model_dir: str | os.PathLike) -> None:
-        self.model_dir = Path(model_dir)
+        self.model_dir = Path(model_dir).absolute()  # (the program may change its directory meanwhile)
         self.path = self.model_dir / LOCK_FILE
         self._mutex = threading.Lock()
         self._fd: int | None = None
@@ -108,16 +108,19 @@ class ModelDirLock:
 
     def lost(self) -> str:
         """Why the lock, held, no longer guards the model dir ("" while it does): its lock file
-        was removed or replaced (the model dir removed or emptied mid-run), so another job could
-        lock the dir now. Does not block (two stat calls)."""
+        was removed or replaced (the model dir removed mid-run), or can no longer be read (an
+        NFS handle gone stale), so another job could lock the dir now. Two stat calls: blocks
+        only on a filesystem that hangs."""
         with self._mutex:
             if self._state is LockState.FREE:
                 return ""
-            held = os.fstat(self._fd)
             try:
+                held = os.fstat(self._fd)
                 now = os.stat(self.path)
-            except OSError:
-                return f"its lock file {self.path} is gone (the model dir was removed or emptied while the job ran)"
+            except FileNotFoundError:
+                return f"its lock file {self.path} is gone (the model dir was removed while the job ran)"
+            except OSError as e:
+                return f"its lock file {self.path} can no longer be read ({e.strerror or e}: the model dir was removed?)"
             if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
                 return f"its lock file {self.path} was replaced (the model dir was removed while the job ran)"
             return ""

@@ -1,5 +1,6 @@
 """One job per model dir: a second process is refused with the dir and the holder named."""
 
+import errno
 import os
 import select
 import signal
@@ -126,3 +127,31 @@ def test_model_dir_under_a_regular_file_is_an_error_naming_it(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(CheckpointError, match="file/model"):
         ModelDirLock(tmp_path / "file" / "model").acquire()
+
+
+def test_a_lock_whose_file_was_removed_replaced_or_cannot_be_read_says_it_is_lost(tmp_path, monkeypatch):
+    lock = ModelDirLock(tmp_path / "model").acquire()
+    assert lock.lost() == ""
+    os.rename(tmp_path / "model", tmp_path / "moved")
+    assert "is gone" in lock.lost()
+    os.rename(tmp_path / "moved", tmp_path / "model")  # moved back: the same file, held again
+    assert lock.lost() == ""
+    (tmp_path / "model" / ".shoal.lock").unlink()
+    (tmp_path / "model" / ".shoal.lock").touch()
+    assert "was replaced" in lock.lost()
+
+    def stale(fd):
+        raise OSError(errno.ESTALE, "Stale file handle")
+    monkeypatch.setattr(os, "fstat", stale)  # NFS, after another host removed the dir
+    assert "can no longer be read (Stale file handle" in lock.lost()
+    monkeypatch.undo()
+    lock.release()
+    assert lock.lost() == ""
+
+
+def test_a_lock_of_a_relative_model_dir_holds_after_the_program_changes_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lock = ModelDirLock("model").acquire()
+    monkeypatch.chdir("/")
+    assert lock.lost() == ""
+    lock.release()
