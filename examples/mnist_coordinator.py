@@ -75,7 +75,6 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     shoal.add_cluster_flags(parser)
     shoal.add_training_flags(parser, os.environ)
-    parser.set_defaults(lost_ps="fail")  # in-graph training does not re-home a lost ps: waiting for it would not end
     parser.add_argument("--learning_rate", type=float, default=0.5)
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--steps_per_dispatch", type=int, default=10,

@@ -110,10 +110,11 @@ class SlurmCommands:
 
     def cancel(self, ids: Sequence[str]) -> None:
         """scancel jobs ("12") and steps ("12.3"): Slurm TERMs their processes and KILLs them
-        after its KillWait. Ids that already ended are skipped quietly; idempotent."""
+        after its KillWait. Ids that already ended are skipped quietly (scancel --quiet exits 0);
+        idempotent. SlurmError if scancel fails (slurmctld unreachable: exit 8)."""
         ids = [check_step_id(i) for i in ids]
         if ids:
-            self.run(["scancel", "--quiet", *ids], check=False)
+            self.run(["scancel", "--quiet", *ids])
 
     def named(self, name: str) -> list[str]:
         """Ids of the active jobs called `name` (a name `slurm.submit_name` made). SlurmError as
@@ -122,8 +123,8 @@ class SlurmCommands:
 
     def cancel_named(self, name: str) -> None:
         """scancel every job called `name` (a name `slurm.submit_name` made); idempotent.
-        SlurmError if scancel cannot run or times out. Blocks (bounded by the timeout)."""
-        self.run(["scancel", "--quiet", f"--name={check_submit_name(name)}"], check=False)
+        SlurmError if scancel cannot run, times out or fails. Blocks (bounded by the timeout)."""
+        self.run(["scancel", "--quiet", f"--name={check_submit_name(name)}"])
 
     def submit(self, argv: Sequence[str]) -> str:
         """Run `sbatch --parsable ...`; the new job's id. sbatch dies with the launcher, so

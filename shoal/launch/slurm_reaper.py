@@ -22,10 +22,12 @@ _SCRIPT = Path(__file__).with_name("slurm_watchdog.py")
 
 class SlurmReaper(WatchdogPipe):
     """The job's Slurm watchdog (see WatchdogPipe). `add`/`remove` take a Slurm job or step id
-    ("12", "12.3"); `close` waits up to 70 s, as scancel of several steps can take a while."""
+    ("12", "12.3"); `close` waits up to 70 s, as scancel of several steps can take a while, and
+    then leaves a watchdog still at work to it (against a slurmctld that does not answer it tries
+    again for up to 30 minutes: slurm_watchdog.RETRY_S)."""
 
     def __init__(self, env: Mapping[str, str], python: str = sys.executable) -> None:
-        super().__init__([python, "-I", str(_SCRIPT)], env=env, close_timeout=70.0)
+        super().__init__([python, "-I", str(_SCRIPT)], env=env, close_timeout=70.0, kill_after_close=False)
 
     def add(self, slurm_id: str) -> None:
         """Cancel job or step `slurm_id` if the launcher dies."""

@@ -9,7 +9,8 @@ also those that left their process group — and, with `kill`, SIGKILLs them; th
 recorded for the job that Slurm still lists are cancelled too. Once the Slurm job is over,
 Slurm has ended every process of its steps, and no step can run there any more: each node is
 reported clean with that said (`HostCheck.note`). So is a job that is COMPLETING (Slurm is
-ending its processes; no step can start in it), and one that ended while its nodes were probed:
+ending its processes; no step can start in it) or requeued (PROBED_STATES says which states are
+probed), and one that ended while its nodes were probed:
 an allocation that lives as long as its launcher (`salloc ... shoal train`) ends right after
 `shoal kill` stops the launcher, and Slurm then terminates the probe steps too.
 
@@ -26,7 +27,7 @@ from typing import Optional
 from shoal.launch.executor import HostCheck, TaskRef
 from shoal.launch.job_scan import find_args, host_check, read_report
 from shoal.launch.slurm import SlurmError, probe_step_argv, step_environment
-from shoal.launch.slurm_commands import ACTIVE_STATES, SlurmCommands
+from shoal.launch.slurm_commands import SlurmCommands
 
 PROBE_TIMEOUT_S = 30.0
 
@@ -62,36 +63,38 @@ def sweep_slurm(commands: SlurmCommands, python: str, base_env: Mapping[str, str
         with ThreadPoolExecutor(max_workers=len(probes)) as pool:
             probed = list(pool.map(lambda p: _probe(python, base_env, shoal_job, *p, kill), probes))
         states: dict[str, Optional[str]] = {}  # per job of a failed probe: its state, asked again
+        untold: set[str] = set()  # ... where squeue could not tell: the probe's error stands
         for (job, node), check in zip(probes, probed):
-            if check.error:
-                if job not in states:
-                    states[job] = _state_after_failed_probe(commands, job)
-                if not _probed(states[job]):
-                    check = _over(job, node, states[job])
+            if check.error and job not in states and job not in untold:
+                try:
+                    states[job] = commands.state(job)  # it may have ended meanwhile
+                except SlurmError:
+                    untold.add(job)
+            if check.error and job in states and not _probed(states[job]):
+                check = _over(job, node, states[job])
             checks.append(check)
     return checks
 
 
-def _state_after_failed_probe(commands: SlurmCommands, job: str) -> Optional[str]:
-    """`job`'s state, asked again after a probe step in it failed: it may have ended meanwhile.
-    "RUNNING" when squeue cannot tell (the probe's error then stands)."""
-    try:
-        return commands.state(job)
-    except SlurmError:
-        return "RUNNING"
+PROBED_STATES = ("RUNNING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING")
+"""squeue's states of a Slurm job whose steps' processes may still run, so a probe step looks
+for the job's processes on its nodes. In the other active states Slurm has ended them or is
+ending them: COMPLETING and STAGE_OUT (the job is ending), PENDING and the REQUEUE states (a
+requeued job waits to run again), CONFIGURING (its nodes are booting: nothing ran yet)."""
 
 
 def _probed(state: Optional[str]) -> bool:
-    """Whether a Slurm job in `state` (squeue's; None: over) can run a probe step: it is
-    active and not already ending its processes (COMPLETING)."""
-    return state in ACTIVE_STATES and state != "COMPLETING"
+    """Whether the nodes of a Slurm job in `state` (squeue's; None: over) are probed."""
+    return state in PROBED_STATES
 
 
 def _over(job: str, node: str, state: Optional[str]) -> HostCheck:
     """`node` reported clean, since Slurm job `job` (in squeue's `state`, None: over) ends or
     ended every process of its steps."""
-    if state == "COMPLETING":
+    if state in ("COMPLETING", "STAGE_OUT"):
         return HostCheck(node, note=f"Slurm job {job} is completing: Slurm is ending every process of its steps")
+    if state is not None:
+        return HostCheck(node, note=f"Slurm job {job} is {state}: Slurm ended every process of its steps")
     return HostCheck(node, note=f"Slurm job {job} is over: Slurm ended every process of its steps")
 
 

@@ -7,8 +7,9 @@ Slurm, which sets it for a step to the GPUs it holds. Otherwise every GPU nvidia
 `GPU-8b75...` and `MIG-...`, as given), so a task never lands on a GPU its launcher was kept off;
 entries CUDA would not use are not handed out either: the list ends at an index past the host's
 GPUs, junk, a `GPU-` UUID of no GPU of the host, or a GPU named again by the other kind of name
-(its index, then its UUID); a name given twice (`0,0`, or a UUID and a prefix of it) hides every
-GPU, as CUDA does (see known_gpus for what NVML must tell).
+(by its index and by its UUID, in either order); a GPU named again the same way (`0,0`, or a
+UUID and a prefix of it) before the list ended hides every GPU, as CUDA does (see known_gpus
+for what NVML must tell).
 
 `visible_gpus` blocks briefly (NVML) unless the variable names no GPU; the rest is pure.
 Thread-safe.

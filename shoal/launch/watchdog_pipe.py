@@ -32,10 +32,11 @@ class WatchdogPipe:
     cleaning up only what was not removed."""
 
     def __init__(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
-                 close_timeout: float = 5.0) -> None:
+                 close_timeout: float = 5.0, kill_after_close: bool = True) -> None:
         self._argv = list(argv)
         self._env = dict(env) if env is not None else None
         self._close_timeout = close_timeout
+        self._kill_after_close = kill_after_close
         self._proc: Optional[subprocess.Popen] = None
         self._lock = threading.Lock()
         self._items: dict[str, None] = {}  # what is registered now, in order (a respawn tells them again)
@@ -92,7 +93,8 @@ class WatchdogPipe:
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the pipe and wait (up to `timeout`, else the constructor's) for the watchdog to
-        clean up and exit; kill it after that."""
+        clean up and exit; kill it after that, unless the constructor said `kill_after_close`
+        False (a watchdog that bounds its own retries: it goes on cleaning up on its own)."""
         with self._lock:
             proc, self._proc = self._proc, None
         if proc is None:
@@ -105,8 +107,9 @@ class WatchdogPipe:
         try:
             proc.wait(self._close_timeout if timeout is None else timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+            if self._kill_after_close:
+                proc.kill()
+                proc.wait(5)
 
     def _send(self, line: str) -> None:
         """Write `line` to the watchdog (called with the lock held)."""

@@ -17,6 +17,7 @@ from shoal.logs_default import show_shoal_logs
 from shoal.train.coordinator_errors import CoordinatorError
 from shoal.train.coordinator_executor import StepExecutor, worker_context
 from shoal.train.coordinator_registry import StepRegistry
+from shoal.train.session import TrainingSession
 from shoal.wire import JobSecret, Request, RpcServer, Security
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,10 @@ def serve_steps(config: ClusterConfig, registry: StepRegistry, session: Any, *, 
                 security: Security = Security.AUTO, idle_timeout_s: float | None = 600.0) -> None:
     """Serve the coordinator's step requests against `session` until it says finish. Blocks for
     the whole training; raises CoordinatorError if the coordinator goes silent for
-    `idle_timeout_s`."""
+    `idle_timeout_s`. A lost ps that does not come back fails the steps that need it (in-graph
+    training does not re-home a ps: `session.fail_lost_ps()`)."""
+    if isinstance(session, TrainingSession):  # (steps may also run without one)
+        session.fail_lost_ps()
     service = StepService(config, registry, session, secret=secret, security=security)
     try:
         service.serve(idle_timeout_s)

@@ -169,6 +169,7 @@ class TrainingSession:
         # the placement and its changes (re-homed and joined ps tasks), shared by the parts that change it
         self._book = PlacementBook(self.placement, on_retired=lambda address: self._heartbeats.drop(address))
         # what happens to a lost ps that does not come back in time: the job fails, or it is re-homed
+        self._failing_recovery = recovery  # (fail_lost_ps)
         self._recovery: PsRecovery | Rehoming = recovery if not rehome_lost_ps else Rehoming(
             self.task, str(config.chief_task), ps_recovery_timeout_s, recovery, self._book, self._chief)
         stalls = StallReporter(self.task, self.training, request_timeout_s)
@@ -631,6 +632,13 @@ class TrainingSession:
         shard_hyper = {s.name: hyper[s.variable] for s in self.placement.shards}
         self._hyper_seen = (dict(hyper), shard_hyper)
         return shard_hyper
+
+    def fail_lost_ps(self) -> None:
+        """From now on a lost ps that does not come back within `ps_recovery_timeout_s` fails
+        the request that needs it, as with `rehome_lost_ps=False`: in-graph training never moves
+        a lost ps's shards (`serve_steps` calls this), so waiting for that would not end. Does
+        not block."""
+        self._recovery = self._failing_recovery
 
     def _lost_ps(self, client: PsClient, ps: int, deadline: float, cause: Exception) -> None:
         # After SIGTERM a ps that goes away is the job ending, not a ps to wait for.

@@ -82,7 +82,7 @@ def test_without_replica_or_checkpoint_the_coordinating_chief_says_how_old_its_c
 
 def test_a_ps_that_does_not_come_back_fails_the_coordinator_job_after_the_recovery_timeout(make_cluster):
     """In-graph training does not re-home a lost ps: the workers give up on it after
-    --ps_recovery_timeout (the example's --lost_ps is fail), saying to restart it, and the
+    --ps_recovery_timeout (serve_steps makes their sessions fail a lost ps), saying to restart it, and the
     job fails; they do not wait for a move of its shards that never comes."""
     program = ["examples/mnist_coordinator.py", "--ps_placement", "round_robin",  # the bias on ps:1
                "--steps", str(STEPS * 10), "--steps_per_dispatch", "10", "--log_every", "50",

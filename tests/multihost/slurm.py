@@ -189,10 +189,13 @@ class SlurmCluster:
             proc = procs.start_daemon(["slurmctld", "-D", "-i"], self.workdir / "slurmctld.out", env=self.env)
             self._daemons[0] = proc
             self._note_pid(proc)
-            procs.wait_until(lambda: proc.poll() is not None or self.run(["squeue", "-h"], timeout=30,
-                                                                          check=False).returncode == 0,
-                             timeout=START_TIMEOUT_S, what="slurmctld answering again", detail=self._logs,
-                             interval=0.5)
+            procs.wait_until(lambda: self._answers_again(proc), timeout=START_TIMEOUT_S,
+                             what="slurmctld answering again", detail=self._logs, interval=0.5)
+
+    def _answers_again(self, ctld: subprocess.Popen) -> bool:
+        if ctld.poll() is not None:
+            raise procs.FixtureError(f"slurmctld exited {ctld.returncode} when started again:\n{self._logs()}")
+        return self.run(["squeue", "-h"], timeout=30, check=False).returncode == 0
 
     def cancel_all(self, timeout: float = CANCEL_TIMEOUT_S) -> None:
         """scancel every job, then wait (<= `timeout` s) until squeue lists none."""

@@ -634,7 +634,7 @@ def test_a_submitted_job_waiting_in_the_queue_is_in_status_and_shoal_kill_cancel
         except subprocess.TimeoutExpired:
             os.killpg(watching.pid, signal.SIGKILL)
             shown, _ = watching.communicate(timeout=30)
-        assert 2 <= shown.count("no task has started") <= 10, shown[-500:]  # one per interval, not a busy loop
+        assert 1 <= shown.count("no task has started") <= 10, shown[-500:]  # one per interval, not a busy loop
         out = run(env, shoal("kill"), timeout=120)
         assert out.returncode == 0, out.stdout
         assert f"job {job['id']}: KILLED (stopped by shoal kill before it started)" in out.stdout, out.stdout
