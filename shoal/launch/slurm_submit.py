@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Optional
 
 from shoal.launch.allocation import task_ids
+from shoal.launch.errors import PlanError
 from shoal.launch.slurm import SlurmError, SlurmJob, SlurmNode, submit_name
 from shoal.launch.slurm_commands import SlurmCommands
 from shoal.launch.slurm_reaper import SlurmReaper
@@ -63,8 +64,9 @@ _MIB = 1 << 20
 
 def sbatch_argv(spec: JobSpec, name: str) -> list[str]:
     """The sbatch command that submits a job big enough for every task of `spec`, called
-    `name` (see the module docstring). No secret and nothing from the spec's env: only sizes
-    and the name."""
+    `name` (see the module docstring), on the nodes its roles pin tasks to. No secret and
+    nothing from the spec's env: only sizes, nodes and the name. PlanError if the roles pin
+    tasks to more nodes than the job has tasks."""
     roles = [spec.role(t.job) for t in task_ids(spec)]
     cpus = max(math.ceil(r.cpus or 1) for r in roles)
     argv = ["sbatch", "--parsable", f"--job-name={name}", f"--ntasks={len(roles)}",
@@ -78,6 +80,11 @@ def sbatch_argv(spec: JobSpec, name: str) -> list[str]:
     if spec.deadline:
         argv.append(f"--time={math.ceil((spec.deadline + spec.grace_period + _TIME_MARGIN_S) / 60)}")
     pinned = _pinned_nodes(spec)
+    if len(pinned) > len(roles):  # sbatch would set nnodes to the tasks' count: a job that never starts
+        raise PlanError(f"the roles' hosts: name {len(pinned)} nodes ({', '.join(pinned)}) for {len(roles)} tasks;"
+                        " with --slurm shoal asks Slurm for every node they name (sbatch --nodelist), and Slurm"
+                        f" puts a task on each: name at most {len(roles)}, or run in an allocation of your own"
+                        " (salloc -w NODE,... shoal train ...)")
     if pinned:  # the job holds these (and others, as its tasks need)
         argv.append(f"--nodelist={','.join(pinned)}")
     return [*argv, f"--wrap={HOLD_SCRIPT}"]
@@ -110,9 +117,10 @@ class Submission:
         if self._job_id is not None or self._name is not None:
             raise SlurmError(f"Submission.acquire called twice (job {self._job_id or self._name} is submitted already)")
         name = submit_name(spec.name, secrets.token_hex(4))
+        argv = sbatch_argv(spec, name)  # (PlanError before anything is registered)
         reaper.add_name(name)  # before sbatch runs: the job may be there long before its id
         self._name = name
-        job_id = self._commands.submit(sbatch_argv(spec, name))
+        job_id = self._commands.submit(argv)
         self._job_id = job_id
         reaper.add(job_id)
         reaper.remove_name(name)

@@ -117,6 +117,8 @@ def test_sbatch_asks_for_the_nodes_roles_pin_tasks_to():
                        "shoal-j-0a1b2c3d")
     assert "--nodelist=n1,n3" in argv and argv[-1] == "--wrap=exec sleep infinity"
     assert not [a for a in sbatch_argv(spec(worker={"count": 2}), "shoal-j-0a1b2c3d") if a.startswith("--nodelist")]
+    with pytest.raises(PlanError, match=r"hosts: name 3 nodes \(n1, n2, n3\) for 2 tasks; .* name at most 2"):
+        sbatch_argv(spec(ps={"count": 1, "hosts": ["n1", "n2", "n3"]}, worker={"count": 1}), "shoal-j-0a1b2c3d")
 
 
 def test_gpus_are_numbered_per_node_and_a_node_with_too_few_is_named():
