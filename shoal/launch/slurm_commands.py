@@ -21,6 +21,10 @@ ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "S
                            "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"})
 """squeue's states of a job that still holds (or will hold) its nodes."""
 
+UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Communication connection failure")
+"""What Slurm's client commands say when slurmctld does not answer (slurm_watchdog.py, which
+imports nothing of Shoal, keeps the same list)."""
+
 
 class SlurmCommands:
     """Runs Slurm's client commands with `env` (see the module docstring)."""
@@ -34,6 +38,15 @@ class SlurmCommands:
         """Run `argv`; its stdout. SlurmError if it cannot run, times out, or (with `check`)
         exits non-zero. `with_launcher`: the command is killed if the launcher dies (call it
         from a thread that lives as long as the command should)."""
+        done = self._completed(argv, stdin, timeout, with_launcher)
+        if check and done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()
+            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {said[-1] if said else 'no output'}")
+        return done.stdout
+
+    def _completed(self, argv: Sequence[str], stdin: Optional[str] = None, timeout: Optional[float] = None,
+                   with_launcher: bool = False) -> subprocess.CompletedProcess:
+        """`run`'s process, done, whatever its exit status. SlurmError as `run`."""
         timeout = self._timeout if timeout is None else timeout
         try:
             done = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, env=self._env,
@@ -47,10 +60,17 @@ class SlurmCommands:
         except subprocess.TimeoutExpired as e:
             raise SlurmError(f"{' '.join(argv)} did not finish within {timeout:g}s; is slurmctld"
                              " reachable (scontrol ping)?") from e
-        if check and done.returncode != 0:
-            said = (done.stderr or done.stdout).strip().splitlines()
-            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {said[-1] if said else 'no output'}")
-        return done.stdout
+        return done
+
+    def _scancel(self, args: Sequence[str]) -> None:
+        """scancel --quiet ARGS. Ids that already ended are no error, whatever scancel says of
+        them (--quiet still prints 'Invalid job id specified' for a step that ended, and exits
+        non-zero): only a slurmctld it could not reach (UNREACHABLE) is a SlurmError."""
+        argv = ["scancel", "--quiet", *args]
+        said = self._completed(argv).stderr.strip().splitlines()
+        unreachable = [line for line in said if any(words in line for words in UNREACHABLE)]
+        if unreachable:
+            raise SlurmError(f"{' '.join(argv)} failed: {unreachable[-1]}")
 
     def hostnames(self, nodelist: str) -> list[str]:
         """The node names a node list expression (`n[1-3],gpu7`) stands for."""
@@ -110,11 +130,11 @@ class SlurmCommands:
 
     def cancel(self, ids: Sequence[str]) -> None:
         """scancel jobs ("12") and steps ("12.3"): Slurm TERMs their processes and KILLs them
-        after its KillWait. Ids that already ended are skipped quietly (scancel --quiet exits 0);
-        idempotent. SlurmError if scancel fails (slurmctld unreachable: exit 8)."""
+        after its KillWait. Ids that already ended are skipped quietly; idempotent. SlurmError if
+        slurmctld could not be reached."""
         ids = [check_step_id(i) for i in ids]
         if ids:
-            self.run(["scancel", "--quiet", *ids])
+            self._scancel(ids)
 
     def named(self, name: str) -> list[str]:
         """Ids of the active jobs called `name` (a name `slurm.submit_name` made). SlurmError as
@@ -123,8 +143,9 @@ class SlurmCommands:
 
     def cancel_named(self, name: str) -> None:
         """scancel every job called `name` (a name `slurm.submit_name` made); idempotent.
-        SlurmError if scancel cannot run, times out or fails. Blocks (bounded by the timeout)."""
-        self.run(["scancel", "--quiet", f"--name={check_submit_name(name)}"])
+        SlurmError if scancel cannot run, times out or cannot reach slurmctld. Blocks (bounded by
+        the timeout)."""
+        self._scancel([f"--name={check_submit_name(name)}"])
 
     def submit(self, argv: Sequence[str]) -> str:
         """Run `sbatch --parsable ...`; the new job's id. sbatch dies with the launcher, so

@@ -10,7 +10,7 @@ closed the pipe or the kernel did because the launcher died — every id still r
 scancelled (Slurm TERMs its processes, then KILLs them after KillWait), then every job of a
 name still registered, again each second for NAME_WINDOW_S (15 s: an sbatch the launcher's death
 cut short may have reached slurmctld all the same, and slurmctld may create the job a moment
-later); then it exits. A scancel that fails (slurmctld down or not answering: the steps and jobs
+later); then it exits. A scancel that cannot reach slurmctld (down or not answering: the steps and jobs
 run on meanwhile, as the agents cannot tell that the launcher died while srun's I/O holds) is
 run again, after 1, 2, 4 ... at most 30 s, for up to RETRY_S (30 min).
 Standard library only, so it starts fast and imports nothing of Shoal.
@@ -33,15 +33,19 @@ RETRY_S = 1800.0
 """How long a scancel that fails is tried again."""
 
 
+UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Communication connection failure")
+"""What scancel says when slurmctld does not answer (as shoal.launch.slurm_commands.UNREACHABLE)."""
+
+
 def _scancel(args: list) -> bool:
-    """scancel ARGS, quietly (ids that already ended are no error); False if it could not run,
-    took too long or failed."""
+    """scancel ARGS, quietly; False if it could not run, took too long or could not reach
+    slurmctld. Ids that already ended are no failure, whatever scancel says of them."""
     try:
         done = subprocess.run(["scancel", "--quiet", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=_SCANCEL_TIMEOUT)
+                              stderr=subprocess.PIPE, text=True, errors="replace", timeout=_SCANCEL_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return done.returncode == 0
+    return not any(words in done.stderr for words in UNREACHABLE)
 
 
 def _cancelled(args: list, deadline: float) -> bool:

@@ -1,7 +1,9 @@
 """The Slurm teardown's logic against stand-in Slurm commands (scripts on PATH; tests/multihost
 runs the real Slurm): the sweep after `shoal kill` asks again about a job whose probe step
 failed and probes no job that is ending or requeued; the watchdog tries a failed scancel again;
-SlurmCommands.cancel says when scancel failed."""
+SlurmCommands.cancel says when scancel could not reach slurmctld, and not what it says of ids
+that had ended (even with --quiet: exit 1 with nothing said for a step and its job both over,
+exit 225 'Invalid job id specified' for a step that ended, as the real scancel does)."""
 
 import os
 import subprocess
@@ -87,12 +89,18 @@ def test_cancel_says_when_scancel_failed_and_not_when_the_ids_had_ended(tmp_path
                                                           " controller (connect failure)' >&2; exit 8\n"))
     with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
         failing.cancel(["12.3"])
-    SlurmCommands(fake_bin(tmp_path / "ok", "scancel", "exit 0\n")).cancel(["12.3"])  # (--quiet: ended ids exit 0)
+    SlurmCommands(fake_bin(tmp_path / "ok", "scancel", "exit 0\n")).cancel(["12.3"])
+    SlurmCommands(fake_bin(tmp_path / "done", "scancel", "exit 1\n")).cancel(["12.3", "12"])  # ended: quiet, exit 1
+    SlurmCommands(fake_bin(tmp_path / "gone", "scancel", "echo 'scancel: error: Kill job error on job step id 12.3:"
+                                                         " Invalid job id specified' >&2; exit 225\n")).cancel(["12.3"])
 
 
 def test_the_watchdog_tries_a_failed_scancel_again_until_it_works(tmp_path):
     calls = tmp_path / "calls"  # scancel fails twice (slurmctld down), then works
-    env = fake_bin(tmp_path, "scancel", f'echo "$@" >> {calls}\n[ "$(wc -l < {calls})" -ge 3 ]\n')
+    env = fake_bin(tmp_path, "scancel", f'echo "$@" >> {calls}\nif [ "$(wc -l < {calls})" -lt 3 ]; then\n'
+                   "  echo 'scancel: error: Kill job error on job id 12: Unable to contact slurm controller' >&2; exit 8\n"
+                   "fi\necho 'scancel: error: Kill job error on job step id 12.3: Invalid job id specified' >&2\n"
+                   "exit 225\n")  # (the third: as for ids that already ended meanwhile)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-I", str(WATCHDOG)], input=b"+12\n+12.3\n-12.3\n+12.4\n", env=env,
                           capture_output=True, timeout=60)
