@@ -508,6 +508,7 @@ def test_slurm_watchdog_cancels_jobs_once_slurmctld_is_back_after_the_launchers_
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER_WITH_A_REAPER.format(
         conf=str(slurm_cluster.conf), path=os.environ["PATH"]), *jobs], cwd=REPO, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    watchdog = None
     try:
         assert launcher.stdout.readline() == "registered\n"
         [watchdog] = psutil.Process(launcher.pid).children()
@@ -522,6 +523,8 @@ def test_slurm_watchdog_cancels_jobs_once_slurmctld_is_back_after_the_launchers_
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait(10)
+        if watchdog is not None and watchdog.is_running():  # (in its own session: it would retry for 30 min)
+            watchdog.kill()
 
 
 @pytest.mark.timeout(120)
