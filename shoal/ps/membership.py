@@ -5,7 +5,8 @@ thread of its own, declaring how long it may stay silent (`timeout`). A heartbea
 the ps does not count as training makes it a member — a worker may join at any time, named in
 the ps's cluster or not. A member leaves when it says `done` (final: it trained to the end),
 says `failed` (it may come back: its next process heartbeats again), or misses its heartbeat
-timeout (LOST). Replicas named in the ps's own cluster are EXPECTED from the start, so a sync
+timeout (LOST: that same process is a member again once it echoes the challenge the ps's reply
+gave it, see `Membership.challenge`). Replicas named in the ps's own cluster are EXPECTED from the start, so a sync
 step does not run short while they start up; one not heard from within `join_grace_s` is LOST
 too. Every change bumps `version` and is returned as a `Change` the ps logs.
 
@@ -17,15 +18,16 @@ together), so the ps tasks of a job see the same joins at the same time and drop
 member after the same timeout; `version` counts the changes one ps saw. Each ps applies a
 change to its own sync quorum at once (a departure) or at its next step boundary (a join).
 
-Pure bookkeeping: no I/O, no clock of its own (callers pass monotonic `now`). Not thread-safe
-(one per ps, on its serving thread).
+Pure bookkeeping: no I/O, no clock of its own (callers pass monotonic `now`; the challenges are
+random, or made by `new_challenge`). Not thread-safe (one per ps, on its serving thread).
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 DEFAULT_JOIN_GRACE_S = 120.0
 """How long a replica named in the cluster counts as expected before it is heard from."""
@@ -93,7 +95,7 @@ class _Member:
     failed_incarnation: str = ""
     terminated: bool = False  # FAILED by SIGTERM (stopped), not by an error
     incarnation: str = ""  # TRAINING (and LOST by silence): the process whose heartbeats made it a member
-    back_at: float | None = None  # LOST by silence: when a heartbeat of that same process came again
+    challenge: str = ""  # LOST by silence: what a heartbeat of that same process must echo to rejoin
 
 
 class Membership:
@@ -101,9 +103,11 @@ class Membership:
     `chief`: the chief's task name ("chief:0", or "worker:0" without a chief job)."""
 
     def __init__(self, expected: Sequence[str], chief: str | None, now: float, *,
-                 join_grace_s: float = DEFAULT_JOIN_GRACE_S) -> None:
+                 join_grace_s: float = DEFAULT_JOIN_GRACE_S,
+                 new_challenge: Callable[[], str] = lambda: secrets.token_hex(8)) -> None:
         self.chief = chief
         self.join_grace_s = join_grace_s
+        self._new_challenge = new_challenge
         self.version = 1
         self._members: dict[str, _Member] = {t: _Member(MemberState.EXPECTED, now + join_grace_s) for t in expected}
         self._replaced: dict[str, list[str]] = {}  # per task, the processes a newer one replaced (a few newest)
@@ -111,12 +115,12 @@ class Membership:
 
     # --- what replicas say ----------------------------------------------------------------
 
-    def heartbeat(self, task: str, incarnation: str, timeout_s: float, now: float) -> Change | None:
+    def heartbeat(self, task: str, incarnation: str, timeout_s: float, now: float, answer: str = "") -> Change | None:
         """`task` is alive and training for `timeout_s` more seconds. Returns the Change if it
         (re)joined. Ignored from a task that said done, and from the process that said failed
         (a heartbeat of it still on the way); its restarted process rejoins. A process dropped
-        for its silence rejoins with its second heartbeat after that, half an interval or more
-        after the first (see `_back`)."""
+        for its silence rejoins only with a heartbeat whose `answer` is its `challenge` (see
+        there): proof that it is alive now."""
         timeout_s = min(MAX_TIMEOUT_S, max(MIN_TIMEOUT_S, timeout_s))
         if incarnation and incarnation in self._replaced.get(task, ()):
             return None  # a late heartbeat of a process a newer one replaced
@@ -128,8 +132,8 @@ class Membership:
         if member is not None and member.state is MemberState.TRAINING:
             member.deadline, member.timeout_s = now + timeout_s, timeout_s
             return None
-        if (member is not None and member.state is MemberState.LOST and member.incarnation
-                and incarnation == member.incarnation and not self._back(member, timeout_s, now)):
+        if (member is not None and member.state is MemberState.LOST and member.challenge
+                and incarnation == member.incarnation and answer != member.challenge):
             return None
         before = member.state if member is not None else None
         if member is not None and member.incarnation and incarnation and incarnation != member.incarnation:
@@ -137,24 +141,24 @@ class Membership:
         self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s, incarnation=incarnation)
         return self._changed(Change(task, before, MemberState.TRAINING))
 
+    def challenge(self, task: str, incarnation: str) -> str:
+        """What the next heartbeat of `task`'s process `incarnation` must carry as its `answer`
+        to be a member again, "" when it needs none. A process dropped for its silence gets one
+        (made when it was dropped) in the reply to each heartbeat it sends after that. Its
+        heartbeats before that reply cannot carry it, and those are the ones that mislead: a link
+        that was cut holds the heartbeats of a process that died meanwhile (the launcher
+        restarted the task elsewhere) and delivers them together, or in bursts seconds apart
+        (one per connection), when it comes up again. A live process echoes the challenge and
+        rejoins one heartbeat later."""
+        member = self._members.get(task)
+        if member is None or member.state is not MemberState.LOST or incarnation != member.incarnation:
+            return ""
+        return member.challenge
+
     def _remember_replaced(self, task: str, incarnation: str) -> None:
         replaced = self._replaced.setdefault(task, [])
         replaced.append(incarnation)
         del replaced[:-_REPLACED_KEPT]
-
-    @staticmethod
-    def _back(member: _Member, timeout_s: float, now: float) -> bool:
-        """Whether the process dropped for its silence is back: heartbeats of it came at least
-        half an interval apart. Its first heartbeat after the drop may have been sent long
-        before: a link that was cut holds the dead process's heartbeats back and delivers them
-        at once when it comes up again (the launcher meanwhile restarted the task elsewhere),
-        and the last of those would make a member of a process that is gone. A live one sends
-        its next heartbeat an interval later and rejoins then. Heartbeats more than two intervals
-        apart start the count again (a second held-back delivery is no live process either)."""
-        interval = heartbeat_interval(timeout_s)
-        if member.back_at is None or now - member.back_at > 2 * interval:
-            member.back_at = now
-        return now - member.back_at >= interval / 2
 
     def replaced(self, task: str, incarnation: str) -> Change | None:
         """A heartbeat of `task` from process `incarnation`: if another process of it is the
@@ -233,6 +237,8 @@ class Membership:
                        else f"not heard from within {self.join_grace_s:g}s of the start")
                 changes.append(Change(task, member.state, MemberState.LOST, why, self._applied.get(task, 0)))
                 member.state = MemberState.LOST
+                if member.incarnation:
+                    member.challenge = self._new_challenge()
         for change in changes:
             self._changed(change)
         return changes

@@ -224,6 +224,11 @@ def _optional_map(fields: Mapping[str, Any], where: str, key: str) -> dict | Non
     return value
 
 
+def _optional_str(fields: Mapping[str, Any], where: str, key: str, max_len: int) -> str:
+    """A string of at most `max_len` characters; "" when missing."""
+    return _str(fields, where, key, max_len, allow_empty=True) if key in fields else ""
+
+
 def _is_count(value: Any, maximum: int = _MAX_ID) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum
 
@@ -646,7 +651,7 @@ def _with_incarnation(fields: dict[str, Any], incarnation: str) -> dict[str, Any
 
 
 def _incarnation(fields: Mapping[str, Any], where: str) -> str:
-    return _str(fields, where, "incarnation", 64, allow_empty=True) if "incarnation" in fields else ""
+    return _optional_str(fields, where, "incarnation", 64)
 
 
 @dataclass(frozen=True)
@@ -710,42 +715,59 @@ in ms): a longer one is refused (a member that is gone would otherwise hold the 
 sync steps that long)."""
 
 
+MAX_CHALLENGE = 64
+"""The longest heartbeat `challenge` (and `answer`)."""
+
+
 @dataclass(frozen=True)
 class HeartbeatRequest:
     """`task` (process `incarnation`) is alive and training; count it as gone if no heartbeat
-    comes within `timeout_ms`. Its first heartbeat makes it a member (shoal/ps/membership.py)."""
+    comes within `timeout_ms`. Its first heartbeat makes it a member (shoal/ps/membership.py).
+    `answer`: the last `challenge` this ps's reply gave it ("" if none; optional on the wire)."""
 
     op = Op.HEARTBEAT
     task: str
     incarnation: str
     timeout_ms: int
+    answer: str = ""
 
     def fields(self) -> dict[str, Any]:
-        return {"task": self.task, "incarnation": self.incarnation, "timeout_ms": self.timeout_ms}
+        fields = {"task": self.task, "incarnation": self.incarnation, "timeout_ms": self.timeout_ms}
+        if self.answer:
+            fields["answer"] = self.answer
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "HeartbeatRequest":
         where = "heartbeat request"
         return cls(_task(fields, where), _str(fields, where, "incarnation", 64),
-                   _int(fields, where, "timeout_ms", minimum=1, maximum=MAX_HEARTBEAT_TIMEOUT_MS))
+                   _int(fields, where, "timeout_ms", minimum=1, maximum=MAX_HEARTBEAT_TIMEOUT_MS),
+                   _optional_str(fields, where, "answer", MAX_CHALLENGE))
 
 
 @dataclass(frozen=True)
 class HeartbeatReply:
     """The ps's membership `version` after this heartbeat; `joined`: it made the sender a
-    member (its first, or it had been dropped); `members`: how many train now."""
+    member (its first, or it had been dropped); `members`: how many train now; `challenge`:
+    the sender was dropped for its silence, and its next heartbeat must carry this as its
+    `answer` to be a member again ("" otherwise; optional on the wire)."""
 
     version: int
     joined: bool
     members: int
+    challenge: str = ""
 
     def fields(self) -> dict[str, Any]:
-        return {"version": self.version, "joined": self.joined, "members": self.members}
+        fields = {"version": self.version, "joined": self.joined, "members": self.members}
+        if self.challenge:
+            fields["challenge"] = self.challenge
+        return fields
 
     @classmethod
     def decode(cls, fields: Mapping[str, Any]) -> "HeartbeatReply":
         where = "heartbeat reply"
-        return cls(_int(fields, where, "version"), _bool(fields, where, "joined"), _int(fields, where, "members"))
+        return cls(_int(fields, where, "version"), _bool(fields, where, "joined"), _int(fields, where, "members"),
+                   _optional_str(fields, where, "challenge", MAX_CHALLENGE))
 
 
 @dataclass(frozen=True)

@@ -392,10 +392,11 @@ class PsService:
         # each holder; and the job is not over in between)
         self._membership_changed([self.membership.replaced(message.task, message.incarnation)], replacing=True)
         change = self.membership.heartbeat(message.task, message.incarnation, message.timeout_ms / 1000,
-                                           self._clock())
+                                           self._clock(), message.answer)
         self._membership_changed([change])
         return Reply(request, HeartbeatReply(self.membership.version, change is not None,
-                                             len(self.membership.training)))
+                                             len(self.membership.training),
+                                             self.membership.challenge(message.task, message.incarnation)))
 
     def _replicate(self, request: Request, message: ReplicateRequest) -> Reply:
         return Reply(request, ReplicateReply(self.replicas.accept(message, request.tensors)))

@@ -7,7 +7,9 @@ long step (or a step that waits for its sync peers) does not make a replica look
 process that is frozen (SIGSTOP) or gone stops them, which is the point.
 
 A heartbeat that is not answered (a ps restarting, a slow network) is not an error: the next
-one goes out on time. A reply saying the replica joined again after the first means the ps
+one goes out on time. A ps that dropped this replica for its silence answers with a challenge,
+which the next heartbeat echoes to be counted again (held-back heartbeats of a process that is
+gone cannot). A reply saying the replica joined again after the first means the ps
 had dropped it (or restarted): logged as a warning, and the ps's address kept for
 `take_rejoined` (the chief rebuilds a restarted ps that no push of its reaches:
 shoal/train/idle_ps.py).
@@ -15,6 +17,7 @@ shoal/train/idle_ps.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
@@ -51,6 +54,7 @@ class Heartbeats:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._versions: dict[str, int] = {}  # per ps address, the membership version of its last reply
+        self._challenges: dict[str, str] = {}  # per ps address, its last reply's challenge (the thread's own)
         self._lock = threading.Lock()  # guards `addresses` and `_dropped`, which the session's thread changes
         self._dropped: frozenset[str] = frozenset()
         self._rejoined: frozenset[str] = frozenset()  # addresses of the ps that counted this replica joining again
@@ -104,7 +108,7 @@ class Heartbeats:
     def _run(self, stop: threading.Event, incarnation: str) -> None:
         clients = [RpcClient(address, self._secret, f"ps:{i}", self.interval_s, security=self._security)
                    for i, address in enumerate(self.addresses)]
-        fields = HeartbeatRequest(self.task, incarnation, max(1, round(self.timeout_s * 1000))).fields()
+        request = HeartbeatRequest(self.task, incarnation, max(1, round(self.timeout_s * 1000)))
         try:
             while not stop.is_set():
                 with self._lock:
@@ -114,15 +118,17 @@ class Heartbeats:
                 clients += [RpcClient(address, self._secret, f"ps:{len(clients) + i}", self.interval_s,
                                       security=self._security) for i, address in enumerate(added)]
                 started = time.monotonic()
-                self._beat([c for c in clients if c.address not in dropped], fields, started + self.interval_s)
+                self._beat([c for c in clients if c.address not in dropped], request, started + self.interval_s)
                 stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
         finally:
             for client in clients:
                 client.close()
 
-    def _beat(self, clients: list[RpcClient], fields: dict, deadline: float) -> None:
+    def _beat(self, clients: list[RpcClient], request: HeartbeatRequest, deadline: float) -> None:
         sent = []
         for client in clients:
+            answer = self._challenges.get(client.address, "")
+            fields = dataclasses.replace(request, answer=answer).fields() if answer else request.fields()
             try:
                 sent.append((client, client.send(Op.HEARTBEAT.value, fields)))
             except WireError as e:
@@ -143,5 +149,6 @@ class Heartbeats:
                 with self._lock:
                     self._rejoined = self._rejoined | {client.address}
             self._versions[client.address] = reply.version
+            self._challenges[client.address] = reply.challenge  # echoed by the next heartbeat: alive now
             if client.address == self.addresses[0]:  # ps 0, never re-homed
                 self.live_members = reply.members

@@ -179,3 +179,26 @@ def test_heartbeats_to_a_dropped_ps_stop_and_start_again_when_a_ps_joins_at_its_
     finally:
         beats.stop()
         server.stop()
+
+
+def test_a_worker_frozen_past_its_heartbeat_timeout_is_dropped_and_rejoins_once_thawed(make_cluster, tmp_path):
+    """The ps drops a silent worker and then counts it again only when a heartbeat of it echoes
+    the challenge the ps's reply gave it (held-back heartbeats of a dead process cannot): a live
+    process, thawed, rejoins and trains to the end."""
+    cluster = make_cluster(num_ps=1, num_workers=2)
+    cluster.start_all([*PROGRAM, "--steps", "1000", "--step_sleep", "0.05", "--heartbeat_timeout", "1",
+                       "--out", str(tmp_path)])
+    ps, _, frozen = cluster.tasks
+    ps.wait_for_output("worker:1 joined", timeout=60)
+    time.sleep(1.0)
+    os.killpg(frozen.proc.pid, signal.SIGSTOP)
+    try:
+        ps.wait_for_output("worker:1 left (no heartbeat for 1s", timeout=20)
+    finally:
+        os.killpg(frozen.proc.pid, signal.SIGCONT)
+    ps.wait_for_output("worker:1 rejoined", timeout=20)
+    frozen.wait_for_output("worker:1 rejoined ps:0's membership", timeout=20)
+    assert cluster.wait_all(timeout=120) == {"ps:0": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
+    left = int(re.search(r"worker:1 left \(no heartbeat for 1s; (\d+) gradients applied\)", ps.output()).group(1))
+    finished = int(re.search(r"worker:1 finished \((\d+) gradients applied\)", ps.output()).group(1))
+    assert finished > left > 0, ps.output()[-3000:]  # it trained before, and on as a member after

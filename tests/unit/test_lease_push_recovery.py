@@ -81,7 +81,8 @@ def test_member_dropped_for_a_missed_heartbeat_has_its_push_applied_and_position
     clock.now += 3
     service.handle(request(HeartbeatRequest("chief:0", "inc", 2000)))
     service.tick()  # worker:0 is LOST: its leases went back to the queue
-    service.handle(request(HeartbeatRequest("worker:0", "inc", 2000)))  # alive: rejoins
+    challenge = service.handle(request(HeartbeatRequest("worker:0", "inc", 2000)))[0].body.challenge
+    service.handle(request(HeartbeatRequest("worker:0", "inc", 2000, answer=challenge)))  # alive: rejoins
     (answer,) = push(service, "worker:0", 0, used_of(reply))
     assert answer.body.outcome is PushOutcome.APPLIED
     c = counts(service)

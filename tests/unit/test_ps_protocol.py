@@ -6,7 +6,7 @@ import pytest
 from shoal.ps.errors import PsError
 from shoal.ps.membership import MAX_TIMEOUT_S
 from shoal.ps.protocol import (ASYNC, MAX_HEARTBEAT_TIMEOUT_MS, REPLY_TYPES, REQUEST_TYPES, ClosureTag, DoneReply,
-                               DoneRequest, Empty, FailedRequest, HeartbeatRequest, Hyper, InitReply, InitRequest, Mode,
+                               DoneRequest, Empty, FailedRequest, HeartbeatReply, HeartbeatRequest, Hyper, InitReply, InitRequest, Mode,
                                Op, Phase,
                                ProtocolFieldError, PullReply, PullRequest, PushOutcome, PushReply, PushRequest,
                                ReadyRequest, ShutdownRequest, SnapshotReply, SnapshotRequest, StatusReply,
@@ -26,6 +26,8 @@ EXAMPLES = [
     DoneRequest("chief:0"), DoneReply(2), FailedRequest("worker:0"), ShutdownRequest("worker:0"),
     PushRequest("worker:1", 4, closure=ClosureTag("3f2a.17", 2)),
     PushRequest("worker:1", 6, empty=True),
+    HeartbeatRequest("worker:1", "ab12", 2000), HeartbeatRequest("worker:1", "ab12", 2000, answer="c0ffee"),
+    HeartbeatReply(7, False, 2), HeartbeatReply(7, False, 2, challenge="c0ffee"),
 ]
 
 
@@ -94,6 +96,8 @@ def test_every_op_has_a_request_and_a_reply_type():
     (DoneRequest, {"task": None}, "task"),
     (HeartbeatRequest, {"task": "worker:0", "incarnation": "a", "timeout_ms": 3_600_001}, "timeout_ms"),
     (HeartbeatRequest, {"task": "worker:0", "incarnation": "a", "timeout_ms": 0}, "timeout_ms"),
+    (HeartbeatRequest, {"task": "worker:0", "incarnation": "a", "timeout_ms": 9, "answer": "x" * 65}, "answer"),
+    (HeartbeatReply, {"version": 2, "joined": False, "members": 1, "challenge": 7}, "challenge"),
 ])
 def test_bad_or_missing_field_names_the_field(kind, fields, field):
     with pytest.raises(ProtocolFieldError, match=rf"field '{field}' must be"):
