@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from typing import Callable
 
 from shoal.ps.client import PsClient
+from shoal.ps.protocol import StatusReply
 from shoal.train.placement import Placement
 from shoal.wire import WireError
 
@@ -28,6 +29,12 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 2.0
 """How long the status of a ps that just answered a heartbeat may take."""
 
+REBUILD_RETRIES = 2
+"""How many more times (at the chief's next steps) the chief makes ready a restarted ps whose
+status answered but whose initialization failed. The first can meet the chief's own connection
+to it still catching up with the restart: the request then counts as lost (CI saw it under load;
+see `RpcClient._judge_the_connection_first`), and the next goes over a new connection."""
+
 
 class IdlePsRestarts:
     """Chief only. `check(client, placement)` after each step: cheap when no ps counted the
@@ -35,9 +42,10 @@ class IdlePsRestarts:
     (at most PROBE_TIMEOUT_S), plus its initialization when it restarted. Blocks that long; the
     session's thread only.
 
-    A ps that does not answer the status, or whose initialization fails, is left: it died again,
-    and a process started there later counts the chief as joining again, which brings it back
-    here. So a ps that keeps dying costs the chief one probe per restart, never one per step.
+    A ps that does not answer the status is left: it died again, and a process started there
+    later counts the chief as joining again, which brings it back here. So a ps that keeps dying
+    costs the chief one probe per restart, never one per step. One that answers but whose
+    initialization fails is tried again at the next step, REBUILD_RETRIES times.
 
     `rejoined()` returns (and forgets) the addresses of the ps that counted this replica as
     joining again; `rebuild(client, ps)` initializes a restarted ps (ChiefDuties.rebuild_ps);
@@ -51,26 +59,47 @@ class IdlePsRestarts:
         self._rejoined = rejoined
         self._rebuild = rebuild
         self._serialize = serialize
+        self._retries: dict[str, int] = {}  # address -> the retries made so far, of a rebuild that failed
 
     def check(self, client: PsClient, placement: Placement) -> None:
-        """Make ready each ps that holds no shard, counted the chief as joining again, and is not
-        ready (it restarted). Never raises for a ps that fails meanwhile (logged)."""
+        """Make ready each ps that holds no shard, counted the chief as joining again (or whose
+        rebuild failed at an earlier check), and is not ready (it restarted). Never raises for a
+        ps that fails meanwhile (logged)."""
         rejoined = self._rejoined()
-        if not rejoined:
+        if not rejoined and not self._retries:
             return
+        retries, self._retries = self._retries, {}
         for ps, address in enumerate(client.addresses):
-            if address not in rejoined or ps == 0 or placement.on_ps(ps):  # ps 0 holds the lease book
-                continue
-            name = f"ps:{client.ps_id(ps)}"
+            if (address not in rejoined and address not in retries) or ps == 0 or placement.on_ps(ps):
+                continue  # ps 0 holds the lease book; a ps that holds shards learns of its restart from the pushes
+            made = 0 if address in rejoined else retries[address]
             with self._serialize:
-                try:
-                    status = client.probe_status(ps, timeout_s=PROBE_TIMEOUT_S)
-                    if status.ready:
-                        continue  # it had dropped the chief for a missed heartbeat, and serves on
-                    self._rebuild(client, ps)
-                except WireError as e:
-                    log.warning("%s: %s at %s restarted and holds no variables, but failed before it was made ready "
-                                "(%s); a process started there again will be (nothing of training is lost with it)",
-                                self._task, name, address, e)
-                    continue
-            client.set_incarnation(ps, status.incarnation)
+                status = self._make_ready(client, ps, address, made)
+            if status is not None:
+                client.set_incarnation(ps, status.incarnation)
+
+    def _make_ready(self, client: PsClient, ps: int, address: str, made: int) -> StatusReply | None:
+        """Probe ps `ps` and rebuild it if it is not ready; its status, None if it failed."""
+        name = f"ps:{client.ps_id(ps)}"
+        try:
+            status = client.probe_status(ps, timeout_s=PROBE_TIMEOUT_S)
+        except WireError as e:
+            log.warning("%s: %s at %s restarted and holds no variables, but did not answer before it was made "
+                        "ready (%s); a process started there again will be (nothing of training is lost with it)",
+                        self._task, name, address, e)
+            return None
+        if status.ready:
+            return status  # it had dropped the chief for a missed heartbeat, and serves on
+        try:
+            self._rebuild(client, ps)
+        except WireError as e:
+            if made < REBUILD_RETRIES:
+                log.info("%s: making %s at %s ready failed (%s); trying again at the next step", self._task, name,
+                         address, e)
+                self._retries[address] = made + 1
+            else:
+                log.warning("%s: %s at %s restarted and holds no variables, but failed %s before it was made ready "
+                            "(%s); a process started there again will be (nothing of training is lost with it)",
+                            self._task, name, address, "once" if made == 0 else f"{made + 1} times", e)
+            return None
+        return status
