@@ -431,6 +431,12 @@ def test_a_worker_whose_host_vanishes_moves_to_another_host_and_the_job_finishes
                      what="worker:1 moving off host3")
     procs.wait_until(lambda: "worker:1 left (no heartbeat for 2s" in shoal.output(launcher), timeout=30,
                      what="ps.0 dropping worker:1")
+    # host3's agent, 3 s without a word from the launcher, stops worker:1's process: only then does the link come
+    # back, with what that process had queued (a link back before that meets it alive, and it rejoins until its
+    # agent stops it, as any live replica would)
+    job_id = shoal.job()["id"]
+    procs.wait_until(lambda: not job_processes(hosts[2:], job_id)["host3"], timeout=30,
+                     what="host3's agent stopping worker:1's process")
     hosts[2].link_up()
     assert launcher.wait(150) == 0, shoal.output(launcher)[-3000:]
     text = shoal.output(launcher)
