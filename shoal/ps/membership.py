@@ -148,8 +148,8 @@ class Membership:
         heartbeats before that reply cannot carry it, and those are the ones that mislead: a link
         that was cut holds the heartbeats of a process that died meanwhile (the launcher
         restarted the task elsewhere) and delivers them together, or in bursts seconds apart
-        (one per connection), when it comes up again. A live process echoes the challenge and
-        rejoins one heartbeat later."""
+        (one per connection), when it comes up again. A live process echoes the challenge in a
+        heartbeat it sends as soon as the reply came, and rejoins with it."""
         member = self._members.get(task)
         if member is None or member.state is not MemberState.LOST or incarnation != member.incarnation:
             return ""

@@ -8,8 +8,8 @@ process that is frozen (SIGSTOP) or gone stops them, which is the point.
 
 A heartbeat that is not answered (a ps restarting, a slow network) is not an error: the next
 one goes out on time. A ps that dropped this replica for its silence answers with a challenge,
-which the next heartbeat echoes to be counted again (held-back heartbeats of a process that is
-gone cannot). A reply saying the replica joined again after the first means the ps
+which a heartbeat sent at once echoes to be counted again (held-back heartbeats of a process
+that is gone cannot). A reply saying the replica joined again after the first means the ps
 had dropped it (or restarted): logged as a warning, and the ps's address kept for
 `take_rejoined` (the chief rebuilds a restarted ps that no push of its reaches:
 shoal/train/idle_ps.py).
@@ -125,6 +125,17 @@ class Heartbeats:
                 client.close()
 
     def _beat(self, clients: list[RpcClient], request: HeartbeatRequest, deadline: float) -> None:
+        """One heartbeat to each of `clients`, waiting for their replies until `deadline`; then,
+        at once, one more to each ps whose reply challenged this replica (it had dropped it), so
+        it counts this replica again now, not an interval later."""
+        challenged = self._send_and_read(clients, request, deadline)
+        if challenged:
+            self._send_and_read(challenged, request, deadline)
+
+    def _send_and_read(self, clients: list[RpcClient], request: HeartbeatRequest, deadline: float) -> list[RpcClient]:
+        """Send and read one heartbeat per client; returns those whose reply carried a challenge
+        this heartbeat did not answer."""
+        challenged = []
         sent = []
         for client in clients:
             answer = self._challenges.get(client.address, "")
@@ -149,6 +160,9 @@ class Heartbeats:
                 with self._lock:
                     self._rejoined = self._rejoined | {client.address}
             self._versions[client.address] = reply.version
+            if reply.challenge and reply.challenge != self._challenges.get(client.address):
+                challenged.append(client)
             self._challenges[client.address] = reply.challenge  # echoed by the next heartbeat: alive now
             if client.address == self.addresses[0]:  # ps 0, never re-homed
                 self.live_members = reply.members
+        return challenged

@@ -202,3 +202,37 @@ def test_a_worker_frozen_past_its_heartbeat_timeout_is_dropped_and_rejoins_once_
     left = int(re.search(r"worker:1 left \(no heartbeat for 1s; (\d+) gradients applied\)", ps.output()).group(1))
     finished = int(re.search(r"worker:1 finished \((\d+) gradients applied\)", ps.output()).group(1))
     assert finished > left > 0, ps.output()[-3000:]  # it trained before, and on as a member after
+
+
+def test_a_dropped_replica_answers_the_challenge_at_once_and_is_a_member_again_after_one_beat():
+    """A replica the ps dropped for its silence rejoins within the heartbeat that got the
+    challenge (one more request, sent as soon as the reply came), not an interval later."""
+    import shoal
+    from shoal.cluster import ClusterSpec
+    from shoal.ps.membership import MemberState
+    from shoal.ps.protocol import HeartbeatRequest
+    from shoal.train.heartbeat import Heartbeats
+    from shoal.wire import RpcClient
+
+    ps_port, worker_port = free_ports(2)
+    address = f"127.0.0.1:{ps_port}"
+    secret = JobSecret(b"s" * 32, "test")
+    server = shoal.Server(ClusterSpec.from_dict({"ps": [address], "worker": [f"127.0.0.1:{worker_port}"]}), "ps", 0,
+                          secret=secret).start()
+    beats = Heartbeats("worker:0", [address], secret, timeout_s=0.5)  # not started: beats sent by hand
+    client = RpcClient(address, secret, "ps:0", 5.0)
+    request = HeartbeatRequest("worker:0", beats.incarnation, 500)
+    membership = server.service.membership
+    try:
+        beats._beat([client], request, time.monotonic() + 5)
+        assert membership.state("worker:0") is MemberState.TRAINING
+        deadline = time.monotonic() + 10
+        while membership.state("worker:0") is not MemberState.LOST:  # silent for its 0.5 s
+            assert time.monotonic() < deadline, "the ps never dropped worker:0"
+            time.sleep(0.05)
+        beats._beat([client], request, time.monotonic() + 5)
+        assert membership.state("worker:0") is MemberState.TRAINING
+        assert beats.take_rejoined() == {address}
+    finally:
+        client.close()
+        server.stop()
