@@ -42,6 +42,12 @@ def heartbeat_interval(timeout_s: float) -> float:
     return min(5.0, max(0.1, timeout_s / 4))
 
 
+def answer_window_s(timeout_s: float) -> float:
+    """How long a rejoin challenge may be answered after it was made: two heartbeat intervals,
+    at least 1 s (a reply and the answer sent at once, on a loaded machine)."""
+    return max(1.0, 2 * heartbeat_interval(timeout_s))
+
+
 class MemberState(str, Enum):
     """Where one replica is, as this ps sees it."""
 
@@ -49,7 +55,7 @@ class MemberState(str, Enum):
     TRAINING = "training"  # heartbeating
     DONE = "done"          # said done: trained to the end (final)
     FAILED = "failed"      # said failed: left by an error, may come back
-    LOST = "lost"          # missed its heartbeat (or never came): dropped until it heartbeats again
+    LOST = "lost"          # missed its heartbeat (or never came): dropped until it answers a challenge, or restarts
 
 
 LIVE = (MemberState.EXPECTED, MemberState.TRAINING)
@@ -96,6 +102,7 @@ class _Member:
     terminated: bool = False  # FAILED by SIGTERM (stopped), not by an error
     incarnation: str = ""  # TRAINING (and LOST by silence): the process whose heartbeats made it a member
     challenge: str = ""  # LOST by silence: what a heartbeat of that same process must echo to rejoin
+    challenged_at: float = 0.0  # when `challenge` was made (it is answerable for `answer_window_s`)
 
 
 class Membership:
@@ -132,27 +139,34 @@ class Membership:
         if member is not None and member.state is MemberState.TRAINING:
             member.deadline, member.timeout_s = now + timeout_s, timeout_s
             return None
-        if (member is not None and member.state is MemberState.LOST and member.challenge
-                and incarnation == member.incarnation and answer != member.challenge):
-            return None
+        if (member is not None and member.state is MemberState.LOST and member.incarnation
+                and incarnation == member.incarnation
+                and not (answer and answer == member.challenge
+                         and now - member.challenged_at <= answer_window_s(member.timeout_s))):
+            return None  # dropped for its silence: only an answer to a fresh challenge proves it alive
         before = member.state if member is not None else None
         if member is not None and member.incarnation and incarnation and incarnation != member.incarnation:
             self._remember_replaced(task, member.incarnation)  # its late heartbeats must not evict this one
         self._members[task] = _Member(MemberState.TRAINING, now + timeout_s, timeout_s, incarnation=incarnation)
         return self._changed(Change(task, before, MemberState.TRAINING))
 
-    def challenge(self, task: str, incarnation: str) -> str:
+    def challenge(self, task: str, incarnation: str, now: float) -> str:
         """What the next heartbeat of `task`'s process `incarnation` must carry as its `answer`
-        to be a member again, "" when it needs none. A process dropped for its silence gets one
-        (made when it was dropped) in the reply to each heartbeat it sends after that. Its
-        heartbeats before that reply cannot carry it, and those are the ones that mislead: a link
-        that was cut holds the heartbeats of a process that died meanwhile (the launcher
-        restarted the task elsewhere) and delivers them together, or in bursts seconds apart
-        (one per connection), when it comes up again. A live process echoes the challenge in a
-        heartbeat it sends as soon as the reply came, and rejoins with it."""
+        to be a member again, "" when it needs none: a process dropped for its silence gets one
+        in the reply to each heartbeat it sends after that, made anew once it is older than
+        `answer_window_s`. The heartbeats it sent before such a reply cannot carry it, and those
+        are the ones that mislead: a link that was cut holds the heartbeats of a process that
+        died meanwhile (the launcher restarted the task elsewhere) and delivers them together, or
+        in bursts seconds apart (one per connection), when it comes up again. An answer is only
+        taken within the window, so one held back too (its process answered, then its link was
+        cut) is stale by the time it comes. A live process answers in a heartbeat it sends as
+        soon as the reply came, and rejoins with it."""
         member = self._members.get(task)
-        if member is None or member.state is not MemberState.LOST or incarnation != member.incarnation:
+        if (member is None or member.state is not MemberState.LOST or not member.incarnation
+                or incarnation != member.incarnation):
             return ""
+        if not member.challenge or now - member.challenged_at > answer_window_s(member.timeout_s):
+            member.challenge, member.challenged_at = self._new_challenge(), now
         return member.challenge
 
     def _remember_replaced(self, task: str, incarnation: str) -> None:
@@ -237,8 +251,6 @@ class Membership:
                        else f"not heard from within {self.join_grace_s:g}s of the start")
                 changes.append(Change(task, member.state, MemberState.LOST, why, self._applied.get(task, 0)))
                 member.state = MemberState.LOST
-                if member.incarnation:
-                    member.challenge = self._new_challenge()
         for change in changes:
             self._changed(change)
         return changes

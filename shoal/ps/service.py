@@ -391,12 +391,13 @@ class PsService:
         # waiting for its gradient (its leases go back when the new one leases: the book knows
         # each holder; and the job is not over in between)
         self._membership_changed([self.membership.replaced(message.task, message.incarnation)], replacing=True)
-        change = self.membership.heartbeat(message.task, message.incarnation, message.timeout_ms / 1000,
-                                           self._clock(), message.answer)
+        now = self._clock()
+        change = self.membership.heartbeat(message.task, message.incarnation, message.timeout_ms / 1000, now,
+                                           message.answer)
         self._membership_changed([change])
         return Reply(request, HeartbeatReply(self.membership.version, change is not None,
                                              len(self.membership.training),
-                                             self.membership.challenge(message.task, message.incarnation)))
+                                             self.membership.challenge(message.task, message.incarnation, now)))
 
     def _replicate(self, request: Request, message: ReplicateRequest) -> Reply:
         return Reply(request, ReplicateReply(self.replicas.accept(message, request.tensors)))

@@ -54,7 +54,7 @@ class Heartbeats:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._versions: dict[str, int] = {}  # per ps address, the membership version of its last reply
-        self._challenges: dict[str, str] = {}  # per ps address, its last reply's challenge (the thread's own)
+        self._challenges: dict[str, str] = {}  # per ps address, its last reply's challenge (the sending thread's)
         self._lock = threading.Lock()  # guards `addresses` and `_dropped`, which the session's thread changes
         self._dropped: frozenset[str] = frozenset()
         self._rejoined: frozenset[str] = frozenset()  # addresses of the ps that counted this replica joining again

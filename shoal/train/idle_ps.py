@@ -22,7 +22,7 @@ from typing import Callable
 from shoal.ps.client import PsClient
 from shoal.ps.protocol import StatusReply
 from shoal.train.placement import Placement
-from shoal.wire import WireError
+from shoal.wire import PeerLostError, WireError
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ PROBE_TIMEOUT_S = 2.0
 
 REBUILD_RETRIES = 2
 """How many more times (at the chief's next steps) the chief makes ready a restarted ps whose
-status answered but whose initialization failed. The first can meet the chief's own connection
+status answered but whose initialization counted as lost. The first can meet the chief's own connection
 to it still catching up with the restart: the request then counts as lost (CI saw it under load;
 see `RpcClient._judge_the_connection_first`), and the next goes over a new connection."""
 
@@ -45,7 +45,7 @@ class IdlePsRestarts:
     A ps that does not answer the status is left: it died again, and a process started there
     later counts the chief as joining again, which brings it back here. So a ps that keeps dying
     costs the chief one probe per restart, never one per step. One that answers but whose
-    initialization fails is tried again at the next step, REBUILD_RETRIES times.
+    initialization counted as lost is tried again at the next step, REBUILD_RETRIES times.
 
     `rejoined()` returns (and forgets) the addresses of the ps that counted this replica as
     joining again; `rebuild(client, ps)` initializes a restarted ps (ChiefDuties.rebuild_ps);
@@ -93,7 +93,7 @@ class IdlePsRestarts:
         try:
             self._rebuild(client, ps)
         except WireError as e:
-            if made < REBUILD_RETRIES:
+            if made < REBUILD_RETRIES and isinstance(e, PeerLostError):  # (a refusal or a timeout would recur)
                 log.info("%s: making %s at %s ready failed (%s); trying again at the next step", self._task, name,
                          address, e)
                 self._retries[address] = made + 1

@@ -7,7 +7,7 @@ import numpy as np
 
 from shoal.train.idle_ps import REBUILD_RETRIES, IdlePsRestarts
 from shoal.train.placement import PlacementStrategy, place_variables
-from shoal.wire import PeerLostError, PeerTimeoutError
+from shoal.wire import PeerLostError, PeerTimeoutError, RemoteError
 
 ADDRESSES = ("h:1", "h:2", "h:3")
 # the softmax's two variables on ps 0 (one request per step): ps 1 and ps 2 hold nothing
@@ -144,3 +144,19 @@ def test_a_rebuild_that_keeps_failing_is_given_up_after_its_retries(caplog):
         restarts.check(client, PLACEMENT)
     assert client.probed == [1] * (1 + REBUILD_RETRIES)
     assert f"failed {1 + REBUILD_RETRIES} times before it was made ready" in caplog.text
+
+
+def test_a_rebuild_the_ps_refused_is_not_tried_again():
+    tries = []
+
+    def refused(client, ps):
+        tries.append(ps)
+        raise RemoteError("ps:1 at h:2 refused 'init': it runs sync training", "ps:1")
+
+    queue = [{"h:2"}]
+    restarts = IdlePsRestarts("worker:0", lambda: frozenset(queue.pop(0)) if queue else frozenset(), refused,
+                              threading.Lock())
+    client = Client({1: Status(ready=False, incarnation="new")})
+    for _ in range(3):
+        restarts.check(client, PLACEMENT)
+    assert tries == [1] and client.probed == [1]

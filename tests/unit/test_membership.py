@@ -44,12 +44,27 @@ def test_a_member_that_misses_its_heartbeat_is_dropped_and_rejoins_once_it_echoe
     assert [c.describe() for c in changes] == ["chief:0 left (no heartbeat for 5s; 0 gradients applied)",
                                                "worker:0 left (no heartbeat for 5s; 0 gradients applied)"]
     assert m.training == ("worker:1",)
-    assert m.challenge("worker:0", "a") == "c2" and m.challenge("chief:0", "a") == "c1"
-    assert m.challenge("worker:0", "b") == "" and m.challenge("worker:1", "a") == ""  # another process; a member
     assert m.heartbeat("worker:0", "a", 5, now=7.0) is None  # it may have been sent long ago
-    assert m.heartbeat("worker:0", "a", 5, now=8.0, answer="c1") is None  # chief:0's challenge, not its own
-    assert m.heartbeat("worker:0", "a", 5, now=8.2, answer="c2").describe() == "worker:0 rejoined"
-    assert m.training == ("worker:0", "worker:1") and m.challenge("worker:0", "a") == ""
+    assert m.challenge("worker:0", "a", now=7.0) == "c1" and m.challenge("chief:0", "a", now=7.0) == "c2"
+    assert m.challenge("worker:0", "a", now=7.1) == "c1"  # the same while it is fresh
+    assert m.challenge("worker:0", "b", now=7.0) == "" and m.challenge("worker:1", "a", now=7.0) == ""
+    assert m.heartbeat("worker:0", "a", 5, now=7.2, answer="c2") is None  # chief:0's challenge, not its own
+    assert m.heartbeat("worker:0", "a", 5, now=7.2, answer="c1").describe() == "worker:0 rejoined"
+    assert m.training == ("worker:0", "worker:1") and m.challenge("worker:0", "a", now=7.3) == ""
+
+
+def test_an_answer_older_than_its_window_does_not_rejoin_and_a_new_challenge_is_made():
+    """worker:1 answered, and its link was cut before the answer went out: held back with the
+    process's other heartbeats, it comes when the link is up again, long after. By then the
+    process may be gone, so the answer no longer counts; a live one answers the new challenge."""
+    m = Membership(EXPECTED, "chief:0", now=0.0, new_challenge=iter(["c1", "c2"]).__next__)
+    m.heartbeat("worker:1", "a", 4, now=1.0)  # interval 1 s: answerable for 2 s
+    m.expire(5.5)
+    assert m.heartbeat("worker:1", "a", 4, now=6.0) is None and m.challenge("worker:1", "a", now=6.0) == "c1"
+    assert m.heartbeat("worker:1", "a", 4, now=30.0, answer="c1") is None  # held back for 24 s
+    assert m.challenge("worker:1", "a", now=30.0) == "c2"
+    assert m.heartbeat("worker:1", "a", 4, now=30.01, answer="c1") is None  # the rest of that burst
+    assert m.heartbeat("worker:1", "a", 4, now=30.02, answer="c2").describe() == "worker:1 rejoined"
 
 
 def test_heartbeats_a_cut_link_held_back_from_a_dropped_process_do_not_make_it_a_member_again():
