@@ -6,9 +6,9 @@ the ps does not count as training makes it a member — a worker may join at any
 the ps's cluster or not. A member leaves when it says `done` (final: it trained to the end),
 says `failed` (it may come back: its next process heartbeats again), or misses its heartbeat
 timeout (LOST: that same process is a member again once it echoes the challenge the ps's reply
-gave it, see `Membership.challenge`). Replicas named in the ps's own cluster are EXPECTED from the start, so a sync
-step does not run short while they start up; one not heard from within `join_grace_s` is LOST
-too. Every change bumps `version` and is returned as a `Change` the ps logs.
+gave it, see `Membership.challenge`). Replicas named in the ps's own cluster are EXPECTED from
+the start, so a sync step does not run short while they start up; one not heard from within
+`join_grace_s` is LOST too. Every change bumps `version` and is returned as a `Change` the ps logs.
 
 "The job is over" is decided here against the live membership and the chief's word: the chief
 said done and no member is still training (EXPECTED or TRAINING) — or every member failed.

@@ -162,7 +162,7 @@ class Heartbeats:
             self._versions[client.address] = reply.version
             if reply.challenge and reply.challenge != self._challenges.get(client.address):
                 challenged.append(client)
-            self._challenges[client.address] = reply.challenge  # echoed by the next heartbeat: alive now
+            self._challenges[client.address] = reply.challenge  # answered by the next heartbeat (at once, if new)
             if client.address == self.addresses[0]:  # ps 0, never re-homed
                 self.live_members = reply.members
         return challenged

@@ -31,9 +31,9 @@ PROBE_TIMEOUT_S = 2.0
 
 REBUILD_RETRIES = 2
 """How many more times (at the chief's next steps) the chief makes ready a restarted ps whose
-status answered but whose initialization counted as lost. The first can meet the chief's own connection
-to it still catching up with the restart: the request then counts as lost (CI saw it under load;
-see `RpcClient._judge_the_connection_first`), and the next goes over a new connection."""
+status answered but whose initialization counted as lost. The first can meet the chief's own
+connection to it still catching up with the restart: the request then counts as lost (CI saw it
+under load; see `RpcClient._judge_the_connection_first`), and the next goes over a new one."""
 
 
 class IdlePsRestarts:
