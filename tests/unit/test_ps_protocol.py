@@ -6,8 +6,8 @@ import pytest
 from shoal.ps.errors import PsError
 from shoal.ps.membership import MAX_TIMEOUT_S
 from shoal.ps.protocol import (ASYNC, MAX_HEARTBEAT_TIMEOUT_MS, REPLY_TYPES, REQUEST_TYPES, ClosureTag, DoneReply,
-                               DoneRequest, Empty, FailedRequest, HeartbeatReply, HeartbeatRequest, Hyper, InitReply, InitRequest, Mode,
-                               Op, Phase,
+                               DoneRequest, Empty, FailedRequest, HeartbeatReply, HeartbeatRequest, Hyper,
+                               InitReply, InitRequest, Mode, Op, Phase,
                                ProtocolFieldError, PullReply, PullRequest, PushOutcome, PushReply, PushRequest,
                                ReadyRequest, ShutdownRequest, SnapshotReply, SnapshotRequest, StatusReply,
                                StatusRequest, TrainingMode, UsedPositions, parse_op, split_slots)
