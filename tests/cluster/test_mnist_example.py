@@ -71,16 +71,19 @@ def test_mnist_run_again_with_the_same_model_dir_resumes_and_writes_summaries(ma
     from safetensors.numpy import load_file
 
     model_dir = tmp_path / "model"
-    for steps in (300, 900):  # 900: async at 600 steps lands on 0.90 itself (0.8992 once under load)
+    # Learning rate 0.25 and 1500 steps: at the default 0.5 the async model's test accuracy swings
+    # with its last few gradients, 0.898-0.918 at 900 steps (below 0.90 in 2 runs of 20 here and
+    # once in CI) and 0.901-0.922 at 1500; at 0.25 and 1500 steps, 0.917-0.920 in 8 runs.
+    for steps in (300, 1500):
         cluster = make_cluster(num_ps=2, num_workers=2)
         # --log_every 10: both workers surely write step times and losses, however the steps split
         cluster.start_all(["examples/mnist_softmax.py", "--model_dir", str(model_dir), "--steps", str(steps),
-                           "--log_every", "10"])
+                           "--log_every", "10", "--learning_rate", "0.25"])
         codes = cluster.wait_all(timeout=180)
         assert codes == {"ps:0": 0, "ps:1": 0, "worker:0": 0, "worker:1": 0}, cluster.dump()
     chief = cluster.tasks[2]
     restored = re.search(r"restored checkpoint step=(\d+)", chief.output())
-    assert restored and 300 <= int(restored.group(1)) < 900, chief.output()[-3000:]
+    assert restored and 300 <= int(restored.group(1)) < 1500, chief.output()[-3000:]
     assert all(_accuracy(w) >= 0.90 for w in cluster.tasks[2:]), [_accuracy(w) for w in cluster.tasks[2:]]
 
     def scalar_tags(logdir):
