@@ -13,6 +13,7 @@ from shoal.cli.exit_codes import ExitCode
 from shoal.launch.control import launcher_alive, reconcile
 from shoal.launch.prune import prunable, remove_job
 from shoal.launch.spec import parse_duration
+from shoal.wording import counted
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,5 +56,5 @@ def run(args: argparse.Namespace, env: Environment) -> int:
             if pruned.left:
                 line += f"; left {', '.join(pruned.left)}"
             env.say(line)
-    env.say(f"{verb} {len(chosen)} finished job{'s' if len(chosen) != 1 else ''}")
+    env.say(f"{verb} {counted(len(chosen), 'finished job')}")
     return int(ExitCode.OK)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 from shoal.cluster.errors import ClusterError
 from shoal.cluster.spec import ClusterSpec, describe_indices
 from shoal.cluster.task import TaskId
+from shoal.wording import counted
 
 HostsLabel = Callable[[str], str]
 """Maps a job to where its hosts are listed in the user's input (for error messages)."""
@@ -54,7 +55,7 @@ def check_task(
     if task.index not in indices:
         raise ClusterError(
             f"{index_label} {task.index} is out of range for job {task.job!r} with"
-            f" {len(indices)} task{'' if len(indices) == 1 else 's'} (valid: {describe_indices(indices)});"
+            f" {counted(len(indices), 'task')} (valid: {describe_indices(indices)});"
             f" fix {index_label}"
             f" or add tasks to {hosts_label(task.job)}"
         )

@@ -63,6 +63,7 @@ from shoal.launch.slurm_commands import ACTIVE_STATES, SlurmCommands
 from shoal.launch.slurm_reaper import SlurmReaper
 from shoal.launch.slurm_sweep import sweep_slurm
 from shoal.launch.spec import JobSpec
+from shoal.wording import counted
 
 ANY_INTERFACE = "0.0.0.0"
 _AGENT_CLOSE_S = 15.0
@@ -455,7 +456,7 @@ def _crowded_nodes(spec: JobSpec, job: SlurmJob, on_node: Mapping[str, list[Task
         tasks = on_node.get(node.name, [])
         asked = sum(max(1, math.ceil(spec.role(t.job).cpus or 1)) for t in tasks)
         if asked > node.cpus:
-            lines.append(f"warning: Slurm job {job.job_id} holds {node.cpus} CPU{'s' if node.cpus != 1 else ''} on"
+            lines.append(f"warning: Slurm job {job.job_id} holds {counted(node.cpus, 'CPU')} on"
                          f" {node.name}, where {', '.join(f'{t.job}.{t.index}' for t in tasks)} ask for {asked}"
                          " (1 for a task without cpus:); they share them, slower: ask Slurm for more"
                          " (salloc -n TASKS, --cpus-per-task) or give the roles fewer cpus:")

@@ -34,6 +34,7 @@ from shoal.launch.scale_requests import ScaleInbox
 from shoal.launch.stop_signals import StopSignals
 from shoal.launch.supervisor import JobResult, Supervisor
 from shoal.launch.watchdog import Watchdog
+from shoal.wording import counted
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 MEMBERSHIP_REPORTER = "ps.0"
@@ -78,8 +79,8 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     records = RecordsObserver(plan, store, notify=mux.note)  # the callbacks above find it when called
     console = ConsoleObserver(plan, mux, live=live_status)
     console_holder.append(console)
-    count = f"{len(plan.tasks)} task" + ("" if len(plan.tasks) == 1 else "s")
-    mux.note(f"shoal | job {number} {plan.job_id}: {count}, logs in {plan.job_dir}/logs (shoal logs {number})")
+    mux.note(f"shoal | job {number} {plan.job_id}: {counted(len(plan.tasks), 'task')}, logs in {plan.job_dir}/logs"
+             f" (shoal logs {number})")
     supervisor = Supervisor(plan, executor=executor, mux=mux,
                             observer=Observers(console, records), watchdog=watchdog)
 

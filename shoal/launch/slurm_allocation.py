@@ -13,6 +13,7 @@ from shoal.launch.slurm import SlurmJob, SlurmNode
 from shoal.launch.slurm_commands import SlurmCommands
 from shoal.launch.slurm_reaper import SlurmReaper
 from shoal.launch.spec import JobSpec
+from shoal.wording import counted
 
 
 class SlurmJobSource(Protocol):
@@ -67,7 +68,7 @@ class CurrentAllocation:
 
 def _held(node: SlurmNode) -> list[str]:
     """E.g. ["127.0.0.1", "1 CPU", "2 GPUs"]: a node's address and what the job holds there."""
-    held = [node.address, f"{node.cpus} CPU" + ("" if node.cpus == 1 else "s")]
+    held = [node.address, counted(node.cpus, "CPU")]
     if node.gpus:
-        held.append(f"{node.gpus} GPU" + ("" if node.gpus == 1 else "s"))
+        held.append(counted(node.gpus, "GPU"))
     return held

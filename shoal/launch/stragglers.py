@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from shoal.launch.records import TaskRecord
+from shoal.wording import counted
 
 SLOW_FACTOR = 1.5
 """A task whose median step time is over this many times the others' median is flagged."""
@@ -65,7 +66,7 @@ class TaskFigures:
             return ""
         text = f"SLOW x{self.slow_by:.1f}"
         if self.dropped:
-            text += f", dropped from {self.dropped} step{'' if self.dropped == 1 else 's'}"
+            text += f", dropped from {counted(self.dropped, 'step')}"
         return text
 
     def as_json(self) -> dict:

@@ -76,6 +76,7 @@ from shoal.launch.root_cause import TaskFailure
 from shoal.launch.spec import RestartPolicy
 from shoal.launch.states import JOB_TRANSITIONS, TASK_TRANSITIONS, JobState, TaskState
 from shoal.launch.watchdog import Stall, Watchdog, WatchdogAction
+from shoal.wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -610,8 +611,8 @@ class Supervisor:
         line = stall.describe()
         action = self._watchdog.action
         if action is not WatchdogAction.FAIL and self._watchdog_restarts >= self._watchdog.max_restarts:
-            self._mux.note(f"shoal | watchdog: {line}; it restarted {self._watchdog_restarts} time"
-                           f"{'' if self._watchdog_restarts == 1 else 's'} already (watchdog.max_restarts), so the"
+            self._mux.note(f"shoal | watchdog: {line}; it restarted"
+                           f" {counted(self._watchdog_restarts, 'time')} already (watchdog.max_restarts), so the"
                            f" job fails; allow more with watchdog: {{max_restarts: N}} in the spec, or a longer"
                            f" watchdog.stall")
             action = WatchdogAction.FAIL

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
+from shoal.wording import counted
+
 log = logging.getLogger(__name__)
 
 MAX_RESPAWNS = 5
@@ -88,8 +90,8 @@ class WatchdogPipe:
                             proc.pid, code, e)
                 return
             log.warning("the job's watchdog process (pid %d) died (exit %s); started a new one (pid %d) and told it"
-                        " the %d thing%s the old one watched", proc.pid, code, self._proc.pid,
-                        len(self._items), "" if len(self._items) == 1 else "s")
+                        " the %s the old one watched", proc.pid, code, self._proc.pid,
+                        counted(len(self._items), "thing"))
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Close the pipe and wait (up to `timeout`, else the constructor's) for the watchdog to

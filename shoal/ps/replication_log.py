@@ -19,6 +19,8 @@ import statistics
 import time
 from typing import Callable
 
+from shoal.wording import counted
+
 log = logging.getLogger("shoal.ps.replicator")
 
 SUMMARY_EVERY_S = 60.0
@@ -63,7 +65,7 @@ class ReplicationLog:
 
     def _summary(self, now: float) -> None:
         copies = self._copies
-        log.info("ps:%d replicated to ps:%d %d time%s in %.0f s, last step %d (copy %.2f ms, send %.1f ms: medians)",
-                 self._source, self._successor, len(copies), "" if len(copies) == 1 else "s", now - self._since,
+        log.info("ps:%d replicated to ps:%d %s in %.0f s, last step %d (copy %.2f ms, send %.1f ms: medians)",
+                 self._source, self._successor, counted(len(copies), "time"), now - self._since,
                  self._last_step, statistics.median(c for c, _ in copies), statistics.median(s for _, s in copies))
         self._copies, self._since = [], now

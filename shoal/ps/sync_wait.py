@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from shoal.wording import counted
+
 SYNC_WAIT_LOG_AFTER_S = 10.0
 """A ps logs what a sync step waits for once the step waited this long, and again as often."""
 
@@ -40,7 +42,7 @@ class SyncWait:
     def describe(self) -> str:
         """E.g. "step 12 waits for 1 more gradient, from worker:1 (has chief:0's)"; with
         backup workers "... from any of worker:1, worker:2"."""
-        more = f"{self.needed} more gradient{'s' if self.needed != 1 else ''}"
+        more = counted(self.needed, "more gradient")
         if self.missing:
             names = ", ".join(f"{m} (done)" if m in self.done else m for m in self.missing)
             who = f", from {names}" if len(self.missing) <= self.needed else f", from any of {names}"

@@ -41,6 +41,7 @@ from shoal.train.placement import Placement
 from shoal.train.placement_history import PlacementBook, PlacementChanged, job_history
 from shoal.train.waiting import log_waiting, poll_until
 from shoal.wire import WireError
+from shoal.wording import counted
 
 log = logging.getLogger("shoal.train.session")
 
@@ -155,7 +156,7 @@ class Growing:
                              "go on with them half-moved (resume from the checkpoint)") from e
         self._on_joined(address)
         count = sum(len(names) for names in moves.values())
-        log.info("%s joined: %d shard%s (%s) moved to it from %s at step %s", name, count, "" if count == 1 else "s",
+        log.info("%s joined: %s (%s) moved to it from %s at step %s", name, counted(count, "shard"),
                  _size(nbytes), ", ".join(f"ps:{client.ps_id(src)}" for src in moves),
                  "/".join(str(s) for s in sorted(set(steps))))
         return new

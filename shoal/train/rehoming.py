@@ -41,6 +41,7 @@ from shoal.train.recovery import PsRecovery
 from shoal.train.rehome_placement import moved_to, rehome
 from shoal.train.waiting import log_waiting, poll_until
 from shoal.wire import WireError
+from shoal.wording import counted
 
 log = logging.getLogger("shoal.train.session")
 
@@ -146,8 +147,8 @@ class Rehoming:
         where = (homes[0][0] if len(homes) == 1 else
                  ", ".join(f"{home} ({count})" for home, count, _ in homes) or "no ps (it held none)")
         count = len(self.placement.on_ps(ps))
-        log.warning("%s: %s did not come back within %gs: its %d shard%s moved to %s (from %s; %s)", self._task,
-                    name, self._timeout_s, count, "" if count == 1 else "s", where, source.source,
+        log.warning("%s: %s did not come back within %gs: its %s moved to %s (from %s; %s)", self._task,
+                    name, self._timeout_s, counted(count, "shard"), where, source.source,
                     ", ".join(f"{home} at step {step}" for home, _, step in homes) or "nothing to move")
         if source.why_not_replica and count:  # (a ps that held nothing lost nothing)
             log.warning("%s: no usable replica of %s: %s; every update to its shards since %s is lost", self._task,

@@ -1,5 +1,5 @@
 """Dependencies point one way (../shared/STYLE.md): `cluster`, `errors` and `home` import nothing of
-Shoal's but `errors`; `wire` imports only `errors`; `ps` never imports `train`; `launch` and `cli`
+Shoal's but `errors` (and `wording`, which imports nothing); `wire` imports only `errors`; `ps` never imports `train`; `launch` and `cli`
 never import `ps`, `train` or `wire`. Checked on the source of every module of every package."""
 
 import ast
@@ -16,15 +16,17 @@ ALLOWED = {
     "lazy": set(),
     "logs_default": set(),
     "sigterm": set(),
-    "cluster": {"errors"},
+    "wording": set(),
+    "cluster": {"errors", "wording"},
     "wire": {"errors"},
-    "ps": {"errors", "cluster", "wire", "logs_default", "sigterm"},
-    "train": {"errors", "cluster", "wire", "ps", "home", "lazy", "logs_default", "sigterm"},
-    "torch": {"errors", "cluster", "wire", "ps", "train", "home", "lazy", "job_secret", "logs_default", "sigterm"},
+    "ps": {"errors", "cluster", "wire", "logs_default", "sigterm", "wording"},
+    "train": {"errors", "cluster", "wire", "ps", "home", "lazy", "logs_default", "sigterm", "wording"},
+    "torch": {"errors", "cluster", "wire", "ps", "train", "home", "lazy", "job_secret", "logs_default", "sigterm",
+              "wording"},
     "datasets": {"errors"},
     "job_secret": {"home", "wire"},
-    "launch": {"errors", "cluster", "home"},
-    "cli": {"errors", "cluster", "home", "launch"},
+    "launch": {"errors", "cluster", "home", "wording"},
+    "cli": {"errors", "cluster", "home", "launch", "wording"},
 }
 
 
