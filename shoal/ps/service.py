@@ -362,9 +362,7 @@ class PsService:
         if message.hyper is not None:
             self._sync_hyper.update(message.hyper)
         self._apply_completed_shards()
-        if self._sync.step > message.step:
-            self._sync_watch.step_completed()
-        else:
+        if self._sync.step <= message.step:
             self._sync_watch.gradient_arrived(self._sync.step, self._clock())
             self._give_up_stuck_step()
         return DEFERRED
@@ -581,6 +579,7 @@ class PsService:
         if self._sync.step > step:
             self._sync_hyper = {}
             self._leases.step_reached(self._sync.step)
+            self._sync_watch.step_completed()  # (a departure too: the next step has not waited yet)
 
     # --- deferred replies ------------------------------------------------------------------
 

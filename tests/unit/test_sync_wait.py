@@ -8,8 +8,8 @@ import logging
 import numpy as np
 
 from shoal.ps.optimizers import SGD
-from shoal.ps.protocol import (ASYNC, InitRequest, Mode, Phase, PushRequest, ReadyRequest, StatusReply,
-                               StatusRequest, TrainingMode)
+from shoal.ps.protocol import (ASYNC, HeartbeatRequest, InitRequest, Mode, Phase, PushRequest, ReadyRequest,
+                               StatusReply, StatusRequest, TrainingMode)
 from shoal.ps.service import PsService
 from shoal.ps.sync_wait import SyncWait, SyncWaitWatch, sync_wait
 from shoal.wire import Message, Request
@@ -93,6 +93,32 @@ def test_ps_logs_a_step_that_waited_too_long_naming_the_missing_replica(caplog):
     clock.now += 60
     service.log_sync_wait()
     assert len(caplog.records) == 1
+
+
+def test_a_step_that_a_departure_completed_is_not_logged_as_the_next_step_waiting(caplog):
+    """worker:1 freezes while step 0 waits for it; its heartbeat timeout (4 s) drops it and step 0
+    completes. The next step has waited for nothing: the ps used to log it 10 s after step 0's
+    first gradient, as waiting for the workers that were healthy all along."""
+    clock = Clock()
+    service = sync_service(replicas=3, clock=clock)  # every replica's gradient, no backup
+    for task in REPLICAS:
+        service.handle(request(HeartbeatRequest(task, "a", 4_000)))
+    caplog.set_level(logging.INFO, logger="shoal")
+    push(service, "chief:0")
+    push(service, "worker:0")
+    for _ in range(12):  # worker:1 sends nothing from now on
+        clock.now += 1
+        for task in ("chief:0", "worker:0"):
+            service.handle(request(HeartbeatRequest(task, "a", 4_000)))
+        service.tick()
+        service.log_sync_wait()
+    assert status(service).step == 1, "worker:1's departure should have completed step 0"
+    assert not [r.getMessage() for r in caplog.records if "waits for" in r.getMessage()]
+    push(service, "chief:0", step=1)  # step 1 waits from now on, and is logged once it waited 10 s
+    clock.now += 11
+    service.log_sync_wait()
+    assert [r.getMessage() for r in caplog.records if "waits for" in r.getMessage()] == [
+        "ps:0: step 1 waits for 1 more gradient, from worker:0 (has chief:0's), for 11s; is worker:0 running?"]
 
 
 def test_watch_says_again_every_interval_while_the_step_waits():
