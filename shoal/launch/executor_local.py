@@ -26,6 +26,7 @@ from shoal.launch.allocation import (Allocation, TaskAllocation, assign_gpus, re
 from shoal.launch import job_processes
 from shoal.launch.errors import PlanError
 from shoal.launch.executor import HostCheck, Leftover, TaskRef, Usage
+from shoal.launch.hosts import refuse_pins_off_this_machine
 from shoal.launch.local_process import LocalProcess
 from shoal.launch.local_reaper import Reaper
 from shoal.launch.nvml import gpu_usage
@@ -129,6 +130,7 @@ class LocalExecutor:
     # --- running a job --------------------------------------------------------------
 
     def allocate(self, spec: JobSpec) -> Allocation:
+        refuse_pins_off_this_machine(spec.pinned_hosts())
         ids = task_ids(spec)
         ports = free_ports(len(ids) + 1, self._host)
         visible = self._visible = self._visible_gpus(spec)

@@ -45,6 +45,17 @@ def is_local(hosts: Sequence[Host]) -> bool:
     return not hosts or [h.name for h in hosts] == [LOCALHOST]
 
 
+def refuse_pins_off_this_machine(pinned: Mapping[str, Sequence[str]]) -> None:
+    """PlanError when a job that runs on this machine only (`is_local`) pins a role to another
+    host: it would run here, not where the spec says. Does not block."""
+    for role, names in pinned.items():
+        away = [n for n in names if n != LOCALHOST]
+        if away:
+            raise PlanError(f"roles.{role}.hosts names {', '.join(map(repr, away))}, but the job runs on this "
+                            f"machine only (no hosts:, --hosts or --hostfile); list the hosts in hosts: (or --hosts) "
+                            f"to run there over ssh, or drop roles.{role}.hosts")
+
+
 def host_name_problem(name: object) -> Optional[str]:
     """Why `name` cannot be an ssh destination, or None if it can."""
     if not isinstance(name, str) or not _HOST_RE.match(name) or name.startswith("-"):

@@ -60,6 +60,17 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
     assert not (tmp_path / "home" / "jobs.db").exists()
 
 
+def test_a_role_pinned_to_another_host_of_a_job_on_this_machine_is_refused_not_run_here(tmp_path):
+    pinned = GOOD.replace("worker: {count: 2}", "worker: {count: 2, hosts: [node1]}")
+    shoal = Captured(tmp_path)
+    assert shoal("train", write(tmp_path, pinned), "--dry-run") == ExitCode.PLAN_ERROR
+    assert ("roles.worker.hosts names 'node1', but the job runs on this machine only (no hosts:, --hosts or "
+            "--hostfile); list the hosts in hosts: (or --hosts) to run there over ssh") in shoal.err.getvalue()
+    assert "cd " not in shoal.out.getvalue()
+    here = Captured(tmp_path)  # pinned to localhost: this machine, as before
+    assert here("train", write(tmp_path, pinned.replace("[node1]", "[localhost]")), "--dry-run") == 0
+
+
 def test_run_flags_dry_run_builds_the_cluster(tmp_path):
     shoal = Captured(tmp_path)
     assert shoal("run", "--ps", "2", "--workers", "2", "--chief", "--dry-run", "--",
