@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from shoal.cli.arg_types import duration_or_off_text, duration_text, whole_number
 from shoal.cli.command_words import program_argv
 from shoal.cli.environment import Environment
 from shoal.cli.launching import add_launch_flags, launch
@@ -31,13 +32,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--restart", choices=("never", "on-failure"), default="never",
                         help="restart policy (default: never); a task that exits 2 within its first"
                         " second (a usage error) is never restarted")
-    parser.add_argument("--max-restarts", type=int, default=3, metavar="N",
+    parser.add_argument("--max-restarts", type=whole_number, default=3, metavar="N",
                         help="restarts per task (default: 3)")
-    parser.add_argument("--backoff", default="1s",
+    parser.add_argument("--backoff", type=duration_text, default="1s",
                         help="wait before the first restart, doubling after (default: 1s)")
-    parser.add_argument("--deadline", default=None, help="stop the job after e.g. 10m (default: none)")
-    parser.add_argument("--grace", default="5s", help="TERM-to-KILL grace period (default: 5s)")
-    parser.add_argument("--watchdog-stall", default=None, metavar="DURATION",
+    parser.add_argument("--deadline", type=duration_text, default=None, help="stop the job after e.g. 10m (default: none)")
+    parser.add_argument("--grace", type=duration_text, default="5s", help="TERM-to-KILL grace period (default: 5s)")
+    parser.add_argument("--watchdog-stall", type=duration_or_off_text, default=None, metavar="DURATION",
                         help="the progress watchdog's stall: act when the job's step does not advance"
                         " for this long, e.g. 5m (default: 5m, or twice the chief's --checkpoint_every_secs"
                         " if longer; off: no watchdog)")

@@ -211,3 +211,20 @@ def test_monitor_interval_and_kill_timeout_must_be_durations_above_zero(tmp_path
     shoal = Captured(tmp_path)
     assert shoal("kill", "--timeout", "5m") != ExitCode.USAGE  # a duration like the spec's (no job: another error)
     assert "no jobs yet" in shoal.err.getvalue()
+
+
+def test_run_flags_of_the_wrong_form_are_usage_errors_that_name_the_flag(tmp_path):
+    for flag, value, bad in (("--deadline", "abc", "'abc' is not a duration of 0 or more"),
+                             ("--grace", "x", "'x' is not a duration of 0 or more"),
+                             ("--backoff", "-1s", "'-1s' is not a duration of 0 or more"),
+                             ("--watchdog-stall", "abc", "'abc' is not a duration of 0 or more; write e.g. 0, 500ms,"
+                                                         " 30s or 5m (or off)"),
+                             ("--max-restarts", "-1", "'-1' is not a whole number of 0 or more")):
+        shoal = Captured(tmp_path)
+        assert shoal("run", f"{flag}={value}", "--dry-run", "--", "python", "t.py") == ExitCode.USAGE, flag
+        assert f"argument {flag}: {bad}" in shoal.err.getvalue(), shoal.err.getvalue()
+    for flag, value in (("--deadline", "10m"), ("--grace", "0"), ("--backoff", "500ms"), ("--watchdog-stall", "off"),
+                        ("--watchdog-stall", "0"), ("--max-restarts", "0")):
+        assert Captured(tmp_path)("run", flag, value, "--dry-run", "--", "python", "t.py") == 0, flag
+    shoal = Captured(tmp_path)  # well formed, but no valid job: the spec's error, as before
+    assert shoal("run", "--deadline", "0", "--dry-run", "--", "python", "t.py") == ExitCode.SPEC_ERROR
