@@ -40,11 +40,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " start at once; scaling workers down stops the highest-index ones (TERM, grace, KILL),"
         " an expected end that is not restarted. A new ps gets a TF_CONFIG listing every ps of"
         " the job with its own address at its index; it registers with ps 0 and the chief moves"
-        " shards onto it while training goes on (docs/elastic.md); tasks started later list it"
-        " too. Examples: shoal scale mnist worker=4; shoal scale mnist ps=3",
+        " shards onto it while training goes on (docs/elastic.md); tasks started later keep the"
+        " ps list the job started with and learn the added ps from the ps. Examples: shoal scale mnist worker=4; shoal scale mnist ps=3",
         epilog="Only workers scale down; ps scale up only: a ps holds shards of the variables,"
-        " and one that stops is re-homed by the chief after --ps_recovery_timeout, which is"
-        " recovery from a loss, not what scale does. A cluster has one chief.")
+        " and one whose process exits is restarted (--restart on-failure) or ends the job; one out of"
+        " reach is re-homed by the chief after --ps_recovery_timeout, which is recovery from a"
+        " loss, not what scale does. A cluster has one chief.")
     parser.add_argument("words", nargs="+", metavar="[JOB] ROLE=N",
                         help=f"JOB: {JOB_HELP} (default: {RUNNING_FIRST}); ROLE=N: the role and its new"
                         " count, worker=4 or ps=3 (ps grow only)")
@@ -66,7 +67,7 @@ def parse_assignment(text: str) -> ScaleRequest:
         raise UsageError(f"{role!r} is not a role{hint}; write worker=N or ps=N (only workers and ps"
                          " scale)")
     if not count.isdigit() or not count.isascii():
-        raise UsageError(f"{count!r} in {text!r} is not a whole number of tasks; write e.g. {role}=4")
+        raise UsageError(f"{count!r} in {text!r} is not a count of tasks (0, 1, 2, ...); write e.g. {role}=4")
     return ScaleRequest(role, int(count))
 
 

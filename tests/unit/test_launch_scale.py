@@ -131,8 +131,9 @@ def test_a_scale_assignment_parses(text, expected):
 
 
 @pytest.mark.parametrize("text, words", [("wrker=2", ["'wrker'", "did you mean worker"]),
-                                         ("worker", ["ROLE=N"]), ("worker=-1", ["'-1'"]),
-                                         ("worker=x", ["'x'", "whole number"])])
+                                         ("worker", ["ROLE=N"]),
+                                         ("worker=-1", ["'-1' in 'worker=-1' is not a count of tasks (0, 1, 2, ...)"]),
+                                         ("worker=x", ["'x'", "not a count of tasks", "write e.g. worker=4"])])
 def test_a_bad_scale_assignment_is_a_usage_error_naming_it(text, words):
     with pytest.raises(UsageError) as e:
         parse_assignment(text)
