@@ -7,6 +7,7 @@ import argparse
 from shoal.cli.arg_types import duration_or_off_text, duration_text, whole_number
 from shoal.cli.command_words import program_argv
 from shoal.cli.environment import Environment
+from shoal.cli.errors import UsageError
 from shoal.cli.launching import add_launch_flags, launch
 from shoal.cli.usage import option_strings
 from shoal.launch.errors import SpecError
@@ -98,13 +99,13 @@ def _after_double_dash_hint(flag: str, value: str) -> str:
 def run(args: argparse.Namespace, env: Environment) -> int:
     cmd = program_argv(args.cmd, args.options, "shoal run")
     if not cmd:
-        raise SpecError("no command given; write it after --, e.g. shoal run --workers 2"
-                        " -- python train.py", source="flags", field="run")
+        raise UsageError("no command given; write it after --, e.g. shoal run --workers 2 -- python train.py")
     extra = {}
     for item in args.env:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise SpecError(f"{item!r} is not NAME=VALUE", source="flags", field="--env")
+            raise UsageError(f"-e {item!r} is not NAME=VALUE; write e.g. -e {name or 'NAME'}=value (an empty value:"
+                             f" -e {name or 'NAME'}=)")
         extra[name] = value
     if args.workers == 0 and not args.chief:
         raise SpecError("--workers 0 leaves no task to train; give --workers 1 or more (or"

@@ -66,7 +66,7 @@ def parse_duration(value: Any) -> float:
             raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 10m or 1h")
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
     if seconds < 0:
-        raise ValueError(f"duration {value!r} is negative")
+        raise ValueError(f"duration {value!r} is negative; give 0 or more, e.g. 5s")
     return seconds
 
 
@@ -547,6 +547,8 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
             msg = _unknown_field(loc)
         else:
             named_value = "input" in item and repr(item["input"]) in msg  # pydantic's message may name the value
+            if item["type"] in ("greater_than", "greater_than_equal"):  # "greater than 0" names the bound, not it
+                named_value = False
             msg = _with_an_example(item, loc, msg)
             if ("input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict)
                     and not named_value):
@@ -595,6 +597,8 @@ def _with_an_example(item: Mapping[str, Any], loc: tuple, msg: str) -> str:
         return f'must be text; quote it: {name}: "..."' if isinstance(name, str) else 'must be text; quote it: "..."'
     if kind in ("byte_size_unit", "byte_size"):
         return "is not a size; write e.g. 512MiB, 2GiB or 1.5GB"
+    if kind == "greater_than":
+        return f"must be more than {item['ctx']['gt']:g}; give e.g. {name}: 2" if isinstance(name, str) else msg
     return msg
 
 

@@ -79,11 +79,6 @@ def test_run_flags_dry_run_builds_the_cluster(tmp_path):
     assert text.count("# job.") == 5 and "train.py --lr 0.1" in text
 
 
-def test_run_without_command_is_a_spec_error(tmp_path):
-    shoal = Captured(tmp_path)
-    assert shoal("run", "--workers", "1") == ExitCode.SPEC_ERROR
-
-
 def test_run_negative_count_is_a_spec_error(tmp_path):
     shoal = Captured(tmp_path)
     assert shoal("run", "--ps", "-1", "--", "true") == ExitCode.SPEC_ERROR
@@ -228,3 +223,22 @@ def test_run_flags_of_the_wrong_form_are_usage_errors_that_name_the_flag(tmp_pat
         assert Captured(tmp_path)("run", flag, value, "--dry-run", "--", "python", "t.py") == 0, flag
     shoal = Captured(tmp_path)  # well formed, but no valid job: the spec's error, as before
     assert shoal("run", "--deadline", "0", "--dry-run", "--", "python", "t.py") == ExitCode.SPEC_ERROR
+
+
+def test_run_without_a_command_or_with_a_bad_env_flag_is_a_usage_error_with_the_fix(tmp_path):
+    for argv, said in ((("run", "--workers", "2"), "no command given; write it after --, e.g. shoal run --workers 2"
+                                                   " -- python train.py"),
+                       (("run", "-e", "FOO", "--", "python", "t.py"), "-e 'FOO' is not NAME=VALUE; write e.g."
+                                                                     " -e FOO=value")):
+        shoal = Captured(tmp_path)
+        assert shoal(*argv) == ExitCode.USAGE, argv
+        assert f"shoal run: error: {said}" in shoal.err.getvalue()
+
+
+def test_a_spec_value_below_its_bound_names_the_bound_the_value_and_an_example(tmp_path):
+    shoal = Captured(tmp_path)
+    text = GOOD.replace("worker: {count: 2}", "worker: {count: 2, cpus: 0}") + "grace_period: -1\n"
+    assert shoal("train", write(tmp_path, text), "--dry-run") == ExitCode.SPEC_ERROR
+    err = shoal.err.getvalue()
+    assert "job.yaml:5: roles.worker.cpus: must be more than 0; give e.g. cpus: 2 (got 0)" in err
+    assert "grace_period: duration -1 is negative; give 0 or more, e.g. 5s" in err
