@@ -303,7 +303,7 @@ class JobSpec(_Frozen):
     (see `shoal.launch.template.render_command`)."""
 
     name: str
-    run: Union[str, list[str]]
+    run: Optional[Union[str, list[str]]]  # None only when every role has its own (`_run_of_roles`)
     parameters: dict[str, Union[bool, int, float, str]] = Field(default_factory=dict)
     roles: dict[RoleName, RoleSpec]
     env: dict[str, str] = Field(default_factory=dict)
@@ -316,6 +316,16 @@ class JobSpec(_Frozen):
     ssh: SshSpec = Field(default_factory=SshSpec)
     sync: bool = False
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _run_of_roles(cls, data: Any) -> Any:
+        """No run: is needed when every role has its own; else it is missing (and said so)."""
+        roles = data.get("roles") if isinstance(data, dict) else None
+        if ("run" not in data if isinstance(data, dict) else False) and isinstance(roles, dict) and roles and all(
+                isinstance(role, dict) and "run" in role for role in roles.values()):
+            data = {**data, "run": None}
+        return data
 
     @field_validator("hosts", mode="before")
     @classmethod
@@ -373,6 +383,15 @@ class JobSpec(_Frozen):
             raise ValueError("a deadline of 0 would stop the job as it starts; leave deadline out for none,"
                              " or give how long the job may run, e.g. 30m")
         return value
+
+    @model_validator(mode="after")
+    def _every_role_has_a_command(self) -> "JobSpec":
+        if self.run is None:
+            for job, role in self.roles.items():
+                if role.run is None:
+                    raise ValueError(f"roles.{job}.run is missing, and so is the job's run: (the command of every "
+                                     f"role without its own); add run: at the top, or one to roles.{job}")
+        return self
 
     @model_validator(mode="after")
     def _cluster_shape(self) -> "JobSpec":
@@ -542,7 +561,7 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
         loc, msg = _named_field(loc, item["msg"].removeprefix("Value error, "))
         line = _nearest_line(loc, lines)
         if item["type"] == "missing":
-            msg = "is missing; add it"
+            msg = "is missing; add it" + (" (or give every role its own run:)" if loc == ("run",) else "")
         elif item["type"] == "extra_forbidden":
             msg = _unknown_field(loc)
         else:

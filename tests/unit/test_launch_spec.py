@@ -398,3 +398,15 @@ def test_a_key_written_twice_in_one_mapping_is_a_spec_error(tmp_path):
     spec = load(tmp_path, "name: x\nrun: python t.py\nroles:\n  ps: {count: 1}\n  worker: {count: 2}\n"
                           "env: {count: '1'}\n")  # the same key in different mappings is fine
     assert spec.count("worker") == 2
+
+
+def test_the_jobs_run_may_be_left_out_when_every_role_has_its_own_and_only_then():
+    both = {"name": "j", "roles": {"worker": {"count": 2, "run": "python w.py"}, "ps": {"count": 1, "run": "python p.py"}}}
+    spec = spec_from_dict(both, source="job.yaml")
+    assert spec.run is None and spec.role("ps").run == "python p.py"
+    one = {"name": "j", "roles": {"worker": {"count": 2, "run": "python w.py"}, "ps": {"count": 1}}}
+    with pytest.raises(SpecError, match=r"^job.yaml: run: is missing; add it \(or give every role its own run:\)$"):
+        spec_from_dict(one, source="job.yaml")
+    with pytest.raises(SpecError, match=r"^job.yaml: roles.ps.run: is missing, and so is the job's run: \(the command of every "
+                                        r"role without its own\); add run: at the top, or one to roles.ps$"):
+        spec_from_dict({**one, "run": None}, source="job.yaml")  # run: null, written out
