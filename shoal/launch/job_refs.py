@@ -10,6 +10,7 @@ as thread-safe as the JobStore passed in.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Optional
 
@@ -18,6 +19,7 @@ from shoal.launch.errors import JobNotFound
 from shoal.launch.records import JobRecord, JobStore
 
 TASK_REF_RE = re.compile(rf"(?P<job>.+)\.(?P<task>(?:{'|'.join(JOBS)})\.\d+)")
+_TASK_SHAPE_RE = re.compile(r"(?P<job>.+)\.(?P<role>[A-Za-z_]+)\.(?P<index>\d+)")  # a role misspelt, say
 
 
 def find_job(store: JobStore, ref: Optional[str]) -> JobRecord:
@@ -44,6 +46,24 @@ def find_task(store: JobStore, ref: Optional[str]) -> tuple[JobRecord, Optional[
     except JobNotFound:
         match = TASK_REF_RE.fullmatch(ref or "")
         if match is None:
+            _refuse_a_misspelt_role(store, ref or "")
             raise
     job = store.find(match.group("job"))
     return job, job.task(match.group("task")).name
+
+
+def _refuse_a_misspelt_role(store: JobStore, ref: str) -> None:
+    """JobNotFound that names the role, when `ref` is JOB.ROLE.INDEX of a job there is with a
+    ROLE that is none ("1.wrker.1"); returns for anything else."""
+    shape = _TASK_SHAPE_RE.fullmatch(ref)
+    if shape is None:
+        return
+    try:
+        store.find(shape.group("job"))
+    except JobNotFound:
+        return
+    role, index = shape.group("role"), shape.group("index")
+    close = difflib.get_close_matches(role, JOBS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise JobNotFound(f"{ref!r}: {role!r} is not a role{hint}; a task is JOB.ROLE.INDEX, e.g. "
+                      f"{shape.group('job')}.{close[0] if close else 'worker'}.{index}; roles are {', '.join(JOBS)}")

@@ -73,6 +73,17 @@ def test_task_reference_names_a_job_by_number_and_one_of_its_tasks(tmp_path):
             find_task(store, "1.worker.7")
 
 
+def test_a_task_reference_with_a_misspelt_role_names_the_role_and_the_one_meant(tmp_path):
+    with JobStore(tmp_path / "jobs.db") as store:
+        store.create_job(plan("job-1"), 1, 0.0)
+        with pytest.raises(JobNotFound) as error:
+            find_task(store, "1.wrker.1")
+        assert str(error.value).startswith("'1.wrker.1': 'wrker' is not a role (did you mean worker?); a task is"
+                                           " JOB.ROLE.INDEX, e.g. 1.worker.1; roles are ")
+        with pytest.raises(JobNotFound, match="no job '9.wrker.1'"):  # no job 9 either: the job is what is wrong
+            find_task(store, "9.wrker.1")
+
+
 def test_no_job_given_means_the_newest_job(tmp_path):
     with JobStore(tmp_path / "jobs.db") as store:
         with pytest.raises(JobNotFound, match="no jobs yet"):
