@@ -23,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--name", default="job", help="job name (default: job)")
     parser.add_argument("--ps", type=ps_count, default=None, metavar="N",
                         help="parameter servers (default: 1 for a Shoal program: its script imports shoal and uses a "
-                             "TrainingSession, shoal.Server or shoal.torch; else 0); a range MIN..MAX (e.g. 2..4) "
-                             "starts MIN and lets shoal scale JOB ps=N add ps while the job runs (never remove)")
+                             "TrainingSession, shoal.Server, serve_unless_training or shoal.torch; else 0); a range "
+                             "MIN..MAX (e.g. 2..4) starts MIN and lets shoal scale JOB ps=N add ps while the job runs "
+                             "(never remove)")
     parser.add_argument("--workers", type=worker_count, default=1, metavar="N",
                         help="workers (default: 1); a range MIN..MAX (e.g. 2..8) starts MIN and lets"
                         " shoal scale JOB worker=N change it while the job runs")
@@ -114,9 +115,9 @@ def run(args: argparse.Namespace, env: Environment) -> int:
     ps = default_ps(cmd, env.cwd) if args.ps is None else args.ps
     if args.ps is None and not ps and args.workers != 1 and (script := script_of(cmd, env.cwd)) and script.is_file():
         env.say("shoal | no ps task: the command does not look like a Shoal program (its script does not use"
-                " TrainingSession, shoal.Server or shoal.torch); if it needs parameter servers (a TensorFlow"
-                " ParameterServerStrategy or TF1 ps program does), pass --ps N; --ps 0 says none and silences"
-                " this", err=True)
+                " TrainingSession, shoal.Server, serve_unless_training or shoal.torch); if it needs parameter"
+                " servers (a TensorFlow ParameterServerStrategy or TF1 ps program does), pass --ps N; --ps 0 says"
+                " none and silences this", err=True)
     if ps:
         roles["ps"] = {"count": ps}
     if args.chief:

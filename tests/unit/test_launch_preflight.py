@@ -105,7 +105,8 @@ def test_run_help_shows_the_defaults(tmp_path, capsys):
     shoal = Captured(tmp_path)
     assert shoal("run", "--help") == 0
     text = " ".join(capsys.readouterr().out.split())
-    for default in ("(default: 1 for a Shoal program: its script imports shoal and uses a TrainingSession, shoal.Server or shoal.torch; else 0)", "workers (default: 1)",
+    for default in ("(default: 1 for a Shoal program: its script imports shoal and uses a TrainingSession, "
+                    "shoal.Server, serve_unless_training or shoal.torch; else 0)", "workers (default: 1)",
                     "(default: never)", "(default: 3)", "(default: 1s)", "(default: 5s)"):
         assert default in text, default
 
