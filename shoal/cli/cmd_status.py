@@ -175,12 +175,15 @@ def membership_text(job: JobRecord) -> str:
 
 
 def _member_text(task: TaskRecord, members: set[str]) -> str:
-    """"training" for a running task in the ps's membership, "-" for a chief or worker outside
-    it or no longer running (the ps's last membership line may predate its end: a launcher
-    killed with the job), "" for tasks that never train (ps, evaluator)."""
-    if task.name in members and not task.state.is_terminal:
-        return "training"
-    return "-" if task.name.split(".")[0] in ("chief", "worker") else ""
+    """"training" for a running task in the ps's membership, "out" for a running chief or
+    worker outside it (dropped, say for a missed heartbeat, or not joined yet), "-" for one no
+    longer running (the ps's last membership line may predate its end: a launcher killed with
+    the job), "" for tasks that never train (ps, evaluator)."""
+    if task.name.split(".")[0] not in ("chief", "worker"):
+        return ""
+    if task.state.is_terminal:
+        return "-"
+    return "training" if task.name in members else "out"
 
 
 def _positive(text: str) -> int:

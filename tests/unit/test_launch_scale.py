@@ -367,7 +367,7 @@ def test_status_shows_the_membership_and_who_trains(tmp_path):
     header = next(line for line in lines if line.startswith("TASK"))
     assert header.split()[:3] == ["TASK", "STATE", "MEMBER"]
     rows = {line.split()[0]: line.split() for line in lines if line.startswith("m.worker")}
-    assert rows["m.worker.0"][2] == "training" and rows["m.worker.1"][2] == "-"
+    assert rows["m.worker.0"][2] == "training" and rows["m.worker.1"][2] == "out"  # running, dropped by the ps
     with shoal.env.store() as store:  # worker.0 ended after ps:0's last membership line
         store.set_task(plan.job_id, "worker.0", TaskState.KILLED, "killed by SIGKILL", 0)
     shoal = Captured(tmp_path)
