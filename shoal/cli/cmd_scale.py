@@ -33,6 +33,7 @@ _POLL = 0.1
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "scale", help="change how many workers a running job has (worker=N), or add ps (ps=N)",
+        usage="shoal scale [-h] [--timeout S] [JOB] ROLE=N",  # (argparse would offer repeats: one role a call)
         description="Set the number of workers (or ps) of a running job to N, within the range"
         " its spec gives (roles.worker.count: MIN..MAX, roles.ps.count: MIN..MAX, or shoal run"
         " --workers MIN..MAX --ps MIN..MAX). Works for local and ssh jobs, whether the launcher"
