@@ -33,7 +33,7 @@ _POLL = 0.1
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "scale", help="change how many workers a running job has (worker=N), or add ps (ps=N)",
-        usage="shoal scale [-h] [--timeout S] [JOB] ROLE=N",  # (argparse would offer repeats: one role a call)
+        usage="%(prog)s [-h] [--timeout S] [JOB] ROLE=N",  # argparse's own would offer repeats: one role a call
         description="Set the number of workers (or ps) of a running job to N, within the range"
         " its spec gives (roles.worker.count: MIN..MAX, roles.ps.count: MIN..MAX, or shoal run"
         " --workers MIN..MAX --ps MIN..MAX). Works for local and ssh jobs, whether the launcher"
@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " an expected end that is not restarted. A new ps gets a TF_CONFIG listing every ps of"
         " the job with its own address at its index; it registers with ps 0 and the chief moves"
         " shards onto it while training goes on (docs/elastic.md); tasks started later keep the"
-        " ps list the job started with and learn the added ps from the ps. Examples: shoal scale mnist worker=4; shoal scale mnist ps=3",
+        " ps list the job started with and learn the added ps from the ps. Examples: shoal scale"
+        " mnist worker=4; shoal scale mnist ps=3",
         epilog="Only workers scale down; ps scale up only: a ps holds shards of the variables,"
         " and one whose process exits is restarted (--restart on-failure) or ends the job; one out of"
         " reach is re-homed by the chief after --ps_recovery_timeout, which is recovery from a"

@@ -52,8 +52,8 @@ def refuse_pins_off_this_machine(pinned: Mapping[str, Sequence[str]]) -> None:
         away = [n for n in names if n != LOCALHOST]
         if away:
             raise PlanError(f"roles.{role}.hosts names {', '.join(map(repr, away))}, but the job runs on this "
-                            f"machine only (no hosts:, --hosts or --hostfile); list the hosts in hosts: (or --hosts) "
-                            f"to run there over ssh, or drop roles.{role}.hosts")
+                            f"machine only (its hosts: none, or localhost alone); list them among the job's hosts "
+                            f"(hosts:, --hosts or --hostfile) to run there over ssh, or drop roles.{role}.hosts")
 
 
 def host_name_problem(name: object) -> Optional[str]:

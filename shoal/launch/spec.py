@@ -300,7 +300,8 @@ class JobSpec(_Frozen):
 
     `run` (and a role's `run`) is the command with its parameters filled in: a list is
     argv; a string is argv shell-quoted, so `shlex.split(run)` gives exactly the argv
-    (see `shoal.launch.template.render_command`)."""
+    (see `shoal.launch.template.render_command`). `run` is None when every role that has
+    tasks, or may get some (a range), runs its own."""
 
     name: str
     run: Optional[Union[str, list[str]]]  # None only when every role has its own (`_run_of_roles`)
@@ -320,10 +321,11 @@ class JobSpec(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _run_of_roles(cls, data: Any) -> Any:
-        """No run: is needed when every role has its own; else it is missing (and said so)."""
+        """A job's run: left out is None when some role has its own (`_every_role_has_a_command`
+        then names any role without one), and missing (said so) when none has."""
         roles = data.get("roles") if isinstance(data, dict) else None
-        if ("run" not in data if isinstance(data, dict) else False) and isinstance(roles, dict) and roles and all(
-                isinstance(role, dict) and "run" in role for role in roles.values()):
+        if (isinstance(data, dict) and "run" not in data and isinstance(roles, dict)
+                and any(isinstance(role, dict) and "run" in role for role in roles.values())):
             data = {**data, "run": None}
         return data
 
@@ -386,9 +388,10 @@ class JobSpec(_Frozen):
 
     @model_validator(mode="after")
     def _every_role_has_a_command(self) -> "JobSpec":
+        """Without a job-level run:, every role that has tasks or may get some runs its own."""
         if self.run is None:
             for job, role in self.roles.items():
-                if role.run is None:
+                if role.run is None and (role.count or role.max_count):
                     raise ValueError(f"roles.{job}.run is missing, and so is the job's run: (the command of every "
                                      f"role without its own); add run: at the top, or one to roles.{job}")
         return self
@@ -492,7 +495,7 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
     lines = lines or {}
     if not isinstance(data, dict):
         raise SpecError(
-            "the job spec must be a mapping with at least name:, run: and roles:",
+            "the job spec must be a mapping with at least name:, run: (or one per role) and roles:",
             source=source, line=1,
         )
     _refuse_unknown_top_level(data, source, lines)  # before templating: a typo in parameters: says so
@@ -567,7 +570,7 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
         else:
             named_value = "input" in item and repr(item["input"]) in msg  # pydantic's message may name the value
             if item["type"] in ("greater_than", "greater_than_equal"):  # "greater than 0" names the bound, not it
-                named_value = False
+                named_value = bool(loc) and loc[-1] in _DURATION_FIELDS  # a duration's input is its seconds: not said
             msg = _with_an_example(item, loc, msg)
             if ("input" in item and item["loc"][-1:] != ("[key]",) and not isinstance(item["input"], dict)
                     and not named_value):
@@ -595,6 +598,9 @@ _MAPPING_EXAMPLES = {  # a field that must be a mapping, by its name: how one is
 }
 
 
+_DURATION_FIELDS = ("connect_timeout", "heartbeat_timeout")  # fields with a lower bound that are durations
+
+
 def _with_an_example(item: Mapping[str, Any], loc: tuple, msg: str) -> str:
     """pydantic's message for a value of the wrong shape (`item`, one of its errors, at the
     spec's field `loc`), said in the spec's own terms with an example of the right one; other
@@ -616,8 +622,9 @@ def _with_an_example(item: Mapping[str, Any], loc: tuple, msg: str) -> str:
         return f'must be text; quote it: {name}: "..."' if isinstance(name, str) else 'must be text; quote it: "..."'
     if kind in ("byte_size_unit", "byte_size"):
         return "is not a size; write e.g. 512MiB, 2GiB or 1.5GB"
-    if kind == "greater_than":
-        return f"must be more than {item['ctx']['gt']:g}; give e.g. {name}: 2" if isinstance(name, str) else msg
+    if kind == "greater_than" and isinstance(name, str):
+        example = "10s" if name in _DURATION_FIELDS else "2"
+        return f"must be more than {item['ctx']['gt']:g}; give e.g. {name}: {example}"
     return msg
 
 

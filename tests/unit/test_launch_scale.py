@@ -5,6 +5,7 @@ membership, and the membership line parser."""
 
 import json
 import os
+import re
 import sqlite3
 import threading
 
@@ -402,3 +403,12 @@ def test_a_membership_line_without_a_change_or_members_parses():
 ])
 def test_other_lines_are_not_membership_lines(text):
     assert parse_membership(text) is None
+
+
+def test_scale_usage_shows_one_assignment_and_every_option(tmp_path, capsys):
+    assert Captured(tmp_path)("scale", "--help") == 0
+    text = capsys.readouterr().out
+    usage = text.split("\n\n")[0]
+    assert usage == "usage: shoal scale [-h] [--timeout S] [JOB] ROLE=N"
+    options = set(re.findall(r"^  (-[-\w]+)", text, re.M))
+    assert options and all(option in usage for option in options), (options, usage)

@@ -400,13 +400,34 @@ def test_a_key_written_twice_in_one_mapping_is_a_spec_error(tmp_path):
     assert spec.count("worker") == 2
 
 
-def test_the_jobs_run_may_be_left_out_when_every_role_has_its_own_and_only_then():
-    both = {"name": "j", "roles": {"worker": {"count": 2, "run": "python w.py"}, "ps": {"count": 1, "run": "python p.py"}}}
-    spec = spec_from_dict(both, source="job.yaml")
+def test_the_jobs_run_may_be_left_out_when_every_role_runs_its_own():
+    roles = {"worker": {"count": 2, "run": "python w.py"}, "ps": {"count": 1, "run": "python p.py"},
+             "evaluator": {"count": 0}}  # no task: no command needed
+    spec = spec_from_dict({"name": "j", "roles": roles}, source="job.yaml")
     assert spec.run is None and spec.role("ps").run == "python p.py"
-    one = {"name": "j", "roles": {"worker": {"count": 2, "run": "python w.py"}, "ps": {"count": 1}}}
+
+
+def test_a_role_with_tasks_and_no_command_of_a_job_without_run_is_named():
+    roles = {"worker": {"count": 2, "run": "python w.py"}, "ps": {"count": 1}}
+    with pytest.raises(SpecError, match=r"^job.yaml: roles.ps.run: is missing, and so is the job's run: \(the "
+                                        r"command of every role without its own\); add run: at the top, or one to "
+                                        r"roles.ps$"):
+        spec_from_dict({"name": "j", "roles": roles}, source="job.yaml")
+
+
+def test_a_role_that_may_get_tasks_needs_a_command_too():
+    roles = {"chief": {"run": "python c.py"}, "worker": {"count": "0..2"}}
+    with pytest.raises(SpecError, match="roles.worker.run: is missing"):
+        spec_from_dict({"name": "j", "roles": roles}, source="job.yaml")
+
+
+def test_a_job_with_no_command_anywhere_is_told_to_add_run():
     with pytest.raises(SpecError, match=r"^job.yaml: run: is missing; add it \(or give every role its own run:\)$"):
-        spec_from_dict(one, source="job.yaml")
-    with pytest.raises(SpecError, match=r"^job.yaml: roles.ps.run: is missing, and so is the job's run: \(the command of every "
-                                        r"role without its own\); add run: at the top, or one to roles.ps$"):
-        spec_from_dict({**one, "run": None}, source="job.yaml")  # run: null, written out
+        spec_from_dict({"name": "j", "roles": {"worker": {"count": 1}}}, source="job.yaml")
+
+
+def test_a_duration_below_its_bound_gives_a_duration_as_the_example():
+    data = {"name": "j", "run": "python t.py", "roles": {"worker": {"count": 1}}, "ssh": {"connect_timeout": "0s"}}
+    with pytest.raises(SpecError, match=r"^job.yaml: ssh.connect_timeout: must be more than 0; give e.g. "
+                                        r"connect_timeout: 10s$"):
+        spec_from_dict(data, source="job.yaml")
