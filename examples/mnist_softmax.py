@@ -17,9 +17,9 @@ With `--model_dir DIR` (default: $OUTPUT_DIR) the chief saves checkpoints there 
 and when the job is stopped (SIGTERM: `shoal kill`, a deadline, preemption; at the next step,
 then the task exits 143). A periodic save is a DEBUG line only; the chief's progress line counts
 them (`checkpoints=N`). A run started again carries on from the newest one (`restored checkpoint
-step=N`), a ps task that dies and is started again gets its variables back, and every task
-writes TensorBoard summaries (`tensorboard --logdir DIR`). The final model is
-DIR/export/model.safetensors.
+step=N`), a ps task that dies and is started again gets its variables back, and every worker
+writes TensorBoard summaries, the chief into DIR and the others into DIR/worker_N
+(`tensorboard --logdir DIR`). The final model is DIR/export/model.safetensors.
 """
 
 from __future__ import annotations
