@@ -6,10 +6,10 @@ runs in this process, so `python examples/mnist_mlp_torch.py` trains alone), a `
 gives each worker the next free examples of the epoch from ps 0 (dynamic sharding: a worker that
 dies gives its examples back, and a resumed job continues the epoch; docs/dynamic-sharding.md),
 and a `DistributedOptimizer` pushes the gradients, with the examples they used, to the ps and
-brings the new values into the model. The same flags and TF_CONFIG as
-examples/mnist_softmax.py; `--steps` counts global steps. Across machines the big first layer
-is partitioned over the ps tasks; on one machine the whole 0.8 MB model sits on ps 0 (one request
-per step: README, "Variables"). Workers use CUDA when present; parameter servers never import torch.
+brings the new values into the model. The same cluster and training flags and TF_CONFIG as
+examples/mnist_softmax.py (not its --sharding or --eval_every); `--steps` counts global steps.
+Across machines the big first layer is partitioned over the ps tasks; on one machine the whole
+0.8 MB model sits on ps 0 (one request per step: README, "Variables"). Workers use CUDA when present; parameter servers never import torch.
 """
 
 from __future__ import annotations
