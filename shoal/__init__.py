@@ -38,6 +38,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), {
     "shoal.ps.replicator": ("ReplicationOptions",),
     "shoal.train.leased_data": ("LeasedBatch", "LeasedBatches", "LeaseWaitError"),
     "shoal.train.progress": ("ProgressReporter",),
+    "shoal.train.shutdown": ("TrainingTerminated",),
     "shoal.train.roles": ("serve_unless_training",),
     "shoal.train.local": ("LocalCluster", "create_local_server"),
     "shoal.wire": ("JobSecret", "SecretError", "Security"),

@@ -213,3 +213,10 @@ def test_the_stop_line_names_the_checkpoints_step_where_pushes_of_others_came_af
         f"chief:0 stopped training at global step 46382 on SIGTERM; final checkpoint {saved} (step 46383: the other"
         " replicas' pushes since included)")
     assert str(TrainingTerminated("chief:0", 46383, saved)).endswith(f"final checkpoint {saved}")
+
+
+def test_training_terminated_is_importable_from_shoal_as_the_readme_names_it():
+    import shoal
+    from shoal.train.shutdown import TrainingTerminated as where_it_lives
+
+    assert shoal.TrainingTerminated is where_it_lives and "TrainingTerminated" in dir(shoal)
