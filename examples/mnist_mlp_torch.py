@@ -9,7 +9,8 @@ and a `DistributedOptimizer` pushes the gradients, with the examples they used, 
 brings the new values into the model. The same cluster and training flags and TF_CONFIG as
 examples/mnist_softmax.py (not its --sharding or --eval_every); `--steps` counts global steps.
 Across machines the big first layer is partitioned over the ps tasks; on one machine the whole
-0.8 MB model sits on ps 0 (one request per step: README, "Variables"). Workers use CUDA when present; parameter servers never import torch.
+0.8 MB model sits on ps 0 (one request per step: README, "Variables"). Workers use CUDA when
+present; parameter servers never import torch.
 """
 
 from __future__ import annotations

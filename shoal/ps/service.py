@@ -35,6 +35,7 @@ from shoal.ps.store import ShardStore
 from shoal.ps.sync import SyncAggregator
 from shoal.ps.sync_wait import SyncWait, SyncWaitWatch, sync_wait
 from shoal.wire import CHUNK_BYTES, Request
+from shoal.wording import byte_size, counted
 
 log = logging.getLogger(__name__)
 
@@ -268,8 +269,8 @@ class PsService:
             self._leases.install(book)
         for task in message.done:
             self._membership_changed([self.membership.finished(task)])
-        log.info("%s holds %d shards (%.1f MB), %s, %s%s", self.task_name, len(self.store),
-                 self.store.nbytes / 1e6, rule.to_config(), self._training,
+        log.info("%s holds %s (%s), %s, %s%s", self.task_name, counted(len(self.store), "shard"),
+                 byte_size(self.store.nbytes), rule.to_config(), self._training,
                  "" if len(self.store) else " (the placement gives it no variable: it answers the job's status"
                  " and heartbeats, and stops with it)")
         return Reply(request, InitReply(self._created))

@@ -22,6 +22,7 @@ from shoal.train.placement import Placement
 from shoal.train.replica_source import Replica, fetch_replica
 from shoal.train.snapshot import check_fits, scatter
 from shoal.wire import WireError
+from shoal.wording import counted
 
 log = logging.getLogger("shoal.train.session")
 
@@ -112,8 +113,10 @@ class ChiefDuties:
         client.ready_all()
         if step is not None and self._local_state is not None:
             self._local_state.restore({name: values[name] for name in self._local_state.values()})
-        log.info("%s initialized %d variables (%d shards) on %d ps", self._task, len(self._params),
-                 sum(r.created for r in replies), client.num_ps)
+        holding = sum(1 for r in replies if r.created)
+        on = f"{client.num_ps} ps" if holding == client.num_ps else f"{holding} of {client.num_ps} ps"
+        log.info("%s initialized %s (%s) on %s", self._task, counted(len(self._params), "variable"),
+                 counted(sum(r.created for r in replies), "shard"), on)
 
     def rebuild_ps(self, client: PsClient, ps: int) -> None:
         """Rebuild a restarted ps (`_rebuild`), then tell it the placement history, which it forgot

@@ -39,9 +39,11 @@ def add_training_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
     parser.add_argument("--checkpoint_every_secs", type=float, default=60,
                         help="with --model_dir: save a checkpoint every N seconds (default 60; 0: off). The chief "
                              "also saves at the end and when stopped by SIGTERM (shoal kill, a deadline, preemption)")
-    parser.add_argument("--keep_checkpoints", type=int, default=5)
+    parser.add_argument("--keep_checkpoints", type=int, default=5,
+                        help="with --model_dir: how many of the newest checkpoints to keep (default 5)")
     parser.add_argument("--ps_recovery_timeout", type=float, default=120,
-                        help="seconds to wait for a lost ps task to come back before failing (or re-homing it)")
+                        help="seconds to wait for a lost ps task to come back before failing (or re-homing it) "
+                             "(default 120)")
     parser.add_argument("--lost_ps", choices=("rehome", "fail"), default="rehome",
                         help="a lost ps (other than ps 0) that does not come back within --ps_recovery_timeout: "
                              "rehome (default) moves its shards to the other ps tasks (from its replica, else the "

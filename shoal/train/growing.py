@@ -41,7 +41,7 @@ from shoal.train.placement import Placement
 from shoal.train.placement_history import PlacementBook, PlacementChanged, job_history
 from shoal.train.waiting import log_waiting, poll_until
 from shoal.wire import WireError
-from shoal.wording import counted
+from shoal.wording import byte_size, counted
 
 log = logging.getLogger("shoal.train.session")
 
@@ -157,7 +157,7 @@ class Growing:
         self._on_joined(address)
         count = sum(len(names) for names in moves.values())
         log.info("%s joined: %s (%s) moved to it from %s at step %s", name, counted(count, "shard"),
-                 _size(nbytes), ", ".join(f"ps:{client.ps_id(src)}" for src in moves),
+                 byte_size(nbytes), ", ".join(f"ps:{client.ps_id(src)}" for src in moves),
                  "/".join(str(s) for s in sorted(set(steps))))
         return new
 
@@ -275,10 +275,3 @@ def resend_moved_parts(client: PsClient, task: str, step: int, again: Sequence[t
     return client.push_all(task, step, again, into,
                            {n: hyper[n] for _, grads in again for n in grads} if hyper is not None else None, used,
                            closure=closure, empty=empty)
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"
