@@ -6,7 +6,9 @@ after the command's own options, refusing what would silently do the wrong thing
                                                shoal run's options (--dry-run, --workers ...):
                                                meant for shoal or for the program? refused
     shoal run --deadline 10 minutes -- ...     a word between the options and -- ('minutes')
-                                               is refused, never run as the program
+                                               is refused, never run as the program; so is
+    shoal run --chief 1 --workers 2 -- ...     one after an on/off option (and the options
+                                               after it, which argparse left unread)
 
 Pure: no I/O.
 """
@@ -25,14 +27,17 @@ def program_argv(words: Sequence[str], options: Iterable[str], command: str) -> 
     words = list(words)
     if words[:1] == ["--"]:
         return words[1:]
+    known = set(options)
     if "--" in words:
         stray = words[:words.index("--")]
-        named = " ".join(repr(w) for w in stray)
+        unread = [w for w in stray if w.split("=", 1)[0] in known]
+        unread_said = (f", so {command} read none of the options after it ({', '.join(unread)})"
+                       if unread else "")
         raise UsageError(
-            f"{named} stands between {command}'s options and --, where only options go; an"
-            " option's value is one word (--deadline 10m, not --deadline 10 minutes): put"
-            f" every option before -- and the command after it")
-    known = set(options)
+            f"{stray[0]!r} stands between {command}'s options and --, where only options go{unread_said};"
+            " an option's value is one word (--deadline 10m, not --deadline 10 minutes) and an on/off"
+            " option takes none (--chief, not --chief 1): put every option before -- and the command"
+            " after it")
     misplaced = [w for w in words[1:] if w.split("=", 1)[0] in known]
     if misplaced:
         option = misplaced[0]

@@ -130,3 +130,12 @@ def test_a_misspelt_option_is_named_wherever_it_stands(tmp_path):
     shoal = Captured(tmp_path)
     assert shoal("train", "job.yaml", "--seed", "1", "--dry_run") == ExitCode.USAGE  # after a program's flag
     assert "did you mean --dry-run?" in shoal.err.getvalue() and "-p seed" not in shoal.err.getvalue()
+
+
+def test_a_value_given_to_an_on_off_option_is_named_and_the_options_left_unread_after_it(tmp_path):
+    shoal = Captured(tmp_path)
+    code = shoal("run", "--chief", "1", "--ps", "2", "--workers", "2", "--", "python", "t.py")
+    assert code == ExitCode.USAGE
+    err = shoal.err.getvalue()
+    assert ("'1' stands between shoal run's options and --, where only options go, so shoal run read none of the"
+            " options after it (--ps, --workers)") in err and "(--chief, not --chief 1)" in err, err
