@@ -120,14 +120,11 @@ def check_request(request: ScaleRequest, scale_range: Optional[tuple[int, int]],
 
 def ps_down_refusal(count: int, live_count: int) -> str:
     """Why `ps=count` is refused for a job that has `live_count` ps, and what to do instead."""
-    return (f"ps={count} (was {live_count}): a ps scales up only; only workers scale down. shoal"
-            " scale never stops a single ps task: a ps holds shards of the variables, so one that"
-            " stops is restarted by the job's restart policy, or ends the job; only a ps that stays"
-            " out of reach past --ps_recovery_timeout has its shards moved to the other ps (re-homing,"
-            " docs/checkpoints.md) — recovery from a lost task, not something scale does (nor shoal"
-            " kill, which stops the whole job). To train on fewer ps, start"
-            " the job again with a lower roles.ps.count (or shoal run --ps N): a chief with a"
-            " checkpoint resumes where it stopped, and a checkpoint restores into any number of ps")
+    return (f"ps={count} (was {live_count}): a ps scales up only; only workers scale down. shoal scale never"
+            " stops a single ps: a ps holds shards of the variables (one that exits is restarted or ends the"
+            " job; one out of reach past --ps_recovery_timeout has its shards moved to the others: re-homing,"
+            " docs/checkpoints.md; shoal kill stops the whole job). To train on fewer ps, start the job again with a lower roles.ps.count"
+            " (shoal run --ps N): its checkpoint restores into any number of ps")
 
 
 def new_indices(used: Iterable[int], how_many: int) -> list[int]:
