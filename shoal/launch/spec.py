@@ -526,7 +526,12 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
     try:
         return JobSpec.model_validate(rendered)
     except ValidationError as e:
-        raise _spec_error(e, source, lines) from e
+        error = _spec_error(e, source, lines)
+        if not overrides:
+            raise error from e
+        given = " ".join(f"-p {item}" for item in overrides)  # a value of the spec may come from them
+        raise SpecError(f"{error.detail} (parameters given: {given})", source=error.source, line=error.line,
+                        field=error.field) from e
 
 
 def _fields_at(parent: tuple) -> list[str]:

@@ -250,3 +250,13 @@ def test_a_negative_duration_in_a_spec_says_to_give_0_or_more(tmp_path):
     shoal = Captured(tmp_path)
     assert shoal("train", write(tmp_path, GOOD + "grace_period: -1\n"), "--dry-run") == ExitCode.SPEC_ERROR
     assert "grace_period: duration -1 is negative; give 0 or more, e.g. 5s" in shoal.err.getvalue()
+
+
+def test_a_spec_error_that_a_parameter_override_may_have_caused_names_the_override(tmp_path):
+    text = GOOD.replace("parameters: {steps: 5}", "parameters: {steps: 5, workers: 2}").replace(
+        "worker: {count: 2}", "worker: {count: \"{{ workers }}\"}")
+    shoal = Captured(tmp_path)
+    assert shoal("train", write(tmp_path, text), "-p", "workers=-1", "--dry-run") == ExitCode.SPEC_ERROR
+    err = shoal.err.getvalue()
+    assert "roles.worker.count: " in err and "(parameters given: -p workers=-1)" in err
+    assert Captured(tmp_path)("train", write(tmp_path, text), "-p", "workers=3", "--dry-run") == 0
