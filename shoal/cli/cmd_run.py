@@ -72,15 +72,18 @@ def worker_count(text: str) -> "int | str":
 
 
 def ps_count(text: str) -> "int | str":
-    """argparse type of --ps: a whole number (the spec checks its sign: roles.ps.count), or a
-    range "MIN..MAX" (kept as text for the spec, which reads it as roles.ps.count)."""
+    """argparse type of --ps: a whole number (0 or more), or a range "MIN..MAX" (kept as text
+    for the spec, which reads it as roles.ps.count)."""
     if is_count_range(text):
         return _range(text)
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ps; write e.g. --ps 2 or a"
-                                         " range --ps 2..4") from None
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ps; write e.g. --ps 2 (0: none) or a"
+                                         " range --ps 2..4")
+    return value
 
 
 def _range(text: str) -> str:

@@ -80,10 +80,12 @@ def test_run_flags_dry_run_builds_the_cluster(tmp_path):
     assert text.count("# job.") == 5 and "train.py --lr 0.1" in text
 
 
-def test_run_negative_count_is_a_spec_error(tmp_path):
-    shoal = Captured(tmp_path)
-    assert shoal("run", "--ps", "-1", "--", "true") == ExitCode.SPEC_ERROR
-    assert "roles.ps.count" in shoal.err.getvalue()
+def test_run_negative_count_is_a_usage_error_naming_the_flag(tmp_path):
+    for flag, said in (("--ps", "argument --ps: '-1' is not a number of ps"),
+                       ("--workers", "argument --workers: '-1' is not a number of workers")):
+        shoal = Captured(tmp_path)
+        assert shoal("run", f"{flag}=-1", "--", "true") == ExitCode.USAGE, flag
+        assert said in shoal.err.getvalue(), shoal.err.getvalue()
 
 
 def test_status_json_is_an_empty_list_without_jobs(tmp_path):
