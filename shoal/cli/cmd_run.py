@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="restarts per task (default: 3)")
     parser.add_argument("--backoff", type=duration_text, default="1s",
                         help="wait before the first restart, doubling after (default: 1s)")
-    parser.add_argument("--deadline", type=duration_text, default=None, help="stop the job after e.g. 10m (default: none)")
+    parser.add_argument("--deadline", type=duration_text, default=None,
+                        help="stop the job after e.g. 10m (default: none)")
     parser.add_argument("--grace", type=duration_text, default="5s", help="TERM-to-KILL grace period (default: 5s)")
     parser.add_argument("--watchdog-stall", type=duration_or_off_text, default=None, metavar="DURATION",
                         help="the progress watchdog's stall: act when the job's step does not advance"
@@ -59,31 +60,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def worker_count(text: str) -> "int | str":
     """argparse type of --workers: a whole number, or a range "MIN..MAX" (kept as text for the
     spec, which reads it as roles.worker.count)."""
-    if is_count_range(text):
-        return _range(text)
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers; write e.g. --workers 2"
-                                         " or a range --workers 2..8")
-    return value
+    return _task_count(text, "is not a number of workers; write e.g. --workers 2 or a range --workers 2..8")
 
 
 def ps_count(text: str) -> "int | str":
     """argparse type of --ps: a whole number (0 or more), or a range "MIN..MAX" (kept as text
     for the spec, which reads it as roles.ps.count)."""
+    return _task_count(text, "is not a number of ps; write e.g. --ps 2 (0: none) or a range --ps 2..4")
+
+
+def _task_count(text: str, why_not: str) -> "int | str":
+    """A range as `_range` keeps it, else a whole number (`whole_number`, with `why_not` said of
+    anything else)."""
     if is_count_range(text):
         return _range(text)
     try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of ps; write e.g. --ps 2 (0: none) or a"
-                                         " range --ps 2..4")
-    return value
+        return whole_number(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} {why_not}") from None
 
 
 def _range(text: str) -> str:

@@ -123,8 +123,8 @@ def ps_down_refusal(count: int, live_count: int) -> str:
     return (f"ps={count} (was {live_count}): a ps scales up only; only workers scale down. shoal scale never"
             " stops a single ps: a ps holds shards of the variables (one that exits is restarted or ends the"
             " job; one out of reach past --ps_recovery_timeout has its shards moved to the others: re-homing,"
-            " docs/checkpoints.md; shoal kill stops the whole job). To train on fewer ps, start the job again with a lower roles.ps.count"
-            " (shoal run --ps N): its checkpoint restores into any number of ps")
+            " docs/checkpoints.md; shoal kill stops the whole job). To train on fewer ps, start the job again"
+            " with a lower roles.ps.count (shoal run --ps N): its checkpoint restores into any number of ps")
 
 
 def new_indices(used: Iterable[int], how_many: int) -> list[int]:
