@@ -38,7 +38,7 @@ from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.grow_placement import grow, moved_from
 from shoal.train.placement import Placement
-from shoal.train.placement_history import PlacementBook, PlacementChanged, job_history
+from shoal.train.placement_history import PlacementBook, PlacementChanged, job_history, shard_homes
 from shoal.train.waiting import log_waiting, poll_until
 from shoal.wire import WireError
 from shoal.wording import byte_size, counted
@@ -189,9 +189,8 @@ class Growing:
                                                  "say where moved shards went", self._wait_s))
         applied = self._book.catch_up(client, history)
         self._learned(client, applied)
-        where = ", ".join(f"ps:{client.ps_id(k)}" for k in range(client.num_ps))
-        log.info("%s trains on with %s: shards are on %s now", self._task,
-                 ", ".join(f"ps:{c.ps} {c.kind.value}ed" for c in applied), where)
+        log.info("%s trains on with %s: the shards are on %s now", self._task,
+                 ", ".join(f"ps:{c.ps} {c.kind.value}ed" for c in applied), shard_homes(self._book.placement, client.ps_id))
         return PsGrown(f"{self._task}: the placement changed ({moved})", old, self._book.placement, applied)
 
     def resend(self, client: PsClient, task: str, step: int, moved: ShardsMoved,

@@ -23,6 +23,7 @@ from shoal.train.placement import Placement
 from shoal.train.recovery import missing_ps
 from shoal.train.rehome_placement import rehome
 from shoal.train.waiting import LOG_EVERY_S, log_waiting, poll_until
+from shoal.wording import counted
 
 log = logging.getLogger("shoal.train.session")
 
@@ -198,11 +199,24 @@ def apply_history(book: PlacementBook, client: PsClient, history: Sequence[Place
         return None
     retired = [c.ps for c in new if c.kind is ChangeKind.RETIRE]
     joined = [c.ps for c in new if c.kind is ChangeKind.JOIN]
-    where = ", ".join(f"ps:{client.ps_id(k)}" for k in range(client.num_ps))
+    where = shard_homes(book.placement, client.ps_id)
     if retired:
-        log.info("%s starts without %s (re-homed before it started): their shards are on %s", task,
+        log.info("%s starts without %s (re-homed before it started): the shards are on %s", task,
                  ", ".join(f"ps:{i}" for i in retired), where)
     if joined:
-        log.info("%s starts with %s (joined before it started): its shards are on %s", task,
+        log.info("%s starts with %s (joined before it started): the shards are on %s", task,
                  ", ".join(f"ps:{i}" for i in joined), where)
     return book.placement
+
+
+def shard_homes(placement: Placement, ps_id: Callable[[int], int]) -> str:
+    """Where `placement`'s shards are, each ps named by the cluster index `ps_id` gives its ps k
+    (a PsClient's `ps_id`): "ps:0 (2 shards), ps:2 (1 shard)", then "; ps:1 holds none" for the
+    ps holding no shard (a small model sits on one ps). For the log lines of a placement that
+    changed. Does not block."""
+    held = [(ps_id(k), len(placement.on_ps(k))) for k in range(placement.num_ps)]
+    where = ", ".join(f"ps:{ps} ({counted(n, 'shard')})" for ps, n in held if n)
+    empty = [f"ps:{ps}" for ps, n in held if not n]
+    if empty:
+        where += f"; {', '.join(empty)} {'holds' if len(empty) == 1 else 'hold'} none"
+    return where

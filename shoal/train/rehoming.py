@@ -36,7 +36,7 @@ from shoal.ps.protocol import SLOT_SEPARATOR, AdoptRequest, ClosureTag, Hyper
 from shoal.train.chief import ChiefDuties
 from shoal.train.errors import TrainError
 from shoal.train.placement import Placement
-from shoal.train.placement_history import PlacementBook, PlacementChanged, learn_history
+from shoal.train.placement_history import PlacementBook, PlacementChanged, learn_history, shard_homes
 from shoal.train.recovery import PsRecovery
 from shoal.train.rehome_placement import moved_to, rehome
 from shoal.train.waiting import log_waiting, poll_until
@@ -239,7 +239,7 @@ class Rehoming:
         old = self.placement
         new = self.book.retire(client, ps)
         survivors = ", ".join(f"ps:{client.ps_id(k)}" for k in range(client.num_ps))
-        log.info("%s trains on without %s: its shards are on %s now", self._task, name, survivors)
+        log.info("%s trains on without %s: the shards are on %s now", self._task, name, shard_homes(new, client.ps_id))
         raise PsRehomed(f"{self._task}: {name} was re-homed to {survivors}", ps, old, new)
 
 

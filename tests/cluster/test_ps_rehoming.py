@@ -144,7 +144,7 @@ def test_a_worker_started_after_a_rehome_learns_the_new_placement_and_trains(mak
     late = cluster.start("worker", 2, argv, spec=late_spec)
     codes = cluster.wait_all(timeout=120)
     assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0, "worker:2": 0}, cluster.dump()
-    assert "worker:2 starts without ps:1 (re-homed before it started): their shards are on ps:0" in late.output()
+    assert "worker:2 starts without ps:1 (re-homed before it started): the shards are on ps:0" in late.output()
     late_result, chief_result = np.load(tmp_path / "worker2.npz"), np.load(tmp_path / "worker0.npz")
     assert int(late_result["applied"]) > 0, cluster.dump()
     for k in digits.initial_variables():
@@ -171,7 +171,7 @@ def test_a_worker_starting_while_a_lost_ps_is_rehomed_learns_the_new_placement_a
     assert codes == {"ps:0": 0, "ps:1": -9, "worker:0": 0, "worker:1": 0, "worker:2": 0}, cluster.dump()
     output = late.output()
     assert "worker:2 learned while it waited at start: ps:1 was re-homed" in output, output[-3000:]
-    assert "worker:2 starts without ps:1 (re-homed before it started): their shards are on ps:0" in output
+    assert "worker:2 starts without ps:1 (re-homed before it started): the shards are on ps:0" in output
     late_result, chief_result = np.load(tmp_path / "worker2.npz"), np.load(tmp_path / "worker0.npz")
     assert int(late_result["applied"]) > 0, cluster.dump()
     for k in digits.initial_variables():

@@ -124,3 +124,13 @@ def test_push_parts_of_ps_with_fewer_parts_drop_out_of_the_turns():
 def test_a_part_size_below_one_byte_is_refused_naming_it():
     with pytest.raises(TrainError, match="push part size 0"):
         place_variables({"w": np.zeros(3)}, num_ps=1, part_bytes=0)
+
+
+def test_shard_homes_counts_each_ps_shards_and_names_the_ps_holding_none():
+    from shoal.train.placement_history import shard_homes
+    variables = {"w": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
+    placement = place_variables(variables, num_ps=3, strategy=PlacementStrategy.ROUND_ROBIN)
+    ids = [0, 2, 5]  # ps 1 of the cluster was re-homed: the client's ps 1 is the cluster's ps:2
+    assert shard_homes(placement, ids.__getitem__) == "ps:0 (1 shard), ps:2 (1 shard); ps:5 holds none"
+    one_ps = place_variables(variables, num_ps=3, strategy=PlacementStrategy.GREEDY, request_cost_bytes=1 << 20)
+    assert shard_homes(one_ps, ids.__getitem__) == "ps:0 (2 shards); ps:2, ps:5 hold none"
