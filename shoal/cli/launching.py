@@ -74,7 +74,7 @@ def _launch(spec: JobSpec, args: argparse.Namespace, env: Environment, executor:
                 plan = make_plan(spec, executor.allocate(spec), job_id=job_id, shoal_home=env.shoal_home,
                                  workdir=env.cwd)
                 if not args.dry_run:
-                    check_plan(plan, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
+                    check_plan(plan, spec, local=executor.kind == LOCAL, no_ps_asked=getattr(args, "ps", None) == 0)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (setup_signals.py): exit 130 saying so
             with sigterm_ignored():
                 executor.close()

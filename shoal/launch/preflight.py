@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 from shoal.launch.errors import SpecError
 from shoal.launch.plan import JobPlan
+from shoal.launch.spec import JobSpec
 
 _PYTHON = re.compile(r"^(python|pypy)[0-9.]*$")
 _LONG_WITH_VALUE = {"--check-hash-based-pycs"}
@@ -93,8 +94,9 @@ def default_ps(argv: Sequence[str], workdir: Path) -> int:
     return 1 if is_shoal_program(argv, workdir) else 0
 
 
-def check_plan(plan: JobPlan, *, local: bool, no_ps_asked: bool = False) -> None:
-    """Raise PreflightError for the first problem found in `plan` (see the module docstring);
+def check_plan(plan: JobPlan, spec: JobSpec, *, local: bool, no_ps_asked: bool = False) -> None:
+    """Raise PreflightError for the first problem found in `plan`, made from `spec` (see the module
+    docstring; the error names the spec's file, line and field where it came from a file);
     `local`: the tasks run on this machine; `no_ps_asked`: the user asked for no ps in so many
     words (`shoal run --ps 0`), so a Shoal program without one is theirs to run. Blocks on the
     file system only."""
@@ -103,9 +105,9 @@ def check_plan(plan: JobPlan, *, local: bool, no_ps_asked: bool = False) -> None
     workdir = Path(plan.workdir)
     if not workdir.is_dir():
         what = "is not a directory" if workdir.exists() else "does not exist"
-        raise PreflightError(f"the job's workdir {workdir} {what}; fix workdir: in the spec (relative paths start in"
-                             " the directory shoal was started in), or leave it out to run where shoal runs;"
-                             " nothing was started", field="workdir")
+        raise _error(spec, "workdir", f"the job's workdir {workdir} {what}; fix workdir: in the spec (relative "
+                     "paths start in the directory shoal was started in), or leave it out to run where shoal runs;"
+                     " nothing was started")
     seen: set[tuple[str, ...]] = set()
     for task in plan.tasks:
         if task.argv in seen:
@@ -114,18 +116,25 @@ def check_plan(plan: JobPlan, *, local: bool, no_ps_asked: bool = False) -> None
         script = script_of(task.argv, workdir)
         if script is not None and not script.is_file():
             what = "is a directory, not a script" if script.is_dir() else "does not exist"
-            raise PreflightError(
+            raise _error(
+                spec, spec.command_field(task.task.job),
                 f"{task.label} would run {script}, which {what} (relative paths start in the job's workdir, "
                 f"{workdir}); fix the path in the command (after -- or the spec's run:), or start shoal in the"
-                " directory it is relative to, or set workdir: in the spec; nothing was started",
-                field="run")
+                " directory it is relative to, or set workdir: in the spec; nothing was started")
     has_ps = no_ps_asked or any(t.task.job == "ps" for t in plan.tasks)
     for task in plan.tasks:
         if not has_ps and task.task.job in TRAINING_JOBS and is_shoal_program(task.argv, workdir):
-            raise PreflightError(
+            raise _error(
+                spec, "roles.ps",
                 f"{task.label} runs {script_of(task.argv, workdir)}, a Shoal program (it trains on parameter "
                 "servers), but the job has no ps task to hold its variables; add one (shoal run --ps 1, or a ps: "
-                "role in the spec; shoal run --ps 0 runs it anyway); nothing was started", field="roles.ps")
+                "role in the spec; shoal run --ps 0 runs it anyway); nothing was started")
+
+
+def _error(spec: JobSpec, field: str, message: str) -> PreflightError:
+    """A PreflightError about `field` of `spec`, at its file and line when it came from a file."""
+    source, line = spec.located(field)
+    return PreflightError(message, source=source, line=line, field=field)
 
 
 def _module_file(module: str, workdir: Path) -> Optional[Path]:

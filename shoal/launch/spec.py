@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any, Mapping, Optional, Union
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, PrivateAttr,
                       ValidationError, field_validator, model_validator)
 
 from shoal.cluster import JOBS
@@ -317,6 +317,21 @@ class JobSpec(_Frozen):
     ssh: SshSpec = Field(default_factory=SshSpec)
     sync: bool = False
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
+    _source: str = PrivateAttr(default="")
+    _lines: dict = PrivateAttr(default_factory=dict)
+
+    def command_field(self, role: str) -> str:
+        """The field that holds the command of `role`'s tasks: "roles.ROLE.run" or "run"."""
+        own = self.roles.get(role)
+        return f"roles.{role}.run" if own is not None and own.run is not None else "run"
+
+    def located(self, field: str) -> tuple[str, Optional[int]]:
+        """The file this spec was read from and the 1-based line of `field` (dotted:
+        "roles.worker.run") or of its nearest enclosing field there; ("", None) for a spec of
+        flags, which has no file. For errors found after the spec was read. Does not block."""
+        if not self._lines:
+            return "", None
+        return self._source, _nearest_line(tuple(field.split(".")), self._lines)
 
     @model_validator(mode="before")
     @classmethod
@@ -524,7 +539,7 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
     }
     rendered["parameters"] = params
     try:
-        return JobSpec.model_validate(rendered)
+        spec = JobSpec.model_validate(rendered)
     except ValidationError as e:
         error = _spec_error(e, source, lines)
         if not overrides:
@@ -532,6 +547,8 @@ def spec_from_dict(data: Any, *, source: str = "flags", lines: Optional[dict] = 
         given = " ".join(f"-p {item}" for item in overrides)  # a value of the spec may come from them
         raise SpecError(f"{error.detail} (parameters given: {given})", source=error.source, line=error.line,
                         field=error.field) from e
+    spec._source, spec._lines = source, lines  # for errors found later (`located`)
+    return spec
 
 
 def _fields_at(parent: tuple) -> list[str]:

@@ -68,6 +68,20 @@ def test_train_of_a_spec_whose_script_is_missing_starts_nothing(tmp_path):
     assert nothing_started(tmp_path)
 
 
+def test_a_missing_script_in_a_roles_own_run_is_named_at_its_file_line_and_field(tmp_path):
+    (tmp_path / "ok.py").write_text("print('fine')\n")
+    (tmp_path / "job.yaml").write_text("name: j\nrun: python ok.py\nroles:\n  ps: {count: 0}\n  worker:\n"
+                                       "    count: 1\n    run: python nope/work.py\n")
+    shoal = Captured(tmp_path)
+    assert shoal("train", "job.yaml") == ExitCode.SPEC_ERROR
+    err = shoal.err.getvalue()
+    assert "job.yaml:7: roles.worker.run: j.worker.0 would run " in err and "nope/work.py, which does not exist" in err, err
+    (tmp_path / "job.yaml").write_text("name: j\n\nrun: python nope/train.py\nroles: {worker: {count: 1}}\n")
+    assert shoal("train", "job.yaml") == ExitCode.SPEC_ERROR
+    assert "job.yaml:3: run: j.worker.0 would run " in shoal.err.getvalue(), shoal.err.getvalue()
+    assert nothing_started(tmp_path)
+
+
 def test_a_spec_whose_workdir_does_not_exist_says_so_not_that_its_script_is_missing(tmp_path):
     (tmp_path / "job.yaml").write_text("name: j\nworkdir: nowhere\nrun: sh -c 'echo hi'\nroles: {worker: {count: 1}}\n")
     shoal = Captured(tmp_path)
