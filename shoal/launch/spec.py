@@ -26,7 +26,7 @@ import difflib
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Optional, Union
+from typing import Annotated, Any, Mapping, Optional, Union, get_args
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, PrivateAttr,
@@ -68,6 +68,11 @@ def parse_duration(value: Any) -> float:
     if seconds < 0:
         raise ValueError(f"duration {value!r} is negative; give 0 or more, e.g. 5s")
     return seconds
+
+
+_AS_DURATION = BeforeValidator(parse_duration)
+Duration = Annotated[float, _AS_DURATION]
+"""A spec field of seconds, written as a number or as "500ms", "30s", "10m", "1h", "7d"."""
 
 
 def _memory_shape(value: Any) -> Any:
@@ -239,13 +244,8 @@ class SshSpec(_Frozen):
 
     config: Optional[str] = None
     python: Optional[str] = None
-    connect_timeout: float = Field(10.0, gt=0)
-    heartbeat_timeout: float = Field(10.0, gt=0)
-
-    @field_validator("connect_timeout", "heartbeat_timeout", mode="before")
-    @classmethod
-    def _durations(cls, value: Any) -> float:
-        return parse_duration(value)
+    connect_timeout: Duration = Field(10.0, gt=0)
+    heartbeat_timeout: Duration = Field(10.0, gt=0)
 
 
 class RestartSpec(_Frozen):
@@ -254,12 +254,7 @@ class RestartSpec(_Frozen):
 
     policy: RestartPolicy = RestartPolicy.NEVER
     max_restarts: int = Field(3, ge=0)
-    backoff: float = 1.0
-
-    @field_validator("backoff", mode="before")
-    @classmethod
-    def _backoff(cls, value: Any) -> float:
-        return parse_duration(value)
+    backoff: Duration = 1.0
 
 
 DEFAULT_STALL_S = 300.0
@@ -274,7 +269,7 @@ class WatchdogSpec(_Frozen):
     turns the watchdog off.
     `max_restarts` bounds the restarts it makes; the next stall fails the job."""
 
-    stall: Optional[float] = None
+    stall: Optional[Duration] = None
     enabled: bool = True
     action: WatchdogAction = WatchdogAction.FAIL
     max_restarts: int = Field(3, ge=0)
@@ -287,11 +282,6 @@ class WatchdogSpec(_Frozen):
         if isinstance(data, dict) and (data.get("stall") in ("off", False, 0, "0")):
             data = {**data, "stall": None, "enabled": False}
         return data
-
-    @field_validator("stall", mode="before")
-    @classmethod
-    def _stall(cls, value: Any) -> Optional[float]:
-        return None if value is None else parse_duration(value)
 
 
 class JobSpec(_Frozen):
@@ -311,8 +301,8 @@ class JobSpec(_Frozen):
     output_dir: Optional[str] = None
     workdir: Optional[str] = None
     restart: RestartSpec = Field(default_factory=RestartSpec)
-    deadline: Optional[float] = None
-    grace_period: float = 5.0
+    deadline: Optional[Duration] = None
+    grace_period: Duration = 5.0
     hosts: list[HostSpec] = Field(default_factory=list)
     ssh: SshSpec = Field(default_factory=SshSpec)
     sync: bool = False
@@ -387,11 +377,6 @@ class JobSpec(_Frozen):
             raise ValueError(f"{value!r} is all digits, and shoal status {value} would mean job number {value}; give"
                              f" the name a letter, e.g. job{value}")
         return value
-
-    @field_validator("deadline", "grace_period", mode="before")
-    @classmethod
-    def _durations(cls, value: Any) -> Optional[float]:
-        return None if value is None else parse_duration(value)
 
     @field_validator("deadline")
     @classmethod
@@ -620,7 +605,14 @@ _MAPPING_EXAMPLES = {  # a field that must be a mapping, by its name: how one is
 }
 
 
-_DURATION_FIELDS = ("connect_timeout", "heartbeat_timeout")  # fields with a lower bound that are durations
+def _duration_fields(*models: type[BaseModel]) -> frozenset[str]:
+    """The names of the fields of `models` that hold a Duration (or an optional one)."""
+    return frozenset(name for model in models for name, field in model.model_fields.items()
+                     if _AS_DURATION in field.metadata or Duration in get_args(field.annotation))
+
+
+_DURATION_FIELDS = _duration_fields(JobSpec, RoleSpec, SshSpec, RestartSpec, WatchdogSpec)
+"""Fields whose example in an error is a duration ("10s"), not a number."""
 
 
 def _with_an_example(item: Mapping[str, Any], loc: tuple, msg: str) -> str:
