@@ -27,7 +27,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -330,6 +330,13 @@ class AgentTask:
         self.ref: Optional[TaskRef] = None
         self.lost_host: Optional[str] = None
         """The host whose loss (no heartbeat) ended this task (executor.HostLossAware)."""
+        self.explain_exit: Optional[Callable[[int], str]] = None
+        """What `exit_cause` asks, set by an executor that can tell what ended a task from
+        outside (the Slurm executor: its job's state)."""
+
+    def exit_cause(self, code: int) -> str:
+        """See executor.ExitExplaining. Blocks as `explain_exit` does."""
+        return self.explain_exit(code) if self.explain_exit is not None else ""
 
     def _exited(self, code: int, last_words: str = "", lost_host: Optional[str] = None) -> None:
         with self._lock:

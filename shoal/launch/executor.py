@@ -230,6 +230,17 @@ class TaskPlacer(Protocol):
 
 
 @runtime_checkable
+class ExitExplaining(Protocol):
+    """A task handle that can say what outside its process ended it: its Slurm job was
+    cancelled, requeued or preempted, or ran past its time limit."""
+
+    def exit_cause(self, code: int) -> str:
+        """Why the task, which exited with `code` (-N: killed by signal N), ended, in words; ""
+        when nothing outside it is known to have ended it. Blocks (bounded: a Slurm query)."""
+        ...
+
+
+@runtime_checkable
 class HostLossAware(Protocol):
     """A task handle that knows whether its host was lost (an SSH host that stopped answering)."""
 

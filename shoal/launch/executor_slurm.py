@@ -70,6 +70,8 @@ _AGENT_CLOSE_S = 15.0
 _PROBE_TIMEOUT_S = 30.0
 _LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "SIGNALING", "SUSPENDED"})
 """States of a Slurm job in which its steps may still run (squeue's)."""
+_OVER_MEMO_S = 2.0
+"""How long what `_job_over` said of the job stands for the tasks that exit after it."""
 _STEP_END_S = 45.0
 """How long a restart waits for the scancelled step of a lost agent to end (Slurm's KillWait
 is 30 s by default, after which it KILLs what the step left)."""
@@ -113,6 +115,7 @@ class SlurmExecutor:
         self._closed = False
         self._repairs = HostRepairs(notify)
         self._starting: dict[str, AgentConnection] = {}  # node -> a new agent step, until it answers
+        self._over_said: Optional[tuple[float, str]] = None  # (when, what) `_job_over` said last: `_exit_cause`
 
     # --- running a job --------------------------------------------------------------
 
@@ -187,8 +190,8 @@ class SlurmExecutor:
         extra = {"job": self._job.job_id, "step": self._steps.get(node, ""),
                  "submitted": "1" if self._job.submitted else "0", "shoal_job": job.job_id}
         try:
-            return agent.start(task.name, task.argv, env, job.workdir, self._port_of.get(task.name),
-                               self._timeout, extra=tuple(extra.items()))
+            handle = agent.start(task.name, task.argv, env, job.workdir, self._port_of.get(task.name),
+                                 self._timeout, extra=tuple(extra.items()))
         except AgentError as e:
             over = _job_over(self._commands, self._job.job_id)
             if over:  # cancelled under us: the agent went with it
@@ -196,6 +199,25 @@ class SlurmExecutor:
             if not agent.alive:  # lost as the task was started: a new agent step, at the next try
                 raise HostUnreachableError(f"{task.label} cannot start on {node} yet: {e}") from e
             raise StartError(f"{task.label} cannot start on {node}: {e}") from e
+        handle.explain_exit = self._exit_cause
+        return handle
+
+    def _exit_cause(self, code: int) -> str:
+        """What ended a task that exited with `code` from outside: its Slurm job, if that is no
+        longer running (Slurm ends a job's steps with SIGTERM, then SIGKILL: so only for a task
+        killed by a signal); "" otherwise. Blocks: one squeue (and scontrol) per _OVER_MEMO_S for
+        all the tasks, which a cancelled or requeued job ends together."""
+        if code >= 0 or self._job is None:
+            return ""
+        now = time.monotonic()
+        with self._lock:
+            said = self._over_said
+        if said is not None and now - said[0] < _OVER_MEMO_S:
+            return said[1]
+        over = _job_over(self._commands, self._job.job_id)
+        with self._lock:
+            self._over_said = (time.monotonic(), over)
+        return over
 
     def close(self) -> None:
         with self._lock:
@@ -420,8 +442,8 @@ def _job_over(commands: SlurmCommands, job_id: str) -> str:
         state = commands.detail(job_id).state  # CANCELLED, TIMEOUT, NODE_FAIL: squeue no longer says
     except SlurmError:
         state = state or "over"
-    return (f"Slurm job {job_id} is {state} (scancel, its time limit, a node failure or a requeue ended it: sacct"
-            f" -j {job_id} says which), so nothing can run in it any more")
+    return (f"Slurm job {job_id} is {state} (scancel, its time limit, a node failure, preemption or a requeue ended"
+            f" it: sacct -j {job_id} says which), so nothing can run in it any more")
 
 
 def _end_step(commands: SlurmCommands, job_id: str, step: str, timeout: float) -> bool:

@@ -64,7 +64,7 @@ from shoal.cluster import TaskId
 from shoal.launch.allocation import TaskAllocation
 from shoal.launch.errors import (AllocationEndedError, HostUnreachableError, PlanError, ScaleError, StartDeferred,
                                  StartError)
-from shoal.launch.executor import Executor, HostLossAware, TaskHandle, TaskPlacer, TaskRef
+from shoal.launch.executor import Executor, ExitExplaining, HostLossAware, TaskHandle, TaskPlacer, TaskRef
 from shoal.launch.logmux import LogMux
 from shoal.launch.output import attach_output
 from shoal.launch.plan import JobPlan, TaskPlan, added_task
@@ -360,15 +360,18 @@ class Supervisor:
                reader: threading.Thread) -> None:
         code = handle.wait()
         ended_at = self._clock()
+        cause = handle.exit_cause(code) if code and isinstance(handle, ExitExplaining) else ""
         reader.join(timeout=_READER_JOIN)
         handle.close()
-        self._events.put((name, attempt, code, ended_at))
+        self._events.put((name, attempt, code, ended_at, cause))
 
-    def _on_exit(self, name: str, attempt: int, code: int, ended_at: float) -> None:
+    def _on_exit(self, name: str, attempt: int, code: int, ended_at: float, cause: str = "") -> None:
+        """Take the exit of `name`'s attempt `attempt` with `code` at `ended_at`; `cause`: what
+        outside it ended it, if its executor could tell (ExitExplaining)."""
         slot = self._slots[name]
         if attempt != slot.attempt or slot.state is not TaskState.RUNNING:
             return
-        detail = describe_exit(code)
+        detail = describe_exit(code) + (f"; {cause}" if cause else "")
         slot.last_code = code
         if slot.scaled_down:
             slot.kill_at = None

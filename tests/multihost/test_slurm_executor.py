@@ -258,9 +258,34 @@ def test_an_allocation_cancelled_from_outside_fails_the_job_saying_so_not_as_a_p
         assert launcher.returncode not in (0, 127), (launcher.returncode, record["reason"], text[-4000:])  # the tasks
         # failed; no program failed to start
         assert re.search(rf"cannot be restarted on n[12]: Slurm job {job} is (CANCELLED|COMPLETING|over) \(scancel,"
-                         rf" its time limit, a node failure or a requeue ended it: sacct -j {job} says which\), so"
+                         rf" its time limit, a node failure, preemption or a requeue ended it: sacct -j {job} says which\), so"
                          " nothing can run in it any more", record["reason"]), record["reason"]
         procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+    finally:
+        cleanup(home, launcher)
+
+
+@pytest.mark.timeout(300)
+def test_a_submitted_job_that_slurm_requeues_fails_saying_so_and_does_not_run_again(slurm_cluster, tmp_path):
+    """`scontrol requeue` (what preemption with requeue does): Slurm ends the steps with SIGTERM
+    and would run the job again; the failure names the Slurm job's state, and the launcher
+    cancels the requeued job as it stops."""
+    home = tmp_path / "home"
+    env = shoal_env(slurm_cluster, home)
+    launcher = start(env, shoal("run", "--name", "requeued", "--slurm", "--ps", "1", "--workers", "2", "--", *SERVE))
+    try:
+        wait_running(env, launcher, 3)
+        [job] = slurm_cluster.job_ids()
+        slurm_cluster.run(["scontrol", "requeue", job], timeout=30)
+        assert launcher.wait(120) != 0
+        [record] = status(env)
+        assert record["state"] == "FAILED", launcher.stdout.read().decode()[-4000:]
+        assert re.search(rf"failed \(killed by SIG(TERM|KILL); Slurm job {job} is [A-Z_]+ \(scancel, its time limit, a"
+                         rf" node failure, preemption or a requeue ended it: sacct -j {job} says which\)",
+                         record["reason"]), record["reason"]
+        procs.wait_until(lambda: nothing_left(home), timeout=WAIT_S, what="every task and grandchild gone")
+        time.sleep(3)  # a requeued job not cancelled is PENDING again by now, and would start
+        assert slurm_cluster.job_ids() == []
     finally:
         cleanup(home, launcher)
 
