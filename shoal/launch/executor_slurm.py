@@ -70,8 +70,10 @@ _AGENT_CLOSE_S = 15.0
 _PROBE_TIMEOUT_S = 30.0
 _LIVE_STATES = frozenset({"RUNNING", "CONFIGURING", "SIGNALING", "SUSPENDED"})
 """States of a Slurm job in which its steps may still run (squeue's)."""
-_OVER_MEMO_S = 2.0
-"""How long what `_job_over` said of the job stands for the tasks that exit after it."""
+_RUNNING_MEMO_S = 0.5
+"""How long `_exit_cause` takes its job's being found running as the answer for other tasks."""
+_EXIT_CAUSE_TIMEOUT_S = 5.0
+"""How long each Slurm command `_exit_cause` runs may take (a task's exit waits for it)."""
 _STEP_END_S = 45.0
 """How long a restart waits for the scancelled step of a lost agent to end (Slurm's KillWait
 is 30 s by default, after which it KILLs what the step left)."""
@@ -116,6 +118,8 @@ class SlurmExecutor:
         self._repairs = HostRepairs(notify)
         self._starting: dict[str, AgentConnection] = {}  # node -> a new agent step, until it answers
         self._over_said: Optional[tuple[float, str]] = None  # (when, what) `_job_over` said last: `_exit_cause`
+        self._over_lock = threading.Lock()  # one `_exit_cause` query at a time
+        self._quick_commands = commands.with_timeout(_EXIT_CAUSE_TIMEOUT_S)
 
     # --- running a job --------------------------------------------------------------
 
@@ -205,19 +209,19 @@ class SlurmExecutor:
     def _exit_cause(self, code: int) -> str:
         """What ended a task that exited with `code` from outside: its Slurm job, if that is no
         longer running (Slurm ends a job's steps with SIGTERM, then SIGKILL: so only for a task
-        killed by a signal); "" otherwise. Blocks: one squeue (and scontrol) per _OVER_MEMO_S for
-        all the tasks, which a cancelled or requeued job ends together."""
+        killed by a signal); "" otherwise. Blocks: one query at a time, each squeue (and scontrol)
+        bounded by _EXIT_CAUSE_TIMEOUT_S; a job found over stays over (the tasks a cancelled or
+        requeued job ends together ask once), a job found running is asked again after
+        _RUNNING_MEMO_S."""
         if code >= 0 or self._job is None:
             return ""
-        now = time.monotonic()
-        with self._lock:
+        with self._over_lock:
             said = self._over_said
-        if said is not None and now - said[0] < _OVER_MEMO_S:
-            return said[1]
-        over = _job_over(self._commands, self._job.job_id)
-        with self._lock:
+            if said is not None and (said[1] or time.monotonic() - said[0] < _RUNNING_MEMO_S):
+                return said[1]
+            over = _job_over(self._quick_commands, self._job.job_id)
             self._over_said = (time.monotonic(), over)
-        return over
+            return over
 
     def close(self) -> None:
         with self._lock:

@@ -8,6 +8,7 @@ what it printed. The constructor does no I/O; thread-safe (each call is its own 
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,12 @@ class SlurmCommands:
     def __init__(self, env: Mapping[str, str], timeout: float = 30.0) -> None:
         self._env = dict(env)
         self._timeout = timeout
+
+    def with_timeout(self, timeout: float) -> "SlurmCommands":
+        """These commands, each bounded by `timeout` seconds instead."""
+        quick = copy.copy(self)
+        quick._timeout = timeout
+        return quick
 
     def run(self, argv: Sequence[str], *, stdin: Optional[str] = None, check: bool = True,
             timeout: Optional[float] = None, with_launcher: bool = False) -> str:

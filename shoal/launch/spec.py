@@ -23,6 +23,7 @@ YAML form::
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from enum import Enum
 from pathlib import Path
@@ -56,10 +57,13 @@ MAX_ALIAS_NODES = 1000
 
 def parse_duration(value: Any) -> float:
     """Seconds from a number or a string like "500ms", "30s", "10m", "1h", "7d"."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 10m or 1h")
+    if isinstance(value, bool) or value is None:
+        said = "null" if value is None else repr(value)  # as YAML wrote it
+        raise ValueError(f"{said} is not a duration; write e.g. 30s, 10m or 1h")
     if isinstance(value, (int, float)):
         seconds = float(value)
+        if not math.isfinite(seconds):
+            raise ValueError(f"{value!r} is not a duration; write e.g. 30s, 10m or 1h")
     else:
         match = _DURATION_RE.fullmatch(str(value))
         if not match:
@@ -307,8 +311,10 @@ class JobSpec(_Frozen):
     ssh: SshSpec = Field(default_factory=SshSpec)
     sync: bool = False
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
+    # Where the spec was read (`located`); pydantic compares these too: a spec read from a file is
+    # not == the same spec made from a dict.
     _source: str = PrivateAttr(default="")
-    _lines: dict = PrivateAttr(default_factory=dict)
+    _lines: dict[tuple, int] = PrivateAttr(default_factory=dict)
 
     def command_field(self, role: str) -> str:
         """The field that holds the command of `role`'s tasks: "roles.ROLE.run" or "run"."""
@@ -575,7 +581,8 @@ def _spec_error(error: ValidationError, source: str, lines: dict) -> SpecError:
         elif item["type"] == "extra_forbidden":
             msg = _unknown_field(loc)
         else:
-            named_value = "input" in item and repr(item["input"]) in msg  # pydantic's message may name the value
+            named_value = "input" in item and (repr(item["input"]) in msg  # pydantic's message may name the value
+                                               or item["input"] is None and "null" in msg)  # (as YAML writes it)
             if item["type"] in ("greater_than", "greater_than_equal"):  # "greater than 0" names the bound, not it
                 named_value = bool(loc) and loc[-1] in _DURATION_FIELDS  # a duration's input is its seconds: not said
             msg = _with_an_example(item, loc, msg)

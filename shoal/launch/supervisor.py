@@ -360,10 +360,26 @@ class Supervisor:
                reader: threading.Thread) -> None:
         code = handle.wait()
         ended_at = self._clock()
-        cause = handle.exit_cause(code) if code and isinstance(handle, ExitExplaining) else ""
+        cause = self._exit_cause(name, handle, code)
         reader.join(timeout=_READER_JOIN)
         handle.close()
         self._events.put((name, attempt, code, ended_at, cause))
+
+    def _exit_cause(self, name: str, handle: TaskHandle, code: int) -> str:
+        """What outside `name`'s process ended it (code `code`), as its handle can tell
+        (ExitExplaining); "" for an exit 0, a task this supervisor was stopping (its own signal
+        ended it), or a handle that cannot tell or fails to. Called from the task's watch thread;
+        blocks as the handle's `exit_cause` does. Reads the slot's flags without the main loop's
+        care: a stop that begins meanwhile costs one needless query."""
+        slot = self._slots.get(name)
+        if (not code or not isinstance(handle, ExitExplaining) or slot is None or self._finishing
+                or slot.stopping or slot.restart_now or slot.scaled_down or slot.kill_at is not None):
+            return ""
+        try:
+            return handle.exit_cause(code)
+        except Exception:  # noqa: BLE001 — the exit must still be reported: without its cause
+            log.warning("%s: could not tell what ended it", name, exc_info=True)
+            return ""
 
     def _on_exit(self, name: str, attempt: int, code: int, ended_at: float, cause: str = "") -> None:
         """Take the exit of `name`'s attempt `attempt` with `code` at `ended_at`; `cause`: what

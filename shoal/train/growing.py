@@ -190,7 +190,8 @@ class Growing:
         applied = self._book.catch_up(client, history)
         self._learned(client, applied)
         log.info("%s trains on with %s: the shards are on %s now", self._task,
-                 ", ".join(f"ps:{c.ps} {c.kind.value}ed" for c in applied), shard_homes(self._book.placement, client.ps_id))
+                 ", ".join(f"ps:{c.ps} {c.kind.value}ed" for c in applied),
+                 shard_homes(self._book.placement, client.ps_id))
         return PsGrown(f"{self._task}: the placement changed ({moved})", old, self._book.placement, applied)
 
     def resend(self, client: PsClient, task: str, step: int, moved: ShardsMoved,

@@ -215,7 +215,8 @@ def test_a_ps_scale_down_stops_nothing_and_says_why(tmp_path):
     def shrink_then_end() -> None:
         ask(supervisor, outcomes, "ps", 1)
         supervisor._serve_scales()
-        end_all(executor)
+        executor.handle("worker.0").exit(0)  # the ps run on until the job's end stops them (had they exited
+        # too, in whichever order their watch threads report, a ps could end before that SIGTERM)
 
     recorder.hooks[("ps.1", TaskState.RUNNING)] = shrink_then_end
     assert supervisor.run().state is JobState.SUCCEEDED

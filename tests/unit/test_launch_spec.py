@@ -185,6 +185,14 @@ def test_durations_and_memory_sizes_parse():
         parse_duration("soon")
 
 
+@pytest.mark.parametrize("written, said", [("null", "null"), (".nan", "nan"), (".inf", "inf"), ("soon", "'soon'")])
+def test_a_duration_that_is_not_one_is_named_as_written(tmp_path, written, said):
+    (tmp_path / "job.yaml").write_text(f"name: j\nrun: python t.py\nroles: {{worker: {{}}}}\ngrace_period: {written}\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(tmp_path / "job.yaml")
+    assert str(e.value).endswith(f"job.yaml:4: grace_period: {said} is not a duration; write e.g. 30s, 10m or 1h")
+
+
 # --- hostile YAML: aliases and nesting ------------------------------------------------
 
 HEAD = "name: x\nrun: python t.py\nroles: {worker: {}}\n"
