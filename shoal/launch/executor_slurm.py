@@ -119,7 +119,7 @@ class SlurmExecutor:
         self._starting: dict[str, AgentConnection] = {}  # node -> a new agent step, until it answers
         self._over_said: Optional[tuple[float, str]] = None  # (when, what) `_job_over` said last: `_exit_cause`
         self._over_lock = threading.Lock()  # one `_exit_cause` query at a time
-        self._quick_commands = commands.with_timeout(_EXIT_CAUSE_TIMEOUT_S)
+        self._quick_commands: Optional[SlurmCommands] = None  # `_exit_cause`'s, made at its first query
 
     # --- running a job --------------------------------------------------------------
 
@@ -219,6 +219,8 @@ class SlurmExecutor:
             said = self._over_said
             if said is not None and (said[1] or time.monotonic() - said[0] < _RUNNING_MEMO_S):
                 return said[1]
+            if self._quick_commands is None:
+                self._quick_commands = self._commands.with_timeout(_EXIT_CAUSE_TIMEOUT_S)
             over = _job_over(self._quick_commands, self._job.job_id)
             self._over_said = (time.monotonic(), over)
             return over
