@@ -98,7 +98,8 @@ def test_the_tasks_a_cancelled_slurm_job_ends_together_ask_slurm_once(tmp_path):
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
     assert commands.asked == ["7"]
     assert said == [said[0]] * 8 and said[0].startswith("Slurm job 7 is CANCELLED (scancel, its time limit"), said
     assert executor._exit_cause(1) == ""  # a task's own exit code: nothing to ask
