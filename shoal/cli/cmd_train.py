@@ -1,4 +1,4 @@
-"""`shoal train SPEC.yaml [-p name=value]... [--dry-run]`: run the job a YAML spec describes."""
+"""`shoal train SPEC.yaml [-p name=value]... [--output-dir DIR] [--dry-run]`: run the job a YAML spec describes."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("spec", help="the job spec (YAML); see docs/launcher.md")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                         help="override a parameter declared under parameters: (repeatable)")
+    parser.add_argument("--output-dir", default=None,
+                        help="model dir, in place of the spec's output_dir: (default: that, else the job's folder);"
+                        " a job given the model dir of one before it resumes from its checkpoints")
     add_launch_flags(parser)
     parser.program_flag_hint = _spec_parameter_hint
     parser.set_defaults(handler=run)
@@ -30,4 +33,6 @@ def _spec_parameter_hint(flag: str, value: str) -> str:
 
 def run(args: argparse.Namespace, env: Environment) -> int:
     spec = load_spec(env.cwd / args.spec, tuple(args.param), source=args.spec)
+    if args.output_dir is not None:
+        spec = spec.model_copy(update={"output_dir": args.output_dir})  # (keeps where the spec was read)
     return launch(spec, args, env)

