@@ -121,6 +121,15 @@ def job_dir_for(shoal_home: Path, job_id: str) -> Path:
     return (shoal_home / "jobs" / job_id).resolve()
 
 
+def own_model_dir(job_dir: Path) -> Path:
+    """The model dir of a job given none (`output_dir:`): inside its folder, new for every job."""
+    return job_dir / "model"
+
+
+CHECKPOINTS_DIR = "checkpoints"
+"""The chief's checkpoints inside a model dir (docs/checkpoints.md): `checkpoints/ckpt-<step>`."""
+
+
 def job_workdir(spec: JobSpec, cwd: Path) -> Path:
     """Where the job's tasks run: spec.workdir (relative to `cwd`, where shoal was started),
     else `cwd`; absolute."""
@@ -145,7 +154,7 @@ def make_plan(
         out = Path(spec.output_dir).expanduser()
         model_dir = out if out.is_absolute() else workdir / out
     else:
-        model_dir = job_dir / "model"
+        model_dir = own_model_dir(job_dir)
     places = allocation.tasks
     cluster = ClusterSpec.from_dict({
         job: [p.address for p in places if p.task.job == job]

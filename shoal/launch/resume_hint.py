@@ -18,10 +18,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shoal.launch.plan import JobPlan
+from shoal.launch.plan import CHECKPOINTS_DIR, JobPlan, own_model_dir
 from shoal.launch.supervisor import EndReason, JobResult
 
-CHECKPOINTS = "checkpoints"
 _CHECKPOINT = re.compile(r"ckpt-(\d+)")
 
 
@@ -30,9 +29,9 @@ def resume_hint(plan: JobPlan, result: JobResult) -> str:
     resume (it succeeded), its model dir was given (a job given the same one resumes by itself),
     or that model dir holds no checkpoint this machine can see."""
     model_dir = Path(plan.model_dir)
-    if result.reason is EndReason.SUCCEEDED or model_dir != Path(plan.job_dir) / "model":
+    if result.reason is EndReason.SUCCEEDED or model_dir != own_model_dir(Path(plan.job_dir)):
         return ""
-    step = newest_checkpoint_step(model_dir / CHECKPOINTS)
+    step = newest_checkpoint_step(model_dir / CHECKPOINTS_DIR)
     if step is None:
         return ""
     return (f"shoal | job {plan.job_id} saved checkpoints in its own model dir {model_dir} (the newest at step"

@@ -28,6 +28,7 @@ from typing import Optional
 from shoal.launch.errors import HostsError
 from shoal.launch.local_reaper import Reaper
 from shoal.launch.parent_death import die_with_parent
+from shoal.launch.plan import CHECKPOINTS_DIR
 from shoal.launch.processes import signal_group
 from shoal.launch.ssh import SshOptions, ssh_base
 from shoal.launch.ssh_preflight import ssh_problem
@@ -63,7 +64,7 @@ def sync_workdir(hosts: Sequence[str], workdir: str, options: SshOptions, timeou
                          f" {len(problems)} of {len(hosts)} hosts (nothing was started):\n  " + "\n  ".join(problems))
 
 
-COLLECT_EXCLUDED = ("checkpoints/",)
+COLLECT_EXCLUDED = (f"{CHECKPOINTS_DIR}/",)
 
 
 def collect_argv(host: str, model_dir: str, options: SshOptions) -> list[str]:
